@@ -1,0 +1,149 @@
+// Package datadir knows pam's files on disk (contract §4): where the data
+// and config dirs are on each platform, the operator token file, and the
+// serve.lock that keeps one server per data dir.
+package datadir
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+
+	"github.com/gofrs/flock"
+)
+
+// DefaultDataDir is the platform data dir: /var/lib/pam for root,
+// ~/.local/share/pam on Linux, ~/Library/Application Support/pam on macOS.
+func DefaultDataDir() string {
+	if os.Geteuid() == 0 {
+		return "/var/lib/pam"
+	}
+	home, _ := os.UserHomeDir()
+	if runtime.GOOS == "darwin" {
+		return filepath.Join(home, "Library", "Application Support", "pam")
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "pam")
+	}
+	return filepath.Join(home, ".local", "share", "pam")
+}
+
+// DefaultConfigDir is ~/.config/pam on Linux and the data dir on macOS.
+func DefaultConfigDir() string {
+	home, _ := os.UserHomeDir()
+	if runtime.GOOS == "darwin" {
+		return DefaultDataDir()
+	}
+	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+		return filepath.Join(x, "pam")
+	}
+	return filepath.Join(home, ".config", "pam")
+}
+
+// Ensure creates dir if needed and makes it private: 0700, or 0711 when the
+// embedded database must traverse it as the postgres user.
+func Ensure(dir string, traversable bool) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	mode := fs.FileMode(0o700)
+	if traversable {
+		mode = 0o711
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		return fmt.Errorf("data dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+var tokenRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// TokenPath is <data>/token.
+func TokenPath(dir string) string { return filepath.Join(dir, "token") }
+
+// LoadOrCreateToken returns the operator token, creating the file (32
+// lowercase hex, 0600) on first start. A file with anything else in it is
+// an error, never silently replaced: the operator's clients depend on it.
+func LoadOrCreateToken(dir string) (string, error) {
+	tok, err := ReadToken(dir)
+	if err == nil {
+		return tok, nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	b := make([]byte, 16)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	tok = hex.EncodeToString(b)
+	f, err := os.OpenFile(TokenPath(dir), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return ReadToken(dir) // another process won the race
+	}
+	if err != nil {
+		return "", fmt.Errorf("create token file: %w", err)
+	}
+	if _, err := f.WriteString(tok + "\n"); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", err
+	}
+	return tok, f.Close()
+}
+
+// ReadToken reads and validates <data>/token, repairing a too-open mode.
+func ReadToken(dir string) (string, error) {
+	p := TokenPath(dir)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", err
+	}
+	tok := strings.TrimSpace(string(b))
+	if !tokenRe.MatchString(tok) {
+		return "", fmt.Errorf("token file %s does not hold 32 lowercase hex characters; remove it to have a new one made", p)
+	}
+	if st, err := os.Stat(p); err == nil && st.Mode().Perm() != 0o600 {
+		_ = os.Chmod(p, 0o600)
+	}
+	return tok, nil
+}
+
+// ValidToken reports whether s has the operator token's shape.
+func ValidToken(s string) bool { return tokenRe.MatchString(s) }
+
+// Lock is a held flock on a lock file.
+type Lock struct{ fl *flock.Flock }
+
+// ErrLocked is returned when another process holds the lock.
+var ErrLocked = errors.New("locked by another process")
+
+// TryLock takes the flock at path without waiting, writing our pid into
+// the file for the operator's benefit (the flock, not the pid, is the proof).
+func TryLock(path string) (*Lock, error) {
+	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
+	ok, err := fl.TryLock()
+	if err != nil {
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if !ok {
+		holder, _ := os.ReadFile(path)
+		return nil, fmt.Errorf("%s is %w (pid %s)", path, ErrLocked, strings.TrimSpace(string(holder)))
+	}
+	// A flock belongs to its open file description, so writing the pid
+	// through another descriptor leaves the lock in place.
+	_ = os.WriteFile(path, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o600)
+	return &Lock{fl: fl}, nil
+}
+
+// Unlock releases the lock.
+func (l *Lock) Unlock() error { return l.fl.Unlock() }

@@ -1,0 +1,44 @@
+// Package serve assembles `pam serve`: data dir, token, serve.lock, the
+// embedded or external database, the active-server advisory lock, the
+// journal's tailer and the HTTP server, and tears them down in order.
+package serve
+
+import (
+	"io"
+	"log/slog"
+	"time"
+)
+
+// Options is everything `pam serve` is configured with; the CLI fills it
+// from flags, PAM_* variables and defaults (contract §3).
+type Options struct {
+	Bind          string // PAM_BIND
+	Port          int    // PAM_PORT; 0 picks a free port
+	DataDir       string // PAM_DATA_DIR
+	DatabaseURL   string // PAM_DATABASE_URL; empty = embedded database
+	TLSCert       string // PAM_TLS_CERT
+	TLSKey        string // PAM_TLS_KEY
+	MetricsPublic bool   // PAM_METRICS_PUBLIC
+
+	EventRetention      time.Duration // PAM_EVENT_RETENTION
+	HostOfflineAfter    time.Duration // PAM_HOST_OFFLINE_AFTER
+	HostLostAfter       time.Duration // PAM_HOST_LOST_AFTER
+	DispatchTimeout     time.Duration // PAM_DISPATCH_TIMEOUT
+	DispatchAckTimeout  time.Duration // PAM_DISPATCH_ACK_TIMEOUT
+	CLIHangTimeout      time.Duration // PAM_CLI_HANG_TIMEOUT
+	RestartInitialDelay time.Duration // PAM_RESTART_INITIAL_DELAY
+	RestartMaxDelay     time.Duration // PAM_RESTART_MAX_DELAY
+	MaxAttempts         int           // PAM_MAX_ATTEMPTS
+	LeaseTTL            time.Duration // PAM_LEASE_TTL
+	SpawnTimeout        time.Duration // PAM_SPAWN_TIMEOUT
+
+	// DashboardURL makes serve print the dashboard URL with the token in
+	// the fragment once it listens (pam up).
+	DashboardURL bool
+
+	Logger *slog.Logger
+	// Stdout receives the one line that says where serve listens.
+	Stdout io.Writer
+	// Version is reported by /healthz-adjacent surfaces and logs.
+	Version string
+}

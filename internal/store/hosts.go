@@ -1,0 +1,72 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/wire"
+)
+
+const hostColumns = `h.id::text, h.name, h.platform, h.status, h.disabled, h.instance_id::text, h.instance_suspect,
+	h.last_seen_at, h.providers, h.max_runs, h.executor,
+	(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running')),
+	h.created_at, h.updated_at`
+
+func scanHost(row pgx.Row) (wire.Host, error) {
+	var h wire.Host
+	err := row.Scan(&h.ID, &h.Name, &h.Platform, &h.Status, &h.Disabled, &h.InstanceID, &h.InstanceSuspect,
+		&h.LastSeenAt, &h.Providers, &h.MaxRuns, &h.Executor, &h.ActiveRuns, &h.CreatedAt, &h.UpdatedAt)
+	if h.Providers == nil {
+		h.Providers = []string{}
+	}
+	utc(&h.CreatedAt, &h.UpdatedAt)
+	utcp(h.LastSeenAt)
+	return h, err
+}
+
+// ListHosts returns every host, by name.
+func (s *Store) ListHosts(ctx context.Context) ([]wire.Host, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.Host{}
+	for rows.Next() {
+		h, err := scanHost(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, translate(rows.Err())
+}
+
+// Snapshot is the state sent to an SSE subscriber whose cursor was purged.
+func (s *Store) Snapshot(ctx context.Context) (wire.Snapshot, error) {
+	runs, err := s.ActiveRuns(ctx)
+	if err != nil {
+		return wire.Snapshot{}, err
+	}
+	hosts, err := s.ListHosts(ctx)
+	if err != nil {
+		return wire.Snapshot{}, err
+	}
+	return wire.Snapshot{Reason: "cursor_purged", Runs: runs, Hosts: hosts}, nil
+}
+
+func utc(ts ...*time.Time) {
+	for _, t := range ts {
+		*t = t.UTC()
+	}
+}
+
+func utcp(ts ...*time.Time) {
+	for _, t := range ts {
+		if t != nil {
+			*t = t.UTC()
+		}
+	}
+}

@@ -1,0 +1,46 @@
+package store
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/wire"
+)
+
+const runColumns = `id::text, task_id::text, project_id::text, provider, host_id::text, target_host_id::text,
+	status, attempt, max_attempts, failure_reason, exit_code, session_name, cwd, prompt, args,
+	pending_since, next_attempt_at, started_at, finished_at, completed_at, completion_source, created_at, updated_at`
+
+func scanRun(row pgx.Row) (wire.Run, error) {
+	var r wire.Run
+	err := row.Scan(&r.ID, &r.TaskID, &r.ProjectID, &r.Provider, &r.HostID, &r.TargetHostID,
+		&r.Status, &r.Attempt, &r.MaxAttempts, &r.FailureReason, &r.ExitCode, &r.SessionName, &r.Cwd, &r.Prompt, &r.Args,
+		&r.PendingSince, &r.NextAttemptAt, &r.StartedAt, &r.FinishedAt, &r.CompletedAt, &r.CompletionSource, &r.CreatedAt, &r.UpdatedAt)
+	if r.Args == nil {
+		r.Args = []string{}
+	}
+	utc(&r.CreatedAt, &r.UpdatedAt)
+	utcp(r.PendingSince, r.NextAttemptAt, r.StartedAt, r.FinishedAt, r.CompletedAt)
+	return r, err
+}
+
+// ActiveRuns lists the runs that are not terminal: pending, spawning,
+// running (the state a client rebuilds from a cursor_purged snapshot).
+func (s *Store) ActiveRuns(ctx context.Context) ([]wire.Run, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs
+		WHERE status IN ('pending', 'spawning', 'running') ORDER BY created_at DESC`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.Run{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, translate(rows.Err())
+}

@@ -1,0 +1,195 @@
+// Package store is pam's PostgreSQL layer: the connection pool, embedded
+// migrations applied under an advisory lock, transactions, and the queries
+// of each entity. Only `pam serve` talks to the database.
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Advisory lock keys. Distinct constants so that no two purposes collide.
+const (
+	lockMigrate int64 = 0x70616d_0001 // "pam" 1: schema migrations
+	// LockActiveServer is held by the active `pam serve` for its lifetime;
+	// a second server on the same database waits on it as a standby.
+	LockActiveServer int64 = 0x70616d_0002
+	// LockJournal serialises journal appends until commit (see journal).
+	LockJournal int64 = 0x70616d_0003
+)
+
+// Store wraps the pool.
+type Store struct {
+	Pool *pgxpool.Pool
+	// AfterCommit, if set, is called after every transaction that appended
+	// events commits: the journal's tailer uses it to wake up at once.
+	AfterCommit func()
+}
+
+// Open connects, migrates and makes sure the server's singleton row exists.
+func Open(ctx context.Context, url string) (*Store, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("parse database url: %w", err)
+	}
+	if cfg.MaxConns < 8 {
+		cfg.MaxConns = 8
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect database: %w", err)
+	}
+	s := &Store{Pool: pool}
+	if err := Migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the pool.
+func (s *Store) Close() { s.Pool.Close() }
+
+// Ping checks that the database answers.
+func (s *Store) Ping(ctx context.Context) error { return s.Pool.Ping(ctx) }
+
+// Migrate applies every embedded migration not yet applied, in order,
+// holding an advisory lock so that servers starting together do not race.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockMigrate); err != nil {
+		return fmt.Errorf("migrate: lock: %w", err)
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", lockMigrate)
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	files, err := fs.Glob(migrationFS, "migrations/*.sql")
+	if err != nil {
+		return err
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		base := f[strings.LastIndex(f, "/")+1:]
+		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
+		if err != nil {
+			return fmt.Errorf("migration %s: name must start with a number", base)
+		}
+		var applied bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", version).Scan(&applied); err != nil {
+			return err
+		}
+		if applied {
+			continue
+		}
+		sql, err := migrationFS.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, string(sql)); err != nil {
+			_ = tx.Rollback(ctx)
+			return fmt.Errorf("migration %s: %w", base, err)
+		}
+		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", version); err != nil {
+			_ = tx.Rollback(ctx)
+			return err
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return fmt.Errorf("migration %s: %w", base, err)
+		}
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret)
+	return err
+}
+
+// Tx is the handle a transaction body receives. It records whether events
+// were appended so that the commit can wake the journal's tailer.
+type Tx struct {
+	pgx.Tx
+	Journaled bool
+}
+
+// InTx runs fn in a transaction, committing if it returns nil.
+func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
+	ptx, err := s.Pool.Begin(ctx)
+	if err != nil {
+		return translate(err)
+	}
+	tx := &Tx{Tx: ptx}
+	if err := fn(tx); err != nil {
+		_ = ptx.Rollback(context.Background())
+		return translate(err)
+	}
+	if err := ptx.Commit(ctx); err != nil {
+		return translate(err)
+	}
+	if tx.Journaled && s.AfterCommit != nil {
+		s.AfterCommit()
+	}
+	return nil
+}
+
+// ErrUnavailable marks failures to reach the database at all.
+var ErrUnavailable = errors.New("database unavailable")
+
+// translate marks connection failures so the HTTP layer answers 503.
+func translate(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return err
+	}
+	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isConnError(err) {
+		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return err
+}
+
+func isConnError(err error) bool {
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return true
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "closed pool") ||
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "no such file or directory")
+}
+
+// IsUniqueViolation reports a unique-constraint failure on constraint name.
+func IsUniqueViolation(err error, constraint string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23505" && (constraint == "" || pgErr.ConstraintName == constraint)
+}
+
+// MigrationFS exposes the embedded migrations (for the test harness, which
+// names its template database after their content).
+func MigrationFS() fs.FS { return migrationFS }
