@@ -1,0 +1,150 @@
+package server
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"pam/internal/wire"
+)
+
+const healthTimeout = 2 * time.Second
+
+// bearer extracts the token of an "Authorization: Bearer <token>" header.
+func bearer(r *http.Request) string {
+	h := r.Header.Get("Authorization")
+	if len(h) > 7 && strings.EqualFold(h[:7], "bearer ") {
+		return strings.TrimSpace(h[7:])
+	}
+	return ""
+}
+
+// tokenEqual compares in constant time (for equal lengths, which every
+// valid token has; a length mismatch is no secret).
+func tokenEqual(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// operatorAuth admits requests carrying the operator token.
+func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tokenEqual(bearer(r), s.opts.Token) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
+			writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid operator token"))
+			return
+		}
+		h(w, r)
+	})
+}
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+}
+
+func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
+	reg := prometheus.NewRegistry()
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "pam_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
+		}, []string{"route", "method", "code"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "pam_http_request_duration_seconds", Help: "HTTP request latency by route pattern (streams excluded).",
+			Buckets: prometheus.DefBuckets,
+		}, []string{"route"}),
+	}
+	reg.MustRegister(m.requests, m.duration,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_sse_subscribers", Help: "Connected SSE subscribers."},
+			func() float64 {
+				if s.opts.Events == nil {
+					return 0
+				}
+				return float64(s.opts.Events.Subscribers())
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_db_pool_acquired_conns", Help: "Database connections in use."},
+			func() float64 { return float64(s.store.Pool.Stat().AcquiredConns()) }),
+	)
+	return reg, m
+}
+
+// Registry lets other parts of serve register their own collectors.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+func (s *Server) metricsHandler() http.Handler {
+	h := promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{})
+	if s.opts.MetricsPublic {
+		return h
+	}
+	return s.operatorAuth(h.ServeHTTP)
+}
+
+// recorder remembers the status and size written, and passes Flush and
+// Unwrap through so streams and http.ResponseController keep working.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	n, err := r.ResponseWriter.Write(b)
+	r.bytes += n
+	return n, err
+}
+
+func (r *recorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// instrument logs each request (method, path without the query string —
+// which may carry a token — route, status, duration) and counts it.
+func (s *Server) instrument(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &recorder{ResponseWriter: w}
+		defer func() {
+			if p := recover(); p != nil {
+				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				if rec.status == 0 {
+					writeError(rec, wire.Errorf(http.StatusInternalServerError, wire.CodeInternal, "internal error"))
+				}
+			}
+			route := r.Pattern
+			if route == "" {
+				route = "unmatched"
+			}
+			if rec.status == 0 {
+				rec.status = http.StatusOK
+			}
+			elapsed := time.Since(start)
+			s.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(rec.status)).Inc()
+			if !strings.HasSuffix(route, "/stream") {
+				s.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
+			}
+			s.log.Info("http request", "method", r.Method, "path", r.URL.Path, "route", route,
+				"status", rec.status, "bytes", rec.bytes, "duration", elapsed.Round(time.Microsecond), "remote", r.RemoteAddr)
+		}()
+		next(rec, r)
+	})
+}

@@ -1,0 +1,128 @@
+package server
+
+import (
+	"net/http"
+
+	"pam/internal/store"
+	"pam/internal/wire"
+)
+
+// Projects and work items: the operator's plan (§7).
+
+func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.store.ListProjects(r.Context(), r.URL.Query().Get("include_archived") == "true")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.ProjectList{Projects: ps})
+}
+
+func (s *Server) createProject(w http.ResponseWriter, r *http.Request) {
+	var in wire.CreateProject
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p, err := s.store.CreateProject(r.Context(), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, p)
+}
+
+func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
+	p, err := s.store.GetProject(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) updateProject(w http.ResponseWriter, r *http.Request) {
+	var in wire.UpdateProject
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	p, err := s.store.UpdateProject(r.Context(), r.PathValue("ref"), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) archiveProject(w http.ResponseWriter, r *http.Request) {
+	p, err := s.store.ArchiveProject(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) listWorkItems(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	items, err := s.store.ListWorkItems(r.Context(), r.PathValue("ref"), store.ItemFilter{
+		Status: q.Get("status"), Kind: q.Get("kind"), ParentID: q.Get("parent_id"),
+	})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.WorkItemList{WorkItems: items})
+}
+
+func (s *Server) createWorkItem(w http.ResponseWriter, r *http.Request) {
+	var in wire.CreateWorkItem
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	item, err := s.store.CreateWorkItem(r.Context(), r.PathValue("ref"), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, item)
+}
+
+func (s *Server) getWorkItem(w http.ResponseWriter, r *http.Request) {
+	item, err := s.store.GetWorkItem(r.Context(), r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, item)
+}
+
+func (s *Server) updateWorkItem(w http.ResponseWriter, r *http.Request) {
+	// Look the item up before reading the body, so a bad id is a 404
+	// whatever the body holds.
+	if _, err := s.store.GetWorkItem(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var in wire.UpdateWorkItem
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	item, err := s.store.UpdateWorkItem(r.Context(), r.PathValue("id"), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, item)
+}
+
+func (s *Server) deleteWorkItem(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.DeleteWorkItem(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -1,0 +1,282 @@
+// Package server is pam's HTTP surface: the REST API of contract §7, SSE
+// (§8), health and metrics. Handlers are methods on Server; the helpers at
+// the bottom of this file read bounded JSON and write JSON or the error
+// envelope, so every route answers errors the same way.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"pam/internal/store"
+	"pam/internal/wire"
+)
+
+// MaxBody bounds every request body (413 beyond).
+const MaxBody = 1 << 20
+
+// EventStreamer serves the SSE stream (implemented by journal.Hub).
+type EventStreamer interface {
+	ServeSSE(w http.ResponseWriter, r *http.Request, after int64, pattern *wire.TopicPattern)
+	Subscribers() int
+}
+
+// Options configures a Server.
+type Options struct {
+	Store         *store.Store
+	Events        EventStreamer
+	Token         string // operator token (32 hex)
+	MetricsPublic bool
+	Logger        *slog.Logger
+	Version       string
+}
+
+// Server holds the handlers' dependencies.
+type Server struct {
+	opts      Options
+	store     *store.Store
+	log       *slog.Logger
+	mux       *http.ServeMux
+	registry  *prometheus.Registry
+	metrics   *metrics
+	streamCtx context.Context
+	stopAll   context.CancelFunc
+}
+
+// New builds the server and its routes.
+func New(o Options) *Server {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: http.NewServeMux()}
+	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
+	s.registry, s.metrics = newMetrics(s)
+	s.routes()
+	return s
+}
+
+// CloseStreams ends every long-lived stream (SSE) so that a graceful
+// shutdown does not wait for clients that never hang up.
+func (s *Server) CloseStreams() { s.stopAll() }
+
+func (s *Server) routes() {
+	api := func(pattern string, h http.HandlerFunc) {
+		method, path, _ := strings.Cut(pattern, " ")
+		s.mux.Handle(method+" /api/v1"+path, s.operatorAuth(h))
+	}
+	api("GET /projects", s.listProjects)
+	api("POST /projects", s.createProject)
+	api("GET /projects/{ref}", s.getProject)
+	api("PATCH /projects/{ref}", s.updateProject)
+	api("DELETE /projects/{ref}", s.archiveProject)
+	api("GET /projects/{ref}/work-items", s.listWorkItems)
+	api("POST /projects/{ref}/work-items", s.createWorkItem)
+	api("GET /work-items/{id}", s.getWorkItem)
+	api("PATCH /work-items/{id}", s.updateWorkItem)
+	api("DELETE /work-items/{id}", s.deleteWorkItem)
+	api("GET /events", s.listEvents)
+	api("GET /events/stream", s.streamEvents)
+	// Anything else under /api/v1 is a 405 or 404 envelope, after auth.
+	s.mux.Handle("/api/v1/", s.operatorAuth(s.noRoute))
+
+	s.mux.HandleFunc("GET /healthz", s.healthz)
+	s.mux.Handle("GET /metrics", s.metricsHandler())
+	s.mux.HandleFunc("GET /{$}", s.index)
+}
+
+// ServeHTTP logs, counts and routes every request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.instrument(s.envelopeMuxErrors).ServeHTTP(w, r)
+}
+
+// envelopeMuxErrors answers requests that match no route (404) or match a
+// path with another method (405) with the error envelope instead of the
+// mux's plain text.
+func (s *Server) envelopeMuxErrors(w http.ResponseWriter, r *http.Request) {
+	h, pattern := s.mux.Handler(r)
+	if pattern != "" {
+		s.mux.ServeHTTP(w, r)
+		return
+	}
+	rec := &statusOnly{header: http.Header{}}
+	h.ServeHTTP(rec, r)
+	if allow := rec.header.Get("Allow"); allow != "" {
+		w.Header().Set("Allow", allow)
+	}
+	if rec.status == http.StatusMethodNotAllowed {
+		writeError(w, wire.Errorf(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
+		return
+	}
+	writeError(w, wire.Errorf(http.StatusNotFound, wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+}
+
+// noRoute answers an /api/v1 request no route took: 405 with Allow when
+// the path exists for other methods, else 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"GET", "POST", "PATCH", "PUT", "DELETE"} {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, pattern := s.mux.Handler(probe); pattern != "" && pattern != "/api/v1/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		writeError(w, wire.Errorf(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
+		return
+	}
+	writeError(w, wire.Errorf(http.StatusNotFound, wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+}
+
+// statusOnly captures the status the mux's fallback handler would write.
+type statusOnly struct {
+	header http.Header
+	status int
+}
+
+func (s *statusOnly) Header() http.Header         { return s.header }
+func (s *statusOnly) Write(b []byte) (int, error) { return len(b), nil }
+func (s *statusOnly) WriteHeader(code int)        { s.status = code }
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	if err := s.store.Ping(ctx); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]any{
+			"status": "unavailable",
+			"error":  wire.Error{Code: wire.CodeUnavailable, Message: "database unreachable"},
+		})
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
+}
+
+func (s *Server) index(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'")
+	_, _ = io.WriteString(w, `<!doctype html><meta charset="utf-8"><title>pam</title>
+<p>pam is running. The API is under <code>/api/v1</code>; the dashboard is being built.</p>`)
+}
+
+// decodeJSON reads a bounded JSON body into v, rejecting unknown fields
+// and trailing data. Failures come back as wire errors.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBody)
+	return DecodeStrict(r.Body, v)
+}
+
+// DecodeStrict decodes exactly one JSON value into v: unknown fields are a
+// validation_failed naming the field, wrong types name the field too,
+// anything unparsable is malformed_json, an oversized body body_too_large.
+func DecodeStrict(body io.Reader, v any) error {
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return jsonError(err)
+		}
+		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body must hold exactly one JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var tooLarge *http.MaxBytesError
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.As(err, &tooLarge):
+		return wire.Errorf(http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "request body exceeds %d bytes", MaxBody)
+	case errors.As(err, &typeErr):
+		field := typeErr.Field
+		if field == "" {
+			return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body must be a JSON object")
+		}
+		return wire.Invalid(field, "field %s must be %s", field, jsonTypeName(typeErr.Type.Kind().String()))
+	case errors.As(err, &syntaxErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body is not valid JSON")
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		field := strings.TrimPrefix(err.Error(), "json: unknown field ")
+		if unq, err := strconv.Unquote(field); err == nil && unq != "" {
+			field = unq
+		}
+		return wire.Invalid(field, "unknown field %s", strconv.Quote(field))
+	default:
+		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body is not valid JSON: %v", err)
+	}
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "int", "int64", "int32", "float64":
+		return "a number"
+	case "struct", "map":
+		return "an object"
+	case "slice":
+		return "an array"
+	}
+	return "of another type"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// writeError maps any error to the envelope: wire errors carry their own
+// status; an unreachable database is 503 unavailable; anything else is a
+// 500 whose detail is logged by the caller, never sent.
+func writeError(w http.ResponseWriter, err error) {
+	if e, ok := wire.AsError(err); ok {
+		if e.Details == nil {
+			e = e.With("_", nil)
+			delete(e.Details, "_")
+		}
+		writeJSON(w, e.Status, wire.Envelope{Error: e})
+		return
+	}
+	if errors.Is(err, store.ErrUnavailable) {
+		writeJSON(w, http.StatusServiceUnavailable, wire.Envelope{Error: &wire.Error{Code: wire.CodeUnavailable, Message: "database unavailable", Details: map[string]any{}}})
+		return
+	}
+	writeJSON(w, http.StatusInternalServerError, wire.Envelope{Error: &wire.Error{Code: wire.CodeInternal, Message: "internal error", Details: map[string]any{}}})
+}
+
+// fail writes err and logs it when it is not a client error.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if e, ok := wire.AsError(err); !ok || e.Status >= 500 {
+		if !errors.Is(err, context.Canceled) {
+			s.log.Error("request failed", "method", r.Method, "route", r.Pattern, "err", err)
+		}
+	}
+	writeError(w, err)
+}
+
+
+// contextWithCancelOn derives a context from ctx that also ends when other
+// ends.
+func contextWithCancelOn(ctx, other context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(other, cancel)
+	return ctx, func() { stop(); cancel() }
+}

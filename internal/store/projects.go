@@ -1,0 +1,234 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/wire"
+)
+
+const projectColumns = `id::text, name, slug, description, status, auto_done, created_at, updated_at`
+
+var slugRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+
+func scanProject(row pgx.Row) (wire.Project, error) {
+	var p wire.Project
+	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.CreatedAt, &p.UpdatedAt)
+	utc(&p.CreatedAt, &p.UpdatedAt)
+	return p, err
+}
+
+// ValidName checks the 1–200 character rule of §7 for names and titles.
+func ValidName(field, s string) error {
+	n := utf8.RuneCountInString(s)
+	if strings.TrimSpace(s) == "" || n > 200 {
+		return wire.Invalid(field, "%s must be 1 to 200 characters", field)
+	}
+	if !utf8.ValidString(s) || strings.ContainsAny(s, "\x00\n\r") {
+		return wire.Invalid(field, "%s must be one line of valid UTF-8", field)
+	}
+	return nil
+}
+
+// Slugify derives a slug from a name: lowercase ASCII letters, digits and
+// dashes, at most max characters, never empty ("x" stands in).
+func Slugify(name string, max int) string {
+	var b strings.Builder
+	dash := false
+	for _, r := range strings.ToLower(name) {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= '0' && r <= '9':
+			b.WriteRune(r)
+			dash = false
+		case b.Len() > 0 && !dash:
+			b.WriteByte('-')
+			dash = true
+		}
+		if b.Len() >= max {
+			break
+		}
+	}
+	s := strings.Trim(b.String(), "-")
+	if len(s) > max {
+		s = strings.Trim(s[:max], "-")
+	}
+	if s == "" {
+		s = "x"
+	}
+	return s
+}
+
+// CreateProject validates and inserts a project, journaling project.created.
+// A slug derived from the name gets a numeric suffix when taken; an
+// explicit slug that is taken is a 409 slug_taken.
+func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.Project, error) {
+	if err := ValidName("name", in.Name); err != nil {
+		return wire.Project{}, err
+	}
+	explicit := in.Slug != nil
+	slug := ""
+	if explicit {
+		slug = *in.Slug
+		if !slugRe.MatchString(slug) {
+			return wire.Project{}, wire.Invalid("slug", "slug must match ^[a-z0-9][a-z0-9-]{0,62}$")
+		}
+	} else {
+		slug = Slugify(in.Name, 56)
+	}
+	desc := ""
+	if in.Description != nil {
+		desc = *in.Description
+		if len(desc) > 64<<10 {
+			return wire.Project{}, wire.Invalid("description", "description must be at most 64 KiB")
+		}
+	}
+	autoDone := true
+	if in.AutoDone != nil {
+		autoDone = *in.AutoDone
+	}
+	for i := 1; ; i++ {
+		candidate := slug
+		if i > 1 {
+			candidate = fmt.Sprintf("%s-%d", slug, i)
+		}
+		var p wire.Project
+		err := s.InTx(ctx, func(tx *Tx) error {
+			var err error
+			p, err = scanProject(tx.QueryRow(ctx, `INSERT INTO projects (id, name, slug, description, auto_done)
+				VALUES ($1, $2, $3, $4, $5) RETURNING `+projectColumns, uuid.NewString(), in.Name, candidate, desc, autoDone))
+			if err != nil {
+				return err
+			}
+			return tx.Journal(ctx, NewEvent{Topic: "project.created", ProjectID: p.ID, Payload: p})
+		})
+		if IsUniqueViolation(err, "projects_slug_key") {
+			if explicit {
+				return wire.Project{}, wire.Conflict(wire.CodeSlugTaken, "slug %q is taken", candidate).With("field", "slug")
+			}
+			if i < 100 {
+				continue
+			}
+		}
+		return p, err
+	}
+}
+
+// ListProjects returns active projects (and archived ones if asked), by name.
+func (s *Store) ListProjects(ctx context.Context, includeArchived bool) ([]wire.Project, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT `+projectColumns+` FROM projects
+		WHERE $1 OR status = 'active' ORDER BY name, created_at`, includeArchived)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.Project{}
+	for rows.Next() {
+		p, err := scanProject(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, translate(rows.Err())
+}
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// projectByRef resolves an id or a slug; lock takes FOR UPDATE.
+func projectByRef(ctx context.Context, q querier, ref string, lock bool) (wire.Project, error) {
+	col := "slug"
+	if _, err := uuid.Parse(ref); err == nil {
+		col = "id"
+	} else if !slugRe.MatchString(ref) {
+		return wire.Project{}, wire.NotFound("project")
+	}
+	sql := `SELECT ` + projectColumns + ` FROM projects WHERE ` + col + `::text = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	p, err := scanProject(q.QueryRow(ctx, sql, ref))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Project{}, wire.NotFound("project")
+	}
+	return p, translate(err)
+}
+
+// GetProject resolves a project by id or slug.
+func (s *Store) GetProject(ctx context.Context, ref string) (wire.Project, error) {
+	return projectByRef(ctx, s.Pool, ref, false)
+}
+
+// UpdateProject applies the given fields, journaling project.updated when
+// anything changed.
+func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdateProject) (wire.Project, error) {
+	if in.Name != nil {
+		if err := ValidName("name", *in.Name); err != nil {
+			return wire.Project{}, err
+		}
+	}
+	if in.Description != nil && len(*in.Description) > 64<<10 {
+		return wire.Project{}, wire.Invalid("description", "description must be at most 64 KiB")
+	}
+	var out wire.Project
+	err := s.InTx(ctx, func(tx *Tx) error {
+		p, err := projectByRef(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		changed := map[string]any{}
+		if in.Name != nil && *in.Name != p.Name {
+			changed["name"] = *in.Name
+		}
+		if in.Description != nil && *in.Description != p.Description {
+			changed["description"] = *in.Description
+		}
+		if in.AutoDone != nil && *in.AutoDone != p.AutoDone {
+			changed["auto_done"] = *in.AutoDone
+		}
+		if len(changed) == 0 {
+			out = p
+			return nil
+		}
+		out, err = scanProject(tx.QueryRow(ctx, `UPDATE projects SET
+			name = coalesce($2, name), description = coalesce($3, description), auto_done = coalesce($4, auto_done), updated_at = now()
+			WHERE id = $1 RETURNING `+projectColumns, p.ID, in.Name, in.Description, in.AutoDone))
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "project.updated", ProjectID: p.ID, Payload: map[string]any{"project": out, "changed": changed}})
+	})
+	return out, err
+}
+
+// ArchiveProject soft-deletes a project (status archived), journaling
+// project.archived once; archiving an archived project changes nothing.
+func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, error) {
+	var out wire.Project
+	err := s.InTx(ctx, func(tx *Tx) error {
+		p, err := projectByRef(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if p.Status == "archived" {
+			out = p
+			return nil
+		}
+		out, err = scanProject(tx.QueryRow(ctx, `UPDATE projects SET status = 'archived', updated_at = now()
+			WHERE id = $1 RETURNING `+projectColumns, p.ID))
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "project.archived", ProjectID: p.ID, Payload: out})
+	})
+	return out, err
+}
+

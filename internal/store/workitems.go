@@ -1,0 +1,371 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/wire"
+)
+
+// Kind ranks: a parent must rank strictly above its child (§5).
+var kindRank = map[string]int{"milestone": 4, "epic": 3, "task": 2, "subtask": 1}
+
+// ValidKind, ValidItemStatus report membership in the enums of §5.
+func ValidKind(k string) bool { _, ok := kindRank[k]; return ok }
+
+// ValidItemStatus reports whether s is a work item status.
+func ValidItemStatus(s string) bool {
+	switch s {
+	case "todo", "doing", "done", "cancelled":
+		return true
+	}
+	return false
+}
+
+const itemColumns = `id::text, project_id::text, parent_id::text, kind, title, body, status, path, position, created_at, updated_at`
+
+func scanItem(row pgx.Row) (wire.WorkItem, error) {
+	var w wire.WorkItem
+	err := row.Scan(&w.ID, &w.ProjectID, &w.ParentID, &w.Kind, &w.Title, &w.Body, &w.Status, &w.Path, &w.Position, &w.CreatedAt, &w.UpdatedAt)
+	utc(&w.CreatedAt, &w.UpdatedAt)
+	return w, err
+}
+
+func itemByID(ctx context.Context, q querier, id string, lock bool) (wire.WorkItem, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return wire.WorkItem{}, wire.NotFound("work item")
+	}
+	sql := `SELECT ` + itemColumns + ` FROM work_items WHERE id = $1`
+	if lock {
+		sql += ` FOR UPDATE`
+	}
+	w, err := scanItem(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.WorkItem{}, wire.NotFound("work item")
+	}
+	return w, translate(err)
+}
+
+// GetWorkItem returns one work item.
+func (s *Store) GetWorkItem(ctx context.Context, id string) (wire.WorkItem, error) {
+	return itemByID(ctx, s.Pool, id, false)
+}
+
+const maxBody = 64 << 10
+
+// parentFor checks that parentID may hold an item of kind in project: it
+// exists, is in the same project, and ranks strictly above kind.
+func parentFor(ctx context.Context, q querier, projectID, parentID, kind string) (wire.WorkItem, error) {
+	parent, err := itemByID(ctx, q, parentID, false)
+	if wire.HasCode(err, wire.CodeNotFound) {
+		return parent, wire.Invalid("parent_id", "parent work item %s does not exist", parentID)
+	}
+	if err != nil {
+		return parent, err
+	}
+	if parent.ProjectID != projectID {
+		return parent, wire.Invalid("parent_id", "parent work item belongs to another project")
+	}
+	if kindRank[parent.Kind] <= kindRank[kind] {
+		return parent, wire.Invalid("parent_id", "a %s cannot hold a %s: a parent must rank strictly above its child (milestone > epic > task > subtask)", parent.Kind, kind)
+	}
+	return parent, nil
+}
+
+// CreateWorkItem validates and inserts an item at the end of its siblings,
+// journaling work_item.created.
+func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.CreateWorkItem) (wire.WorkItem, error) {
+	if !ValidKind(in.Kind) {
+		return wire.WorkItem{}, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
+	}
+	if err := ValidName("title", in.Title); err != nil {
+		return wire.WorkItem{}, err
+	}
+	body, status := "", "todo"
+	if in.Body != nil {
+		body = *in.Body
+		if len(body) > maxBody {
+			return wire.WorkItem{}, wire.Invalid("body", "body must be at most 64 KiB")
+		}
+	}
+	if in.Status != nil {
+		status = *in.Status
+		if !ValidItemStatus(status) {
+			return wire.WorkItem{}, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
+		}
+	}
+	var out wire.WorkItem
+	err := s.InTx(ctx, func(tx *Tx) error {
+		// The project row lock orders item creation and reparenting within a
+		// project, so concurrent moves can never build a cycle.
+		p, err := projectByRef(ctx, tx, projectRef, true)
+		if err != nil {
+			return err
+		}
+		id := uuid.NewString()
+		path := id
+		var parentID *string
+		if in.ParentID != nil {
+			parent, err := parentFor(ctx, tx, p.ID, *in.ParentID, in.Kind)
+			if err != nil {
+				return err
+			}
+			path = parent.Path + "/" + id
+			parentID = &parent.ID
+		}
+		out, err = scanItem(tx.QueryRow(ctx, `INSERT INTO work_items (id, project_id, parent_id, kind, title, body, status, path, position)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
+				(SELECT coalesce(max(position) + 1, 0) FROM work_items WHERE project_id = $2 AND parent_id IS NOT DISTINCT FROM $3::uuid))
+			RETURNING `+itemColumns, id, p.ID, parentID, in.Kind, in.Title, body, status, path))
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "work_item.created", ProjectID: p.ID, Payload: out})
+	})
+	return out, err
+}
+
+// ItemFilter narrows a project's item list; empty fields match all.
+type ItemFilter struct {
+	Status, Kind, ParentID string
+}
+
+// ListWorkItems returns a project's items in tree order: depth-first,
+// siblings by position then created_at.
+func (s *Store) ListWorkItems(ctx context.Context, projectRef string, f ItemFilter) ([]wire.WorkItem, error) {
+	if f.Status != "" && !ValidItemStatus(f.Status) {
+		return nil, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
+	}
+	if f.Kind != "" && !ValidKind(f.Kind) {
+		return nil, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
+	}
+	if f.ParentID != "" {
+		if _, err := uuid.Parse(f.ParentID); err != nil {
+			return nil, wire.Invalid("parent_id", "parent_id must be a UUID")
+		}
+	}
+	p, err := s.GetProject(ctx, projectRef)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT `+itemColumns+` FROM work_items WHERE project_id = $1`, p.ID)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	var all []wire.WorkItem
+	for rows.Next() {
+		w, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, w)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	out := []wire.WorkItem{}
+	for _, w := range TreeOrder(all) {
+		if (f.Status == "" || w.Status == f.Status) && (f.Kind == "" || w.Kind == f.Kind) &&
+			(f.ParentID == "" || (w.ParentID != nil && *w.ParentID == f.ParentID)) {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+// TreeOrder sorts items depth-first, siblings by position then created_at
+// (then id, so the order is total).
+func TreeOrder(items []wire.WorkItem) []wire.WorkItem {
+	children := map[string][]wire.WorkItem{}
+	ids := map[string]bool{}
+	for _, w := range items {
+		ids[w.ID] = true
+	}
+	for _, w := range items {
+		key := ""
+		if w.ParentID != nil && ids[*w.ParentID] {
+			key = *w.ParentID
+		}
+		children[key] = append(children[key], w)
+	}
+	for _, c := range children {
+		sort.Slice(c, func(i, j int) bool {
+			if c[i].Position != c[j].Position {
+				return c[i].Position < c[j].Position
+			}
+			if !c[i].CreatedAt.Equal(c[j].CreatedAt) {
+				return c[i].CreatedAt.Before(c[j].CreatedAt)
+			}
+			return c[i].ID < c[j].ID
+		})
+	}
+	out := make([]wire.WorkItem, 0, len(items))
+	var walk func(string)
+	walk = func(parent string) {
+		for _, c := range children[parent] {
+			out = append(out, c)
+			walk(c.ID)
+		}
+	}
+	walk("")
+	return out
+}
+
+// UpdateWorkItem applies a PATCH: fields, status, position and parent, each
+// change journaled (work_item.updated, work_item.status_changed,
+// work_item.reparented — the last once, for the moved item only, while the
+// paths of all its descendants are rewritten in the same transaction).
+func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem) (wire.WorkItem, error) {
+	if in.Title != nil {
+		if err := ValidName("title", *in.Title); err != nil {
+			return wire.WorkItem{}, err
+		}
+	}
+	if in.Body != nil && len(*in.Body) > maxBody {
+		return wire.WorkItem{}, wire.Invalid("body", "body must be at most 64 KiB")
+	}
+	if in.Status != nil && !ValidItemStatus(*in.Status) {
+		return wire.WorkItem{}, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
+	}
+	if in.Position != nil && (*in.Position < 0 || *in.Position > 1_000_000) {
+		return wire.WorkItem{}, wire.Invalid("position", "position must be between 0 and 1000000")
+	}
+	if in.ParentID.Set && in.ParentID.Value != nil {
+		if _, err := uuid.Parse(*in.ParentID.Value); err != nil {
+			return wire.WorkItem{}, wire.Invalid("parent_id", "parent_id must be a UUID or null")
+		}
+	}
+	var out wire.WorkItem
+	err := s.InTx(ctx, func(tx *Tx) error {
+		cur, err := itemByID(ctx, tx, id, false)
+		if err != nil {
+			return err
+		}
+		// Lock the project first, then the item: the same order as create.
+		if _, err := projectByRef(ctx, tx, cur.ProjectID, true); err != nil {
+			return err
+		}
+		if cur, err = itemByID(ctx, tx, id, true); err != nil {
+			return err
+		}
+		var events []NewEvent
+		changed := map[string]any{}
+		if in.Title != nil && *in.Title != cur.Title {
+			changed["title"] = *in.Title
+		}
+		if in.Body != nil && *in.Body != cur.Body {
+			changed["body"] = *in.Body
+		}
+		if in.Position != nil && *in.Position != cur.Position {
+			changed["position"] = *in.Position
+		}
+		newPath := cur.Path
+		reparent := in.ParentID.Set && !sameParent(cur.ParentID, in.ParentID.Value)
+		if reparent {
+			newPath = cur.ID
+			if p := in.ParentID.Value; p != nil {
+				if *p == cur.ID || strings.HasPrefix(pathOf(ctx, tx, *p), cur.Path+"/") {
+					return wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
+				}
+				parent, err := parentFor(ctx, tx, cur.ProjectID, *p, cur.Kind)
+				if err != nil {
+					return err
+				}
+				newPath = parent.Path + "/" + cur.ID
+			}
+		}
+		statusChanged := in.Status != nil && *in.Status != cur.Status
+		if len(changed) == 0 && !reparent && !statusChanged {
+			out = cur
+			return nil
+		}
+		var parentArg any = cur.ParentID
+		if reparent {
+			parentArg = in.ParentID.Value
+		}
+		status := cur.Status
+		if statusChanged {
+			status = *in.Status
+		}
+		out, err = scanItem(tx.QueryRow(ctx, `UPDATE work_items SET
+			title = coalesce($2, title), body = coalesce($3, body), position = coalesce($4, position),
+			status = $5, parent_id = $6, path = $7, updated_at = now()
+			WHERE id = $1 RETURNING `+itemColumns, cur.ID, in.Title, in.Body, in.Position, status, parentArg, newPath))
+		if err != nil {
+			return err
+		}
+		if reparent {
+			if _, err := tx.Exec(ctx, `UPDATE work_items SET path = $2 || substr(path, length($1) + 1), updated_at = now()
+				WHERE project_id = $3 AND path LIKE $4`, cur.Path, newPath, cur.ProjectID, likePrefix(cur.Path)+"/%"); err != nil {
+				return err
+			}
+		}
+		if len(changed) > 0 {
+			events = append(events, NewEvent{Topic: "work_item.updated", ProjectID: cur.ProjectID,
+				Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
+		}
+		if statusChanged {
+			events = append(events, NewEvent{Topic: "work_item.status_changed", ProjectID: cur.ProjectID,
+				Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": status, "work_item": out}})
+		}
+		if reparent {
+			events = append(events, NewEvent{Topic: "work_item.reparented", ProjectID: cur.ProjectID,
+				Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
+					"old_path": cur.Path, "path": out.Path, "work_item": out}})
+		}
+		return tx.Journal(ctx, events...)
+	})
+	return out, err
+}
+
+func sameParent(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+// pathOf returns the path of an item ("" when it does not exist).
+func pathOf(ctx context.Context, q querier, id string) string {
+	var p string
+	_ = q.QueryRow(ctx, `SELECT path FROM work_items WHERE id = $1`, id).Scan(&p)
+	return p
+}
+
+// likePrefix escapes LIKE metacharacters (paths hold only uuids and "/",
+// but the escape keeps the query honest).
+func likePrefix(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// DeleteWorkItem deletes a leaf item without runs, journaling
+// work_item.deleted; 409 has_children / has_runs otherwise.
+func (s *Store) DeleteWorkItem(ctx context.Context, id string) error {
+	return s.InTx(ctx, func(tx *Tx) error {
+		cur, err := itemByID(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		var children, runs int
+		if err := tx.QueryRow(ctx, `SELECT (SELECT count(*) FROM work_items WHERE parent_id = $1),
+			(SELECT count(*) FROM runs WHERE task_id = $1)`, id).Scan(&children, &runs); err != nil {
+			return err
+		}
+		if children > 0 {
+			return wire.Conflict(wire.CodeHasChildren, "work item has %d children; delete or move them first", children).With("children", children)
+		}
+		if runs > 0 {
+			return wire.Conflict(wire.CodeHasRuns, "work item has %d runs; it can be cancelled instead", runs).With("runs", runs)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM work_items WHERE id = $1`, id); err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "work_item.deleted", ProjectID: cur.ProjectID, Payload: map[string]any{"work_item_id": cur.ID, "work_item": cur}})
+	})
+}
