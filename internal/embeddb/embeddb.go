@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -30,6 +31,19 @@ var ErrNoBinaries = errors.New("PostgreSQL server binaries (initdb, postgres) no
 
 // Superuser is the database role the cluster is initialised with.
 const Superuser = "pam"
+
+// socketName is the server's socket file inside the cluster folder.
+const socketName = ".s.PGSQL.5432"
+
+// maxSocketPath is the longest path a Unix socket address holds: sun_path
+// is 108 bytes on Linux and 104 on macOS and the BSDs, with its terminating
+// NUL. PostgreSQL refuses a longer socket path.
+func maxSocketPath() int {
+	if runtime.GOOS == "linux" {
+		return 107
+	}
+	return 103
+}
 
 // Options configures a cluster.
 type Options struct {
@@ -72,6 +86,10 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
 		return nil, err
+	}
+	if sock := filepath.Join(dir, socketName); len(sock) > maxSocketPath() {
+		return nil, fmt.Errorf("embedded database socket path %s is %d bytes, over the Unix socket limit of %d bytes; "+
+			"fix: use a shorter PAM_DATA_DIR (the socket lives in <data>/postgres)", sock, len(sock), maxSocketPath())
 	}
 	opts.Dir = dir
 	c := &Cluster{opts: opts}
@@ -134,20 +152,33 @@ func postgresCredential() (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
 }
 
+// binGlobs are the folders searched after PATH, in order: Debian's, then
+// Homebrew's. Within one pattern the highest major version comes first.
+var binGlobs = []string{
+	"/usr/lib/postgresql/*/bin",
+	"/opt/homebrew/opt/postgresql*/bin",
+	"/usr/local/opt/postgresql*/bin",
+}
+
 // FindBinDir finds a folder holding initdb and postgres. With a version
 // (the PG_VERSION of an existing cluster) only that major version is taken.
 func FindBinDir(version string) (string, error) {
+	return findBinDir(version, os.Getenv("PATH"), binGlobs)
+}
+
+// findBinDir searches the folders of pathList (a PATH value), then globs.
+func findBinDir(version, pathList string, globs []string) (string, error) {
 	var candidates []string
-	if p, err := exec.LookPath("initdb"); err == nil {
-		candidates = append(candidates, filepath.Dir(p))
+	for _, d := range filepath.SplitList(pathList) {
+		if filepath.IsAbs(d) && isExec(filepath.Join(d, "initdb")) {
+			candidates = append(candidates, d)
+		}
 	}
-	debian, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(debian, func(i, j int) bool { return majorOf(debian[i]) > majorOf(debian[j]) })
-	candidates = append(candidates, debian...)
-	brew, _ := filepath.Glob("/opt/homebrew/opt/postgresql*/bin")
-	brew2, _ := filepath.Glob("/usr/local/opt/postgresql*/bin")
-	candidates = append(candidates, brew...)
-	candidates = append(candidates, brew2...)
+	for _, g := range globs {
+		found, _ := filepath.Glob(g)
+		sort.SliceStable(found, func(i, j int) bool { return majorOf(found[i]) > majorOf(found[j]) })
+		candidates = append(candidates, found...)
+	}
 	for _, dir := range candidates {
 		if !isExec(filepath.Join(dir, "initdb")) || !isExec(filepath.Join(dir, "postgres")) {
 			continue

@@ -272,7 +272,6 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, err)
 }
 
-
 // contextWithCancelOn derives a context from ctx that also ends when other
 // ends.
 func contextWithCancelOn(ctx, other context.Context) (context.Context, context.CancelFunc) {

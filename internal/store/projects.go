@@ -231,4 +231,3 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 	})
 	return out, err
 }
-

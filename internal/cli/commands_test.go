@@ -1,0 +1,429 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pam/internal/wire"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("%s differs (run go test -update to accept):\ngot:\n%s\nwant:\n%s", path, got, want)
+	}
+}
+
+func item(id, parent, kind, status, title string) wire.WorkItem {
+	w := wire.WorkItem{ID: id, Kind: kind, Status: status, Title: title}
+	if parent != "" {
+		w.ParentID = &parent
+	}
+	return w
+}
+
+// treeItems is a 3-level hierarchy in the server's tree order, with two
+// roots, siblings at every level and a last child that has children.
+func treeItems() []wire.WorkItem {
+	return []wire.WorkItem{
+		item("11111111-aaaa", "", "milestone", "doing", "Launch v1"),
+		item("22222222-aaaa", "11111111-aaaa", "epic", "doing", "Backend"),
+		item("33333333-aaaa", "22222222-aaaa", "task", "done", "Schema"),
+		item("44444444-aaaa", "22222222-aaaa", "task", "todo", "REST API"),
+		item("55555555-aaaa", "11111111-aaaa", "epic", "todo", "Dashboard"),
+		item("66666666-aaaa", "55555555-aaaa", "task", "todo", "Board view"),
+		item("77777777-aaaa", "66666666-aaaa", "subtask", "cancelled", "Drag and drop"),
+		item("88888888-aaaa", "", "task", "todo", "Write README"),
+	}
+}
+
+func TestRenderTree(t *testing.T) {
+	var b strings.Builder
+	renderTree(&b, treeItems())
+	golden(t, "tree.golden", b.String())
+}
+
+// A filtered list can lack an item's parent: the item is drawn as a root.
+func TestRenderTreeOrphans(t *testing.T) {
+	var b strings.Builder
+	items := treeItems()
+	renderTree(&b, []wire.WorkItem{items[2], items[3], items[6]})
+	want := "task  done  Schema  (33333333)\ntask  todo  REST API  (44444444)\nsubtask  cancelled  Drag and drop  (77777777)\n"
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+// fakeAPI answers like the orchestrator from a route table and records
+// each request's method, path, query and body.
+type fakeAPI struct {
+	mu     sync.Mutex
+	routes map[string]func(w http.ResponseWriter, r *http.Request, body []byte)
+	log    []string
+}
+
+func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
+	f := &fakeAPI{routes: map[string]func(http.ResponseWriter, *http.Request, []byte){}}
+	srv := httptest.NewServer(f)
+	t.Cleanup(srv.Close)
+	t.Setenv("PAM_URL", srv.URL)
+	t.Setenv("PAM_TOKEN", testToken)
+	return f, srv
+}
+
+func (f *fakeAPI) handle(pattern string, status int, body string) {
+	f.routes[pattern] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, body)
+	}
+}
+
+func (f *fakeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	line := r.Method + " " + r.URL.EscapedPath()
+	if r.URL.RawQuery != "" {
+		line += "?" + r.URL.RawQuery
+	}
+	if len(body) > 0 {
+		line += " " + string(body)
+	}
+	f.mu.Lock()
+	f.log = append(f.log, line)
+	h, ok := f.routes[r.Method+" "+r.URL.Path]
+	f.mu.Unlock()
+	if r.Header.Get("Authorization") != "Bearer "+testToken {
+		w.WriteHeader(401)
+		io.WriteString(w, `{"error":{"code":"unauthorized","message":"missing or invalid token","details":null}}`)
+		return
+	}
+	if !ok {
+		w.WriteHeader(404)
+		io.WriteString(w, `{"error":{"code":"not_found","message":"no route","details":null}}`)
+		return
+	}
+	h(w, r, body)
+}
+
+func (f *fakeAPI) last() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.log) == 0 {
+		return ""
+	}
+	return f.log[len(f.log)-1]
+}
+
+const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
+
+const itemJSON = `{"id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001","parent_id":null,"kind":"task","title":"T","body":"","status":"todo","path":"9c0c2f7e-0000-4000-8000-000000000002","position":0,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
+
+func TestClientCommandsSendWhatWasGiven(t *testing.T) {
+	isolate(t)
+	f, _ := newFakeAPI(t)
+	f.handle("POST /api/v1/projects", 201, projectJSON)
+	f.handle("PATCH /api/v1/projects/demo", 200, projectJSON)
+	f.handle("DELETE /api/v1/projects/demo", 200, projectJSON)
+	f.handle("POST /api/v1/projects/demo/work-items", 201, itemJSON)
+	f.handle("PATCH /api/v1/work-items/w1", 200, itemJSON)
+	f.handle("DELETE /api/v1/work-items/w1", 204, "")
+	f.handle("GET /api/v1/projects/demo/work-items", 200, `{"work_items":[`+itemJSON+`]}`)
+
+	tests := []struct {
+		args []string
+		want string // the request line
+	}{
+		{[]string{"project", "create", "--name", "Demo"}, `POST /api/v1/projects {"name":"Demo"}`},
+		{[]string{"project", "create", "--name", "Demo", "--slug", "d", "--description", "", "--auto-done=false"}, `POST /api/v1/projects {"name":"Demo","slug":"d","description":"","auto_done":false}`},
+		{[]string{"project", "update", "demo", "--description", "new"}, `PATCH /api/v1/projects/demo {"description":"new"}`},
+		{[]string{"project", "update", "--auto-done=false", "demo"}, `PATCH /api/v1/projects/demo {"auto_done":false}`},
+		{[]string{"project", "archive", "demo"}, `DELETE /api/v1/projects/demo`},
+		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T"}`},
+		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T", "--parent", "p1", "--status", "doing", "--body", "b"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T","body":"b","parent_id":"p1","status":"doing"}`},
+		{[]string{"item", "move", "w1", "--root"}, `PATCH /api/v1/work-items/w1 {"parent_id":null}`},
+		{[]string{"item", "move", "w1", "--parent", "p2", "--status", "done", "--position", "0"}, `PATCH /api/v1/work-items/w1 {"status":"done","position":0,"parent_id":"p2"}`},
+		{[]string{"item", "update", "w1", "--title", "New"}, `PATCH /api/v1/work-items/w1 {"title":"New"}`},
+		{[]string{"item", "delete", "w1"}, `DELETE /api/v1/work-items/w1`},
+		{[]string{"item", "list", "demo", "--status", "todo", "--kind", "task"}, `GET /api/v1/projects/demo/work-items?kind=task&status=todo`},
+	}
+	for _, tt := range tests {
+		mustPam(t, tt.args...)
+		if got := f.last(); got != tt.want {
+			t.Errorf("pam %s sent\n  %s\nwant\n  %s", strings.Join(tt.args, " "), got, tt.want)
+		}
+	}
+}
+
+func TestJSONOutputIsTheAPIShape(t *testing.T) {
+	isolate(t)
+	f, _ := newFakeAPI(t)
+	f.handle("GET /api/v1/projects", 200, `{"projects":[`+projectJSON+`]}`)
+	f.handle("GET /api/v1/projects/demo", 200, projectJSON)
+	f.handle("GET /api/v1/events", 200, `{"events":[]}`)
+
+	var list map[string][]map[string]any
+	if err := json.Unmarshal([]byte(mustPam(t, "project", "list", "--json")), &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list["projects"]) != 1 || list["projects"][0]["slug"] != "demo" {
+		t.Errorf("project list --json: %v", list)
+	}
+	var one, api map[string]any
+	json.Unmarshal([]byte(mustPam(t, "project", "show", "demo", "--json")), &one)
+	json.Unmarshal([]byte(projectJSON), &api)
+	if fmt.Sprint(one) != fmt.Sprint(api) {
+		t.Errorf("project show --json\n%v\nwant\n%v", one, api)
+	}
+	if out := mustPam(t, "events", "--json"); !strings.Contains(out, `"events": []`) {
+		t.Errorf("events --json with no events: %s", out)
+	}
+	if out := mustPam(t, "project", "list"); !strings.Contains(out, "SLUG") || !strings.Contains(out, "demo") {
+		t.Errorf("project list table:\n%s", out)
+	}
+}
+
+func TestAPIErrorExitsOne(t *testing.T) {
+	isolate(t)
+	f, _ := newFakeAPI(t)
+	f.handle("GET /api/v1/projects/nope", 404, `{"error":{"code":"not_found","message":"project \"nope\" not found","details":null}}`)
+	f.handle("POST /api/v1/projects", 400, `{"error":{"code":"validation_failed","message":"name must be 1-200 characters","details":{"field":"name"}}}`)
+	f.handle("DELETE /api/v1/work-items/w1", 409, `{"error":{"code":"has_children","message":"work item has children","details":null}}`)
+	f.handle("GET /api/v1/projects", 502, `<html>Bad Gateway</html>`)
+
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"project", "show", "nope"}, "pam: project \"nope\" not found\n"},
+		{[]string{"project", "create", "--name", "x"}, "pam: name must be 1-200 characters\n"},
+		{[]string{"item", "delete", "w1"}, "pam: work item has children\n"},
+		{[]string{"project", "list"}, "pam: Bad Gateway\n"},
+	}
+	for _, tt := range tests {
+		r := pam(t, tt.args...)
+		if r.code != 1 || r.stderr != tt.want || r.stdout != "" {
+			t.Errorf("pam %s: %v\nwant exit 1 and stderr %q", strings.Join(tt.args, " "), r, tt.want)
+		}
+	}
+
+	t.Setenv("PAM_TOKEN", "wrong")
+	r := pam(t, "project", "show", "demo")
+	if r.code != 1 || !strings.Contains(r.stderr, "missing or invalid token") {
+		t.Errorf("wrong token: %v", r)
+	}
+}
+
+func sseEvent(w io.Writer, seq int64, topic string) {
+	ev := wire.Event{Seq: seq, Topic: topic, Payload: json.RawMessage(`{"n":` + fmt.Sprint(seq) + `}`), CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	b, _ := json.Marshal(ev)
+	fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", seq, topic, b)
+	w.(http.Flusher).Flush()
+}
+
+// events --follow prints each event, resumes after a dropped stream from
+// the last seq seen, and exits 0 when interrupted.
+func TestEventsFollowReconnects(t *testing.T) {
+	isolate(t)
+	oldMin := reconnectMin
+	reconnectMin = 10 * time.Millisecond
+	t.Cleanup(func() { reconnectMin = oldMin })
+
+	f, _ := newFakeAPI(t)
+	var mu sync.Mutex
+	var cursors []string
+	conns := 0
+	f.routes["GET /api/v1/events/stream"] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		mu.Lock()
+		conns++
+		n := conns
+		cursors = append(cursors, r.Header.Get("Last-Event-ID")+"|"+r.URL.Query().Get("after")+"|"+r.URL.Query().Get("topic"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		switch n {
+		case 1:
+			io.WriteString(w, ": hello\n\n")
+			sseEvent(w, 4, "run.started")
+			sseEvent(w, 5, "run.progress")
+			// and the connection drops
+		case 2:
+			w.WriteHeader(503)
+			io.WriteString(w, `{"error":{"code":"unavailable","message":"restarting","details":null}}`)
+		default:
+			sseEvent(w, 6, "run.exited")
+			<-r.Context().Done()
+		}
+	}
+
+	for _, asJSON := range []bool{false, true} {
+		mu.Lock()
+		conns, cursors = 0, nil
+		mu.Unlock()
+		ctx, cancel := context.WithCancel(context.Background())
+		var out, errb syncBuffer
+		done := make(chan int)
+		args := []string{"events", "--follow", "--after", "3", "--topic", "run.*"}
+		if asJSON {
+			args = append(args, "--json")
+		}
+		go func() { done <- Main(ctx, args, &out, &errb) }()
+		deadline := time.Now().Add(10 * time.Second)
+		for strings.Count(out.String(), "\n") < 3 && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+		cancel()
+		if code := <-done; code != 0 {
+			t.Fatalf("exit %d after interrupt; stderr:\n%s", code, errb.String())
+		}
+		lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+		if asJSON {
+			for i, want := range []int64{4, 5, 6} {
+				var ev wire.Event
+				if err := json.Unmarshal([]byte(lines[i]), &ev); err != nil || ev.Seq != want {
+					t.Errorf("line %d %q: %v", i, lines[i], err)
+				}
+			}
+		} else {
+			want := []string{
+				`4  2026-01-02T03:04:05Z  run.started  {"n":4}`,
+				`5  2026-01-02T03:04:05Z  run.progress  {"n":5}`,
+				`6  2026-01-02T03:04:05Z  run.exited  {"n":6}`,
+			}
+			if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+				t.Errorf("output:\n%s\nwant:\n%s", out.String(), strings.Join(want, "\n"))
+			}
+		}
+		mu.Lock()
+		got := strings.Join(cursors, " ")
+		mu.Unlock()
+		if got != "3|3|run.* 5|5|run.* 5|5|run.*" {
+			t.Errorf("cursors (Last-Event-ID|after|topic) %s", got)
+		}
+		if !strings.Contains(errb.String(), "reconnecting") {
+			t.Errorf("no reconnect message on stderr: %q", errb.String())
+		}
+	}
+}
+
+// A refusal (401) ends --follow with exit 1 instead of retrying forever.
+func TestEventsFollowStopsOnRefusal(t *testing.T) {
+	isolate(t)
+	newFakeAPI(t)
+	t.Setenv("PAM_TOKEN", "wrong")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r := pamCtx(ctx, "events", "--follow")
+	if r.code != 1 || !strings.Contains(r.stderr, "invalid token") {
+		t.Errorf("%v", r)
+	}
+}
+
+func TestEventsList(t *testing.T) {
+	isolate(t)
+	f, _ := newFakeAPI(t)
+	f.handle("GET /api/v1/events", 200, `{"events":[{"seq":1,"topic":"project.created","run_id":null,"project_id":"p","host_id":null,"payload":{"a": 1},"created_at":"2026-01-02T03:04:05Z"}]}`)
+	out := mustPam(t, "events", "--after", "0", "--limit", "5", "--topic", "project.*")
+	if f.last() != "GET /api/v1/events?limit=5&topic=project.%2A" {
+		t.Errorf("request %s", f.last())
+	}
+	want := "SEQ  TIME                  TOPIC            PAYLOAD\n1    2026-01-02T03:04:05Z  project.created  {\"a\":1}\n"
+	if out != want {
+		t.Errorf("got:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+func TestDoctor(t *testing.T) {
+	dir := isolate(t)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/healthz" {
+			w.WriteHeader(404)
+			return
+		}
+		io.WriteString(w, `{"status":"ok"}`)
+	}))
+	defer srv.Close()
+	t.Setenv("PAM_URL", srv.URL)
+	writeToken(t, dir, testToken)
+	t.Setenv("PAM_DATABASE_URL", "postgres://pam:secret@db/pam")
+
+	r := pam(t, "doctor", "--json")
+	var got struct {
+		OK     bool    `json:"ok"`
+		Checks []check `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v\n%v", err, r)
+	}
+	byName := map[string]check{}
+	for _, c := range got.Checks {
+		byName[c.Name] = c
+	}
+	for _, name := range []string{"data dir", "token", "database", "orchestrator"} {
+		if !byName[name].OK {
+			t.Errorf("%s: %+v", name, byName[name])
+		}
+	}
+	if strings.Contains(r.stdout, "secret") {
+		t.Errorf("doctor shows the database password:\n%s", r.stdout)
+	}
+	if _, ok := byName["tmux"]; !ok {
+		t.Error("no tmux check")
+	}
+	if got.OK != (r.code == 0) {
+		t.Errorf("ok %v but exit %d", got.OK, r.code)
+	}
+
+	// Break things: an open token file, an unreachable orchestrator.
+	os.Chmod(filepath.Join(dir, "token"), 0o644)
+	srv.Close()
+	r = pam(t, "doctor")
+	if r.code != 1 {
+		t.Fatalf("broken setup: %v", r)
+	}
+	for _, want := range []string{"FAIL  token", "chmod 600", "FAIL  orchestrator", "fix: start pam serve"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("doctor output lacks %q:\n%s", want, r.stdout)
+		}
+	}
+	if !strings.Contains(r.stderr, "checks failed") {
+		t.Errorf("stderr %q", r.stderr)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	isolate(t)
+	if out := mustPam(t, "version"); !strings.HasPrefix(out, "pam ") || !strings.Contains(out, "go1.") {
+		t.Errorf("version:\n%s", out)
+	}
+	var b buildInfo
+	if err := json.Unmarshal([]byte(mustPam(t, "version", "--json")), &b); err != nil || b.Version == "" || b.GoVersion == "" {
+		t.Errorf("version --json: %+v %v", b, err)
+	}
+}

@@ -1,0 +1,311 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"pam/internal/datadir"
+)
+
+// kind is the type of a setting's value.
+type kind int
+
+const (
+	kindString kind = iota
+	kindInt
+	kindBool
+	kindDuration
+)
+
+// setting is one PAM_* variable of contract §3. Each is also a kebab-case
+// flag on the commands that use it; the flag wins over the variable, the
+// variable over the default.
+type setting struct {
+	Env     string
+	Kind    kind
+	Default string   // as text; "" = unset
+	Uses    []string // the commands that register it
+	Help    string
+	Secret  bool // never shown as a default in help
+	// Positive rejects zero and negative durations and ints.
+	Positive bool
+}
+
+// Flag is the setting's flag name: PAM_DISPATCH_TIMEOUT → dispatch-timeout.
+func (s setting) Flag() string {
+	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.Env, "PAM_"), "_", "-"))
+}
+
+// Command groups that share settings.
+var (
+	serveCmds  = []string{"serve", "up"}
+	clientCmds = []string{"project", "item", "events", "doctor"}
+	workerCmds = []string{"worker"}
+)
+
+func uses(groups ...[]string) []string { return slices.Concat(groups...) }
+
+// settings is the one table of every PAM_* variable. Commands not yet
+// built (worker, exec) are listed so the table stays the single source of
+// names, defaults and help.
+var settings = []setting{
+	{Env: "PAM_BIND", Default: "0.0.0.0", Uses: serveCmds, Help: "address to listen on (127.0.0.1 for pam up)"},
+	{Env: "PAM_PORT", Kind: kindInt, Default: "7898", Uses: serveCmds, Help: "port to listen on (0 = pick a free port and print it)"},
+	{Env: "PAM_DATA_DIR", Default: "", Uses: uses(serveCmds, clientCmds, workerCmds, []string{"exec"}), Help: "data dir: token, embedded database, worker state"},
+	{Env: "PAM_CONFIG_DIR", Default: "", Uses: []string{"worker", "exec"}, Help: "config dir holding providers.toml"},
+	{Env: "PAM_DATABASE_URL", Default: "", Uses: uses(serveCmds, []string{"doctor"}), Help: "PostgreSQL connection string (unset = embedded database)", Secret: true},
+	{Env: "PAM_URL", Default: "http://127.0.0.1:7898", Uses: uses(clientCmds, workerCmds), Help: "where the orchestrator is"},
+	{Env: "PAM_TOKEN", Default: "", Uses: clientCmds, Help: "operator token (default: the data dir's token file)", Secret: true},
+	{Env: "PAM_WORKER_TOKEN", Default: "", Uses: workerCmds, Help: "worker credential (default: <data>/worker/token)", Secret: true},
+	{Env: "PAM_HOST_NAME", Default: "", Uses: workerCmds, Help: "host name to register as (default: the machine's host name)"},
+	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: workerCmds, Help: "executor: tmux or pty"},
+	{Env: "PAM_MAX_RUNS", Kind: kindInt, Default: "8", Uses: workerCmds, Positive: true, Help: "concurrent runs this host accepts"},
+	{Env: "PAM_HEARTBEAT_INTERVAL", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "uplink heartbeat interval"},
+	{Env: "PAM_HOST_OFFLINE_AFTER", Kind: kindDuration, Default: "90s", Uses: serveCmds, Positive: true, Help: "no heartbeat for this long: host offline"},
+	{Env: "PAM_HOST_LOST_AFTER", Kind: kindDuration, Default: "24h", Uses: serveCmds, Positive: true, Help: "offline this long: host lost, its runs fail host_lost"},
+	{Env: "PAM_DISPATCH_TIMEOUT", Kind: kindDuration, Default: "5m", Uses: serveCmds, Positive: true, Help: "pending this long: run fails"},
+	{Env: "PAM_DISPATCH_ACK_TIMEOUT", Kind: kindDuration, Default: "10s", Uses: serveCmds, Positive: true, Help: "an offer not acked in time is withdrawn"},
+	{Env: "PAM_CLI_HANG_TIMEOUT", Kind: kindDuration, Default: "30m", Uses: serveCmds, Positive: true, Help: "no pane change this long: run fails cli_hang"},
+	{Env: "PAM_RESTART_INITIAL_DELAY", Kind: kindDuration, Default: "10s", Uses: serveCmds, Positive: true, Help: "restart backoff start"},
+	{Env: "PAM_RESTART_MAX_DELAY", Kind: kindDuration, Default: "60s", Uses: serveCmds, Positive: true, Help: "restart backoff cap"},
+	{Env: "PAM_MAX_ATTEMPTS", Kind: kindInt, Default: "3", Uses: serveCmds, Positive: true, Help: "default max_attempts of a run"},
+	{Env: "PAM_EVENT_RETENTION", Kind: kindDuration, Default: "720h", Uses: serveCmds, Positive: true, Help: "events older than this are purged"},
+	{Env: "PAM_LEASE_TTL", Kind: kindDuration, Default: "5m", Uses: serveCmds, Positive: true, Help: "attach lease TTL without activity"},
+	{Env: "PAM_CAPTURE_INTERVAL", Kind: kindDuration, Default: "1s", Uses: workerCmds, Positive: true, Help: "capture-pane polling interval"},
+	{Env: "PAM_IDLE_AFTER", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "no change this long: slower polling"},
+	{Env: "PAM_LIVENESS_INTERVAL", Kind: kindDuration, Default: "10s", Uses: workerCmds, Positive: true, Help: "pane/session liveness poll"},
+	{Env: "PAM_RECONCILE_INTERVAL", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "host reconciliation loop"},
+	{Env: "PAM_ORPHAN_HOLD", Kind: kindDuration, Default: "1h", Uses: workerCmds, Positive: true, Help: "orphan inspection hold"},
+	{Env: "PAM_STOP_GRACE", Kind: kindDuration, Default: "10s", Uses: workerCmds, Positive: true, Help: "SIGTERM to SIGKILL wait"},
+	{Env: "PAM_HOLD_OPEN", Kind: kindDuration, Default: "5m", Uses: []string{"exec"}, Positive: true, Help: "session kept after the CLI exits"},
+	{Env: "PAM_SPAWN_TIMEOUT", Kind: kindDuration, Default: "60s", Uses: serveCmds, Positive: true, Help: "spawning this long without started: run fails spawn_failed"},
+	{Env: "PAM_TLS_CERT", Default: "", Uses: serveCmds, Help: "TLS certificate file (serve HTTPS natively; needs --tls-key)"},
+	{Env: "PAM_TLS_KEY", Default: "", Uses: serveCmds, Help: "TLS private key file (needs --tls-cert)"},
+	{Env: "PAM_CA_FILE", Default: "", Uses: uses(clientCmds, workerCmds), Help: "extra CA bundle to trust for --url"},
+	{Env: "PAM_METRICS_PUBLIC", Kind: kindBool, Default: "false", Uses: serveCmds, Help: "serve /metrics without a token"},
+	{Env: "PAM_LOG_LEVEL", Default: "info", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log level: debug, info, warn or error"},
+	{Env: "PAM_LOG_FORMAT", Default: "text", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log format: text or json"},
+}
+
+func settingByEnv(env string) (setting, bool) {
+	for _, s := range settings {
+		if s.Env == env {
+			return s, true
+		}
+	}
+	return setting{}, false
+}
+
+// value is a flag.Value of one kind that parses on Set, so a bad flag
+// value is a usage error at parse time.
+type value struct {
+	s    setting
+	text string // canonical text of the current value
+	str  string
+	i    int
+	b    bool
+	d    time.Duration
+}
+
+func (v *value) String() string {
+	if v == nil {
+		return ""
+	}
+	return v.text
+}
+
+func (v *value) Set(text string) error {
+	switch v.s.Kind {
+	case kindString:
+		v.str = text
+	case kindInt:
+		n, err := strconv.Atoi(text)
+		if err != nil {
+			return errors.New("not an integer")
+		}
+		if v.s.Positive && n <= 0 {
+			return errors.New("must be at least 1")
+		}
+		v.i = n
+	case kindBool:
+		b, err := strconv.ParseBool(text)
+		if err != nil {
+			return errors.New("want true or false")
+		}
+		v.b = b
+	case kindDuration:
+		d, err := time.ParseDuration(text)
+		if err != nil {
+			return errors.New("not a duration (use Go syntax such as 90s, 5m, 24h)")
+		}
+		if v.s.Positive && d <= 0 {
+			return errors.New("must be positive")
+		}
+		v.d = d
+	}
+	v.text = text
+	return nil
+}
+
+// IsBoolFlag lets --metrics-public stand alone.
+func (v *value) IsBoolFlag() bool { return v.s.Kind == kindBool }
+
+// config is the resolved settings of one command invocation.
+type config struct {
+	vals   map[string]*value // by env name
+	envErr map[string]error  // bad environment values, by env name
+	fs     *flag.FlagSet
+}
+
+// registerOpts adjusts the table for one command: other defaults (pam up
+// binds loopback) and variables it deliberately ignores (pam up uses the
+// embedded database unless --database-url is given).
+type registerOpts struct {
+	defaults map[string]string
+	flagOnly map[string]bool
+}
+
+// register adds every setting the command uses to fs, with the default
+// taken from the environment when the variable is set (and not empty).
+func register(fs *flag.FlagSet, command string, lookup func(string) (string, bool), o registerOpts) *config {
+	c := &config{vals: map[string]*value{}, envErr: map[string]error{}, fs: fs}
+	for _, s := range settings {
+		if !slices.Contains(s.Uses, command) {
+			continue
+		}
+		def := s.Default
+		if d, ok := o.defaults[s.Env]; ok {
+			def = d
+		}
+		if s.Env == "PAM_DATA_DIR" {
+			def = datadir.DefaultDataDir()
+		}
+		v := &value{s: s}
+		if err := v.Set(def); err != nil && def != "" {
+			panic(fmt.Sprintf("default of %s: %v", s.Env, err))
+		}
+		if env, ok := lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
+			if err := v.Set(env); err != nil {
+				c.envErr[s.Env] = fmt.Errorf("%s=%q: %v", s.Env, env, err)
+			}
+		}
+		fs.Var(v, s.Flag(), s.Help)
+		c.vals[s.Env] = v
+	}
+	return c
+}
+
+// check reports a bad environment value whose flag was not given: the
+// flag overrides the variable, so it only matters when it is used.
+func (c *config) check() error {
+	set := map[string]bool{}
+	c.fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var names []string
+	for env := range c.envErr {
+		if s, _ := settingByEnv(env); !set[s.Flag()] {
+			names = append(names, env)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	slices.Sort(names)
+	return c.envErr[names[0]]
+}
+
+func (c *config) get(env string) *value {
+	v, ok := c.vals[env]
+	if !ok {
+		panic("setting " + env + " is not registered on this command")
+	}
+	return v
+}
+
+func (c *config) str(env string) string        { return c.get(env).str }
+func (c *config) int(env string) int           { return c.get(env).i }
+func (c *config) bool(env string) bool         { return c.get(env).b }
+func (c *config) dur(env string) time.Duration { return c.get(env).d }
+func (c *config) has(env string) bool          { _, ok := c.vals[env]; return ok }
+func (c *config) flagSet(env string) (set bool) { // given as a flag
+	s, _ := settingByEnv(env)
+	c.fs.Visit(func(f *flag.Flag) { set = set || f.Name == s.Flag() })
+	return set
+}
+
+// isSetting reports whether a flag comes from the settings table, so that
+// usage can list those apart from the command's own flags.
+func isSetting(name string) (setting, bool) {
+	for _, s := range settings {
+		if s.Flag() == name {
+			return s, true
+		}
+	}
+	return setting{}, false
+}
+
+// newLogger builds the slog logger of PAM_LOG_LEVEL and PAM_LOG_FORMAT,
+// writing to w (stderr).
+func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
+	var level slog.Level
+	switch strings.ToLower(c.str("PAM_LOG_LEVEL")) {
+	case "debug":
+		level = slog.LevelDebug
+	case "info", "":
+		level = slog.LevelInfo
+	case "warn", "warning":
+		level = slog.LevelWarn
+	case "error":
+		level = slog.LevelError
+	default:
+		return nil, usagef("PAM_LOG_LEVEL %q: want debug, info, warn or error", c.str("PAM_LOG_LEVEL"))
+	}
+	o := &slog.HandlerOptions{Level: level}
+	switch strings.ToLower(c.str("PAM_LOG_FORMAT")) {
+	case "text", "":
+		return slog.New(slog.NewTextHandler(w, o)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, o)), nil
+	default:
+		return nil, usagef("PAM_LOG_FORMAT %q: want text or json", c.str("PAM_LOG_FORMAT"))
+	}
+}
+
+// token resolves the operator token: PAM_TOKEN (or --token) wins over the
+// data dir's token file.
+func (c *config) token() (string, error) {
+	if t := strings.TrimSpace(c.str("PAM_TOKEN")); t != "" {
+		return t, nil
+	}
+	dir := c.str("PAM_DATA_DIR")
+	t, err := datadir.ReadToken(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("no operator token: set PAM_TOKEN (or --token), or point PAM_DATA_DIR (or --data-dir) at the data dir holding the token file (%s not found; pam serve creates it on first start)", datadir.TokenPath(dir))
+	}
+	if err != nil {
+		return "", fmt.Errorf("operator token: %w (or set PAM_TOKEN)", err)
+	}
+	return t, nil
+}
+
+// checkURL validates PAM_URL before any request, so a typo is a usage
+// error rather than a confusing transport failure.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usagef("PAM_URL %q: want http://host:port or https://host:port", raw)
+	}
+	return nil
+}
+
+// lookupEnv is how settings read the environment; tests use t.Setenv.
+var lookupEnv = os.LookupEnv

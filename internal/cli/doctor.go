@@ -1,0 +1,242 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"pam/internal/datadir"
+	"pam/internal/embeddb"
+	"pam/internal/wire"
+)
+
+// check is one line of `pam doctor`: what was checked, whether it is fine,
+// and how to fix it when not.
+type check struct {
+	Name   string `json:"name"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail"`
+	Fix    string `json:"fix"`
+}
+
+func pass(name, format string, args ...any) check {
+	return check{Name: name, OK: true, Detail: fmt.Sprintf(format, args...)}
+}
+
+func fail(name, fix, format string, args ...any) check {
+	return check{Name: name, Detail: fmt.Sprintf(format, args...), Fix: fix}
+}
+
+// healthTimeout bounds the reachability check.
+const healthTimeout = 3 * time.Second
+
+var doctorCmd = &command{
+	name:    "doctor",
+	summary: "check what this host needs (data dir, token, tmux, database, orchestrator) and say how to fix each failure",
+	group:   "doctor",
+	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		asJSON := fs.Bool("json", false, "print the checks as JSON")
+		return func(x *invocation) error {
+			dir := x.cfg.str("PAM_DATA_DIR")
+			checks := []check{
+				checkDataDir(dir),
+				checkToken(dir, x.cfg.str("PAM_TOKEN")),
+				checkTmux(x.ctx),
+				checkDatabase(dir, x.cfg.str("PAM_DATABASE_URL")),
+				checkOrchestrator(x.ctx, x.cfg.str("PAM_URL"), x.cfg.str("PAM_CA_FILE")),
+			}
+			failed := 0
+			for _, c := range checks {
+				if !c.OK {
+					failed++
+				}
+			}
+			if *asJSON {
+				if err := printJSON(x.stdout, map[string]any{"ok": failed == 0, "checks": checks}); err != nil {
+					return err
+				}
+			} else {
+				printChecks(x.stdout, checks)
+			}
+			if failed > 0 {
+				fmt.Fprintf(x.stderr, "pam doctor: %d of %d checks failed\n", failed, len(checks))
+				return errSilent
+			}
+			return nil
+		}
+	},
+}
+
+func printChecks(w io.Writer, checks []check) {
+	tw := table(w)
+	for _, c := range checks {
+		status := "ok"
+		if !c.OK {
+			status = "FAIL"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", status, c.Name, c.Detail)
+		if !c.OK && c.Fix != "" {
+			fmt.Fprintf(tw, "\t\tfix: %s\n", c.Fix)
+		}
+	}
+	tw.Flush()
+}
+
+func checkDataDir(dir string) check {
+	const name = "data dir"
+	st, err := os.Stat(dir)
+	switch {
+	case err == nil && !st.IsDir():
+		return fail(name, "remove it, or set PAM_DATA_DIR (--data-dir) to a directory", "%s is not a directory", dir)
+	case err == nil:
+		perm := st.Mode().Perm()
+		if perm&0o066 != 0 {
+			return fail(name, fmt.Sprintf("chmod 700 %s", dir), "%s has mode %04o: readable or writable by other users", dir, perm)
+		}
+		return pass(name, "%s (mode %04o)", dir, perm)
+	case errors.Is(err, fs.ErrNotExist):
+		parent := filepath.Dir(dir)
+		for {
+			if _, err := os.Stat(parent); err == nil || parent == filepath.Dir(parent) {
+				break
+			}
+			parent = filepath.Dir(parent)
+		}
+		if syscall.Access(parent, 0x2|0x1) != nil { // W_OK|X_OK
+			return fail(name, fmt.Sprintf("create it as a user who can (mkdir -p %s && chmod 700 %s, owned by the pam user), or set PAM_DATA_DIR", dir, dir),
+				"%s does not exist and cannot be created: %s is not writable", dir, parent)
+		}
+		return pass(name, "%s does not exist yet; pam serve or pam worker will create it", dir)
+	default:
+		return fail(name, "fix the permissions of its parent folders, or set PAM_DATA_DIR", "%v", err)
+	}
+}
+
+func checkToken(dir, envToken string) check {
+	const name = "token"
+	path := datadir.TokenPath(dir)
+	if envToken != "" {
+		if !datadir.ValidToken(strings.TrimSpace(envToken)) {
+			return fail(name, fmt.Sprintf("set PAM_TOKEN to the content of %s on the orchestrator", path), "PAM_TOKEN is not 32 lowercase hex characters")
+		}
+		return pass(name, "PAM_TOKEN is set (it wins over %s)", path)
+	}
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fail(name, "start pam serve (or pam up) once to create it, or set PAM_TOKEN (or point PAM_DATA_DIR at the orchestrator's data dir)", "%s not found", path)
+	}
+	if err != nil {
+		return fail(name, "fix the data dir's permissions, or set PAM_TOKEN", "%v", err)
+	}
+	if perm := st.Mode().Perm(); perm != 0o600 {
+		return fail(name, fmt.Sprintf("chmod 600 %s", path), "%s has mode %04o, want 0600", path, perm)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fail(name, "run pam as the user that owns the data dir, or set PAM_TOKEN", "%v", err)
+	}
+	if !datadir.ValidToken(strings.TrimSpace(string(b))) {
+		return fail(name, fmt.Sprintf("remove %s; pam serve makes a new one on its next start", path), "%s does not hold 32 lowercase hex characters", path)
+	}
+	return pass(name, "%s (mode 0600)", path)
+}
+
+var tmuxVersionRe = regexp.MustCompile(`(\d+)\.(\d+)`)
+
+func checkTmux(ctx context.Context) check {
+	const name = "tmux"
+	const fix = "install tmux 3.0 or later (Debian: apt-get install -y tmux; macOS: brew install tmux), or use PAM_EXECUTOR=pty on this host"
+	bin, err := exec.LookPath("tmux")
+	if err != nil {
+		return fail(name, fix, "tmux not found on PATH")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "-V").Output()
+	if err != nil {
+		return fail(name, fix, "%s -V: %v", bin, err)
+	}
+	v := strings.TrimSpace(string(out))
+	m := tmuxVersionRe.FindStringSubmatch(v)
+	if m == nil {
+		return pass(name, "%s (%s; version not numbered, assumed recent)", v, bin)
+	}
+	major, _ := strconv.Atoi(m[1])
+	if major < 3 {
+		return fail(name, fix, "%s is too old, pam needs 3.0 or later", v)
+	}
+	return pass(name, "%s (%s)", v, bin)
+}
+
+var dsnPasswordRe = regexp.MustCompile(`(password=)\S+`)
+
+// redactDSN hides the password of a connection string.
+func redactDSN(dsn string) string {
+	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
+		return u.Redacted()
+	}
+	return dsnPasswordRe.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+func checkDatabase(dir, dsn string) check {
+	const name = "database"
+	if dsn != "" {
+		return pass(name, "PAM_DATABASE_URL is set: pam serve will use %s (not connected to by doctor)", redactDSN(dsn))
+	}
+	version := ""
+	if b, err := os.ReadFile(filepath.Join(dir, "postgres", "PG_VERSION")); err == nil {
+		version = strings.TrimSpace(string(b))
+	}
+	bin, err := embeddb.FindBinDir(version)
+	if err != nil {
+		detail, fix, found := strings.Cut(err.Error(), "; fix: ")
+		if !found {
+			fix = "install PostgreSQL (Debian: apt-get install -y postgresql), or set PAM_DATABASE_URL"
+		}
+		return fail(name, fix, "embedded database: %s", detail)
+	}
+	if os.Geteuid() == 0 {
+		if _, err := user.Lookup("postgres"); err != nil {
+			return fail(name, "install PostgreSQL from the distribution's packages (it creates the postgres user), or set PAM_DATABASE_URL",
+				"embedded database: running as root needs the postgres system user, which does not exist")
+		}
+	}
+	what := "binaries"
+	if version != "" {
+		what = "PostgreSQL " + version + " binaries for the existing cluster"
+	}
+	return pass(name, "embedded database: %s in %s", what, bin)
+}
+
+func checkOrchestrator(ctx context.Context, base, caFile string) check {
+	const name = "orchestrator"
+	const fix = "start pam serve (or pam up), or set PAM_URL (--url) to where it runs"
+	c, err := wire.NewClient(base, "", caFile)
+	if err != nil {
+		return fail(name, "set PAM_URL (--url) to http://host:port or https://host:port, and PAM_CA_FILE to a readable PEM bundle", "%v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, healthTimeout)
+	defer cancel()
+	h, err := c.Health(ctx)
+	if we, ok := wire.AsError(err); ok && we.Status == http.StatusServiceUnavailable {
+		return fail(name, "check the database pam serve uses (see its log and <data>/serve.log)", "%s answers but its database is unreachable (503)", base)
+	}
+	if err != nil {
+		return fail(name, fix, "cannot reach %s: %s", base, describe(err))
+	}
+	return pass(name, "%s answers: status %s", base, h.Status)
+}

@@ -1,0 +1,147 @@
+package cli
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"pam/internal/wire"
+)
+
+// Reconnect backoff of `pam events --follow`; tests shorten it.
+var (
+	reconnectMin = time.Second
+	reconnectMax = 10 * time.Second
+)
+
+var eventsCmd = &command{
+	name:    "events",
+	summary: "list the event journal, or follow it live (--follow)",
+	group:   "events",
+	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		after := fs.Int64("after", 0, "only events with a larger seq")
+		topic := fs.String("topic", "", "topic glob, e.g. run.* (* matches within a dot-separated segment)")
+		limit := fs.Int("limit", 0, "at most this many events (default: the server's)")
+		follow := fs.Bool("follow", false, "print the events after --after, then stream new ones live until interrupted (reconnects by itself)")
+		asJSON := fs.Bool("json", false, "print the API's JSON (with --follow: one Event per line)")
+		return func(x *invocation) error {
+			if _, err := wire.ParseTopicGlob(*topic); err != nil {
+				return usagef("--topic: %v", err)
+			}
+			if *after < 0 || *limit < 0 {
+				return usagef("--after and --limit cannot be negative")
+			}
+			c, err := x.client()
+			if err != nil {
+				return err
+			}
+			if *follow {
+				return followEvents(x, c, *after, *topic, *asJSON)
+			}
+			evs, err := c.ListEvents(x.ctx, *after, *topic, *limit)
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(x.stdout, wire.EventList{Events: nonNil(evs)})
+			}
+			tw := table(x.stdout)
+			fmt.Fprintln(tw, "SEQ\tTIME\tTOPIC\tPAYLOAD")
+			for _, e := range evs {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", e.Seq, rfc3339(&e.CreatedAt), e.Topic, compact(e.Payload))
+			}
+			return tw.Flush()
+		}
+	},
+}
+
+// followEvents streams events until ctx ends (exit 0). A dropped stream
+// is resumed after the last seq seen, with backoff; a refusal by the
+// server (4xx) ends the command.
+func followEvents(x *invocation, c *wire.Client, after int64, topic string, asJSON bool) error {
+	delay := reconnectMin
+	for {
+		received := false
+		err := c.StreamEvents(x.ctx, after, topic, func(name, id string, data []byte) error {
+			received = true
+			if seq, err := strconv.ParseInt(id, 10, 64); err == nil && seq > after {
+				after = seq
+			}
+			return printStreamed(x.stdout, name, data, asJSON)
+		})
+		if x.ctx.Err() != nil {
+			return nil
+		}
+		var we *wire.Error
+		if errors.As(err, &we) && we.Status/100 == 4 && we.Status != http.StatusRequestTimeout && we.Status != http.StatusTooManyRequests {
+			return err
+		}
+		var pe printError
+		if errors.As(err, &pe) {
+			return pe.err
+		}
+		if received {
+			delay = reconnectMin
+		}
+		what := "stream closed"
+		if err != nil {
+			what = "connection lost: " + describe(err)
+		}
+		fmt.Fprintf(x.stderr, "pam events: %s; reconnecting in %s\n", what, delay)
+		select {
+		case <-x.ctx.Done():
+			return nil
+		case <-time.After(delay):
+		}
+		delay = min(delay*2, reconnectMax)
+	}
+}
+
+// printError is a failure to write our own output (a closed pipe), which
+// reconnecting cannot cure.
+type printError struct{ err error }
+
+func (e printError) Error() string { return e.err.Error() }
+
+func printStreamed(w io.Writer, name string, data []byte, asJSON bool) error {
+	var err error
+	if asJSON {
+		_, err = fmt.Fprintf(w, "%s\n", compact(data))
+	} else if name == "snapshot" {
+		var s wire.Snapshot
+		if json.Unmarshal(data, &s) == nil {
+			_, err = fmt.Fprintf(w, "-  snapshot  %s: %d non-terminal runs, %d hosts\n", s.Reason, len(s.Runs), len(s.Hosts))
+		} else {
+			_, err = fmt.Fprintf(w, "-  snapshot  %s\n", compact(data))
+		}
+	} else {
+		var e wire.Event
+		if json.Unmarshal(data, &e) == nil && e.Topic != "" {
+			_, err = fmt.Fprintf(w, "%d  %s  %s  %s\n", e.Seq, rfc3339(&e.CreatedAt), e.Topic, compact(e.Payload))
+		} else {
+			_, err = fmt.Fprintf(w, "-  -  %s  %s\n", name, compact(data))
+		}
+	}
+	if err != nil {
+		return printError{err}
+	}
+	return nil
+}
+
+// compact renders JSON on one line; anything else is returned as is.
+func compact(b []byte) string {
+	if len(b) == 0 {
+		return "null"
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, b) != nil {
+		return string(b)
+	}
+	return buf.String()
+}

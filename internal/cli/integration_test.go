@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/journal"
+	"pam/internal/server"
+	"pam/internal/store/storetest"
+	"pam/internal/wire"
+)
+
+// TestAgainstRealServer runs real commands against server.New backed by a
+// real PostgreSQL database, end to end through the wire client.
+func TestAgainstRealServer(t *testing.T) {
+	isolate(t)
+	st := storetest.New(t)
+	hub := journal.NewHub(st, journal.Options{PollInterval: 50 * time.Millisecond})
+	st.AfterCommit = hub.Wake
+	hubCtx, stopHub := context.WithCancel(context.Background())
+	hubDone := make(chan error, 1)
+	go func() { hubDone <- hub.Run(hubCtx) }()
+	srv := server.New(server.Options{Store: st, Events: hub, Token: testToken})
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.CloseStreams()
+		ts.Close()
+		stopHub()
+		<-hubDone
+	})
+	t.Setenv("PAM_URL", ts.URL)
+	t.Setenv("PAM_TOKEN", testToken)
+
+	// Follow the journal from the start while the commands below run.
+	followCtx, stopFollow := context.WithCancel(context.Background())
+	defer stopFollow()
+	var followOut, followErr syncBuffer
+	followDone := make(chan int, 1)
+	go func() {
+		followDone <- Main(followCtx, []string{"events", "--follow", "--json", "--topic", "work_item.*"}, &followOut, &followErr)
+	}()
+
+	var p wire.Project
+	if err := json.Unmarshal([]byte(mustPam(t, "project", "create", "--name", "Demo Project", "--description", "end to end", "--json")), &p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Slug != "demo-project" || p.Status != "active" || !p.AutoDone {
+		t.Errorf("created project %+v", p)
+	}
+	add := func(args ...string) wire.WorkItem {
+		t.Helper()
+		var w wire.WorkItem
+		out := mustPam(t, append([]string{"item", "add", "demo-project", "--json"}, args...)...)
+		if err := json.Unmarshal([]byte(out), &w); err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	m := add("--kind", "milestone", "--title", "Launch")
+	e := add("--kind", "epic", "--title", "Backend", "--parent", m.ID)
+	tk := add("--kind", "task", "--title", "REST API", "--parent", e.ID, "--status", "doing")
+
+	tree := mustPam(t, "item", "list", "demo-project", "--tree")
+	ids := regexp.MustCompile(`\([0-9a-f]{8}\)`)
+	want := "milestone  todo  Launch  (ID)\n" +
+		"└── epic  todo  Backend  (ID)\n" +
+		"    └── task  doing  REST API  (ID)\n"
+	if got := ids.ReplaceAllString(tree, "(ID)"); got != want {
+		t.Errorf("item list --tree:\n%s\nwant:\n%s", tree, want)
+	}
+	if !strings.Contains(tree, "("+tk.ID[:8]+")") {
+		t.Errorf("tree lacks the task's short id %s:\n%s", tk.ID[:8], tree)
+	}
+
+	// Move the task to the root and back into the tree order.
+	mustPam(t, "item", "move", tk.ID, "--root")
+	tree = ids.ReplaceAllString(mustPam(t, "item", "list", "demo-project", "--tree"), "(ID)")
+	if !strings.Contains(tree, "\ntask  doing  REST API  (ID)\n") {
+		t.Errorf("after move --root:\n%s", tree)
+	}
+	if r := pam(t, "item", "delete", m.ID); r.code != 1 || !strings.Contains(r.stderr, "pam: ") {
+		t.Errorf("deleting an item with children: %v", r)
+	}
+	if r := pam(t, "project", "show", "no-such-project"); r.code != 1 || r.stderr == "" {
+		t.Errorf("unknown project: %v", r)
+	}
+
+	var evs wire.EventList
+	if err := json.Unmarshal([]byte(mustPam(t, "events", "--json")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	var topics []string
+	for _, ev := range evs.Events {
+		topics = append(topics, ev.Topic)
+	}
+	got := strings.Join(topics, " ")
+	if !strings.HasPrefix(got, "project.created work_item.created work_item.created work_item.created work_item.reparented") {
+		t.Errorf("events: %s", got)
+	}
+
+	// The follower saw the work_item events live, as raw Event JSON lines.
+	deadline := time.Now().Add(15 * time.Second)
+	for strings.Count(followOut.String(), "\n") < 4 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopFollow()
+	if code := <-followDone; code != 0 {
+		t.Fatalf("events --follow exit %d: %s", code, followErr.String())
+	}
+	var followed []string
+	for _, line := range strings.Split(strings.TrimSpace(followOut.String()), "\n") {
+		var ev wire.Event
+		if err := json.Unmarshal([]byte(line), &ev); err != nil {
+			t.Fatalf("follow line %q: %v", line, err)
+		}
+		followed = append(followed, ev.Topic)
+	}
+	if strings.Join(followed, " ") != "work_item.created work_item.created work_item.created work_item.reparented" {
+		t.Errorf("followed %v", followed)
+	}
+}

@@ -1,0 +1,426 @@
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// Client is a typed client of the public API (contract §7, §8). It is what
+// the CLI and black-box tests use, so it speaks exactly the routes and
+// shapes the server does. The zero HTTP field means http.DefaultClient.
+type Client struct {
+	BaseURL string // e.g. http://127.0.0.1:7898, without /api/v1
+	Token   string // operator bearer token
+	HTTP    *http.Client
+}
+
+// WorkItemFilter narrows GET /projects/{ref}/work-items; empty fields are
+// not sent.
+type WorkItemFilter struct {
+	Status   string
+	Kind     string
+	ParentID string
+}
+
+// maxErrorBody bounds how much of an error response is read.
+const maxErrorBody = 1 << 20
+
+// maxSSELine bounds one line of an event stream, so a broken server cannot
+// make the client buffer without end.
+const maxSSELine = 16 << 20
+
+// NewClient returns a client of the orchestrator at baseURL. caFile, when
+// not empty, is a PEM bundle trusted in addition to the system roots
+// (PAM_CA_FILE), for orchestrators with a private CA. The client has no
+// overall timeout because event streams are long-lived; bound calls with
+// their context.
+func NewClient(baseURL, token, caFile string) (*Client, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("orchestrator URL %q: want http://host:port or https://host:port", baseURL)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA file: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil || pool == nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("CA file %s: no PEM certificates found", caFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return &Client{
+		BaseURL: strings.TrimRight(baseURL, "/"),
+		Token:   token,
+		HTTP:    &http.Client{Transport: tr},
+	}, nil
+}
+
+// Health calls GET /healthz (no token needed). A 503 comes back as an
+// *Error with Status 503.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.Do(ctx, http.MethodGet, "/healthz", nil, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// ListProjects returns the projects, archived ones too when asked.
+func (c *Client) ListProjects(ctx context.Context, includeArchived bool) ([]Project, error) {
+	q := url.Values{}
+	if includeArchived {
+		q.Set("include_archived", "true")
+	}
+	var out ProjectList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Projects, nil
+}
+
+// CreateProject creates a project; the server derives the slug from the
+// name when none is given.
+func (c *Client) CreateProject(ctx context.Context, body CreateProject) (*Project, error) {
+	var p Project
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/projects", nil, body, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// GetProject fetches a project by id or slug.
+func (c *Client) GetProject(ctx context.Context, ref string) (*Project, error) {
+	var p Project
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(ref), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// UpdateProject changes the fields set in body.
+func (c *Client) UpdateProject(ctx context.Context, ref string, body UpdateProject) (*Project, error) {
+	var p Project
+	if err := c.Do(ctx, http.MethodPatch, "/api/v1/projects/"+url.PathEscape(ref), nil, body, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ArchiveProject soft-deletes a project and returns it archived.
+func (c *Client) ArchiveProject(ctx context.Context, ref string) (*Project, error) {
+	var p Project
+	if err := c.Do(ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ListWorkItems returns a project's work items in tree order (depth-first,
+// siblings by position then creation).
+func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkItemFilter) ([]WorkItem, error) {
+	q := url.Values{}
+	if f.Status != "" {
+		q.Set("status", f.Status)
+	}
+	if f.Kind != "" {
+		q.Set("kind", f.Kind)
+	}
+	if f.ParentID != "" {
+		q.Set("parent_id", f.ParentID)
+	}
+	var out WorkItemList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.WorkItems, nil
+}
+
+// CreateWorkItem adds a work item to a project.
+func (c *Client) CreateWorkItem(ctx context.Context, projectRef string, body CreateWorkItem) (*WorkItem, error) {
+	var w WorkItem
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", nil, body, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// GetWorkItem fetches one work item.
+func (c *Client) GetWorkItem(ctx context.Context, id string) (*WorkItem, error) {
+	var w WorkItem
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/work-items/"+url.PathEscape(id), nil, nil, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// UpdateWorkItem changes the fields set in body; a set ParentID with a nil
+// Value moves the item to the project root.
+func (c *Client) UpdateWorkItem(ctx context.Context, id string, body UpdateWorkItem) (*WorkItem, error) {
+	var w WorkItem
+	if err := c.Do(ctx, http.MethodPatch, "/api/v1/work-items/"+url.PathEscape(id), nil, body, &w); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// DeleteWorkItem deletes a work item without children or runs.
+func (c *Client) DeleteWorkItem(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/api/v1/work-items/"+url.PathEscape(id), nil, nil, nil)
+}
+
+// ListEvents returns journal events with seq > after in ascending order;
+// topic is a glob ("" = all) and limit ≤ 0 leaves the server's default.
+func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limit int) ([]Event, error) {
+	q := url.Values{}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	if topic != "" {
+		q.Set("topic", topic)
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	var out EventList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
+}
+
+// StreamEvents reads GET /events/stream and calls fn for every event with
+// its name (the topic, or "snapshot"), its id (the last id the stream set,
+// i.e. the seq) and its data. after > 0 resumes after that seq (sent as
+// Last-Event-ID and ?after=); 0 asks for every retained event first.
+//
+// It returns ctx.Err() when ctx ends, fn's error if fn fails, nil when the
+// server closes the stream cleanly, and an *Error for a non-2xx answer.
+// Reconnecting is the caller's choice: resume with the last id seen.
+func (c *Client) StreamEvents(ctx context.Context, after int64, topic string, fn func(name, id string, data []byte) error) error {
+	q := url.Values{}
+	if topic != "" {
+		q.Set("topic", topic)
+	}
+	if after > 0 {
+		q.Set("after", strconv.FormatInt(after, 10))
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/events/stream", q, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/event-stream")
+	if after > 0 {
+		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
+	}
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	err = readSSE(resp.Body, fn)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// readSSE parses an event stream as the HTML standard describes it: lines
+// end in LF, CRLF or CR; "field: value" with one optional space after the
+// colon; lines starting with ":" are comments; several data lines join
+// with "\n"; a blank line dispatches the event when it has data; the id
+// persists until changed; an unterminated last event is dropped. It returns
+// nil at EOF and fn's error unwrapped.
+func readSSE(r io.Reader, fn func(name, id string, data []byte) error) error {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var (
+		lastID  string
+		name    string
+		data    bytes.Buffer
+		hasData bool
+		first   = true
+	)
+	for {
+		line, err := readLine(br)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if first {
+			line = bytes.TrimPrefix(line, []byte("\xEF\xBB\xBF"))
+			first = false
+		}
+		if len(line) == 0 {
+			if hasData {
+				ev := name
+				if ev == "" {
+					ev = "message"
+				}
+				if err := fn(ev, lastID, bytes.Clone(data.Bytes())); err != nil {
+					return err
+				}
+			}
+			name, hasData = "", false
+			data.Reset()
+			continue
+		}
+		if line[0] == ':' {
+			continue
+		}
+		field, value, found := bytes.Cut(line, []byte(":"))
+		if found {
+			value = bytes.TrimPrefix(value, []byte(" "))
+		}
+		switch string(field) {
+		case "event":
+			name = string(value)
+		case "data":
+			if hasData {
+				data.WriteByte('\n')
+			}
+			data.Write(value)
+			hasData = true
+		case "id":
+			if !bytes.ContainsRune(value, 0) {
+				lastID = string(value)
+			}
+		}
+	}
+}
+
+// readLine returns the next line without its terminator (LF, CRLF or a
+// lone CR). A final line without a terminator is reported as io.EOF, since
+// an event cut off by a closed stream is incomplete.
+func readLine(br *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		switch b {
+		case '\n':
+			return line, nil
+		case '\r':
+			if next, err := br.Peek(1); err == nil && next[0] == '\n' {
+				_, _ = br.ReadByte()
+			}
+			return line, nil
+		}
+		if len(line) >= maxSSELine {
+			return nil, fmt.Errorf("event stream line longer than %d bytes", maxSSELine)
+		}
+		line = append(line, b)
+	}
+}
+
+// Do performs one API call: it sends in as JSON when not nil, decodes a
+// 2xx body into out when not nil, and turns any other answer into an
+// *Error. path starts with "/" and has its segments already escaped.
+func (c *Client) Do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return fmt.Errorf("encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := c.newRequest(ctx, method, path, q, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		resp.Body.Close()
+	}()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode %s %s response: %w", method, path, err)
+	}
+	return nil
+}
+
+func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
+	u := c.BaseURL + path
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, body)
+	if err != nil {
+		return nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.Token)
+	}
+	return req, nil
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTP != nil {
+		return c.HTTP
+	}
+	return http.DefaultClient
+}
+
+// decodeError turns a non-2xx response into an *Error: the envelope when
+// the body is one, otherwise code "internal" with the status text (and
+// the start of the body, for a proxy's error page, in details.body).
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+	var env Envelope
+	if json.Unmarshal(b, &env) == nil && env.Error != nil && env.Error.Code != "" {
+		env.Error.Status = resp.StatusCode
+		return env.Error
+	}
+	msg := http.StatusText(resp.StatusCode)
+	if msg == "" {
+		msg = resp.Status
+	}
+	e := &Error{Status: resp.StatusCode, Code: CodeInternal, Message: msg}
+	if s := strings.TrimSpace(string(b)); s != "" {
+		if len(s) > 200 {
+			s = s[:200]
+		}
+		e = e.With("body", s)
+	}
+	return e
+}

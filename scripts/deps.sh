@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# deps.sh makes sure the Debian packages pam needs are present: tmux, and
+# PostgreSQL's server binaries (initdb and postgres) for the embedded
+# database; when root, also the postgres system user the database runs as.
+# Quiet when everything is there. As root it installs what is missing with
+# apt-get; otherwise it prints the command to run and exits 1.
+#
+# Installing Debian's postgresql package may start a system cluster on port
+# 5432. pam never uses it: its own cluster listens only on a Unix socket
+# inside <data>/postgres.
+set -euo pipefail
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# pg_bin_dir succeeds when a folder holds both initdb and postgres: the one
+# of initdb on PATH, then Debian's /usr/lib/postgresql/*/bin.
+pg_bin_dir() {
+	local d
+	if have initdb; then
+		d=$(dirname "$(command -v initdb)")
+		[ -x "$d/postgres" ] && return 0
+	fi
+	for d in /usr/lib/postgresql/*/bin; do
+		[ -x "$d/initdb" ] && [ -x "$d/postgres" ] && return 0
+	done
+	return 1
+}
+
+is_root() { [ "$(id -u)" -eq 0 ]; }
+
+postgres_user() { getent passwd postgres >/dev/null 2>&1; }
+
+missing() {
+	local pkgs=()
+	if ! pg_bin_dir || { is_root && ! postgres_user; }; then
+		pkgs+=(postgresql)
+	fi
+	have tmux || pkgs+=(tmux)
+	echo "${pkgs[@]+"${pkgs[@]}"}"
+}
+
+pkgs=$(missing)
+[ -z "$pkgs" ] && exit 0
+
+if ! is_root; then
+	echo "pam needs packages that are missing: $pkgs" >&2
+	if have apt-get; then
+		echo "install them with:" >&2
+		echo "  sudo apt-get install -y $pkgs" >&2
+	elif have brew; then
+		echo "install them with:" >&2
+		echo "  brew install $pkgs" >&2
+	fi
+	case " $pkgs " in
+	*" postgresql "*) echo "(pam serve can instead use an existing PostgreSQL server named by PAM_DATABASE_URL)" >&2 ;;
+	esac
+	exit 1
+fi
+
+if ! have apt-get; then
+	echo "pam needs packages that are missing: $pkgs; this is not a Debian system (no apt-get): install them with its package manager" >&2
+	exit 1
+fi
+
+echo "deps: installing $pkgs" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt_opts=(-q -o DPkg::Lock::Timeout=300)
+apt-get "${apt_opts[@]}" update >&2
+# shellcheck disable=SC2086 # $pkgs is a list of package names
+apt-get "${apt_opts[@]}" install -y --no-install-recommends $pkgs >&2
+
+# The postgresql package creates the postgres user; if the package was
+# already installed while the user was missing, make the user here.
+if ! postgres_user; then
+	echo "deps: creating the postgres system user" >&2
+	group=(--user-group)
+	getent group postgres >/dev/null 2>&1 && group=(--gid postgres)
+	useradd --system "${group[@]}" --home-dir /var/lib/postgresql --shell /bin/bash postgres
+fi
+
+left=$(missing)
+if [ -n "$left" ]; then
+	echo "deps: still missing after install: $left" >&2
+	exit 1
+fi
