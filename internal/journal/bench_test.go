@@ -3,11 +3,13 @@ package journal_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"pam/internal/embeddb"
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -72,17 +74,69 @@ func BenchmarkSSEFanout100(b *testing.B) {
 	b.ReportMetric(float64(b.N*subscribers)/elapsed.Seconds(), "deliveries/s")
 }
 
-// BenchmarkJournalAppend measures concurrent one-event transactions through
-// tx.Journal, which serialises appends with an advisory lock held until
-// commit, against a plain INSERT without it. The ratio is the price of
-// never letting a reader see seq N before a smaller seq commits.
+// BenchmarkJournalAppend measures concurrent one-event transactions three
+// ways: through tx.Journal (writers never wait for each other; readers
+// deliver only up to store.SafeSeq), "lock" — the alternative of
+// serialising journaling transactions with an advisory lock held to commit
+// — and "naive", a plain INSERT with no ordering guarantee at all. It runs
+// on the test cluster (fsync off) and on a durable cluster (fsync on, as
+// `pam serve` runs), where the lock also serialises the WAL flushes.
 func BenchmarkJournalAppend(b *testing.B) {
-	s := storetest.New(b)
+	durable := durableStore(b)
+	for _, c := range []struct {
+		name string
+		s    *store.Store
+	}{{"fsync-off", storetest.New(b)}, {"durable", durable}} {
+		b.Run(c.name, func(b *testing.B) { benchmarkAppend(b, c.s) })
+	}
+}
+
+// durableStore starts a private cluster with fsync on for the benchmark.
+func durableStore(b *testing.B) *store.Store {
+	b.Helper()
+	dir, err := os.MkdirTemp("", "pambench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o711)
+	b.Cleanup(func() { os.RemoveAll(dir) })
+	c, err := embeddb.Start(context.Background(), embeddb.Options{Dir: dir + "/pg", Durable: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = c.Stop() })
+	s, err := store.Open(context.Background(), c.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return s
+}
+
+func benchmarkAppend(b *testing.B, s *store.Store) {
 	ctx := context.Background()
 	payload := map[string]any{"host_id": "6f1c2a4e-8d2b-4c47-9a57-1e0f3b5c7d90", "max_runs": 4}
 	raw, err := json.Marshal(payload)
 	if err != nil {
 		b.Fatal(err)
+	}
+	plain := func(lock bool) func() error {
+		return func() error {
+			tx, err := s.Pool.Begin(ctx)
+			if err != nil {
+				return err
+			}
+			defer tx.Rollback(ctx)
+			if lock {
+				if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(4242)`); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO events (topic, payload) VALUES ($1, $2)`, "host.updated", raw); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}
 	}
 	variants := []struct {
 		name   string
@@ -93,17 +147,8 @@ func BenchmarkJournalAppend(b *testing.B) {
 				return tx.Journal(ctx, store.NewEvent{Topic: "host.updated", Payload: payload})
 			})
 		}},
-		{"naive", func() error {
-			tx, err := s.Pool.Begin(ctx)
-			if err != nil {
-				return err
-			}
-			defer tx.Rollback(ctx)
-			if _, err := tx.Exec(ctx, `INSERT INTO events (topic, payload) VALUES ($1, $2)`, "host.updated", raw); err != nil {
-				return err
-			}
-			return tx.Commit(ctx)
-		}},
+		{"lock", plain(true)},
+		{"naive", plain(false)},
 	}
 	rates := map[string]float64{}
 	for _, v := range variants {
@@ -122,8 +167,43 @@ func BenchmarkJournalAppend(b *testing.B) {
 			rates[v.name] = rate
 		})
 	}
-	if rates["naive"] > 0 {
-		b.Logf("journal/naive throughput: %.2f (%.0f vs %.0f tx/s)",
-			rates["journal"]/rates["naive"], rates["journal"], rates["naive"])
+	if rates["naive"] > 0 && rates["lock"] > 0 {
+		b.Logf("throughput vs naive: journal %.2f, lock %.2f (%.0f / %.0f / %.0f tx/s)",
+			rates["journal"]/rates["naive"], rates["lock"]/rates["naive"], rates["journal"], rates["lock"], rates["naive"])
 	}
+}
+
+// BenchmarkSafeSeq is the reader's price for the ordering guarantee: one
+// SafeSeq on an idle journal, and while 4 writers keep transactions in
+// flight (it then waits for those in flight to finish).
+func BenchmarkSafeSeq(b *testing.B) {
+	s := storetest.New(b)
+	ctx := context.Background()
+	b.Run("idle", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.SafeSeq(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("under-writes", func(b *testing.B) {
+		wctx, stop := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for wctx.Err() == nil {
+					_ = s.InTx(wctx, func(tx *store.Tx) error {
+						return tx.Journal(wctx, store.NewEvent{Topic: "run.progress"})
+					})
+				}
+			})
+		}
+		for b.Loop() {
+			if _, err := s.SafeSeq(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		stop()
+		wg.Wait()
+	})
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -217,7 +218,7 @@ func stored(t testing.TB, s *store.Store, after int64, glob string) []wire.Event
 	if err != nil {
 		t.Fatal(err)
 	}
-	evs, err := s.EventsAfter(context.Background(), after, pattern, 1_000_000)
+	evs, err := s.EventsAfter(context.Background(), after, math.MaxInt64, pattern, 1_000_000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func stored(t testing.TB, s *store.Store, after int64, glob string) []wire.Event
 // lastSeq is the journal's head.
 func lastSeq(t testing.TB, s *store.Store) int64 {
 	t.Helper()
-	n, err := s.LastSeq(context.Background())
+	n, err := s.SafeSeq(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}

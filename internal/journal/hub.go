@@ -151,7 +151,7 @@ func (h *Hub) Run(ctx context.Context) error {
 // live stream starts.
 func (h *Hub) head(ctx context.Context) (int64, bool) {
 	for logged := false; ; {
-		last, err := h.store.LastSeq(ctx)
+		last, err := h.store.SafeSeq(ctx)
 		if err == nil {
 			return last, true
 		}
@@ -170,22 +170,31 @@ func (h *Hub) head(ctx context.Context) (int64, bool) {
 	}
 }
 
-// drain publishes every event committed after *last. Journaling
-// transactions commit in seq order (store.Tx.Journal), so once seq N is
-// visible every smaller seq that will ever commit is visible too and
-// reading seq > last never skips an event.
+// drain publishes every event after *last up to the journal's safe seq
+// (store.SafeSeq): no transaction still running can commit a seq below it,
+// so publishing in seq order up to there never skips an event.
 func (h *Hub) drain(ctx context.Context, last *int64) error {
-	for {
-		evs, err := h.store.EventsAfter(ctx, *last, nil, pageSize)
+	safe, err := h.store.SafeSeq(ctx)
+	if err != nil {
+		return err
+	}
+	for *last < safe {
+		evs, err := h.store.EventsAfter(ctx, *last, safe, nil, pageSize)
 		if err != nil {
 			return err
 		}
 		if len(evs) == 0 {
+			// Nothing left below safe (aborted seqs, or a purge).
+			*last = safe
+			h.mu.Lock()
+			h.published = safe
+			h.mu.Unlock()
 			return nil
 		}
 		h.publish(evs)
 		*last = evs[len(evs)-1].Seq
 	}
+	return nil
 }
 
 // publish queues evs, in order, for every subscriber whose pattern matches.

@@ -107,7 +107,7 @@ func (h *Hub) ServeSSE(w http.ResponseWriter, r *http.Request, after int64, patt
 // racing with the read cannot leave an unnoticed hole.
 func (h *Hub) backfill(ctx context.Context, w http.ResponseWriter, sub *subscriber, cursor, published int64) (int64, error) {
 	for {
-		evs, err := h.store.EventsAfter(ctx, cursor, sub.pattern, pageSize)
+		evs, err := h.store.EventsAfter(ctx, cursor, published, sub.pattern, pageSize)
 		if err != nil {
 			return 0, fmt.Errorf("read events after %d: %w", cursor, err)
 		}
@@ -135,8 +135,7 @@ func (h *Hub) backfill(ctx context.Context, w http.ResponseWriter, sub *subscrib
 		if err := sub.rc.Flush(); err != nil {
 			return 0, fmt.Errorf("%w: %v", errWrite, err)
 		}
-		// A short page holds every matching event committed when it was
-		// read, which includes every event up to published.
+		// A short page holds every matching event up to published.
 		if len(evs) < pageSize || cursor >= published {
 			return cursor, nil
 		}

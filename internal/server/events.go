@@ -52,7 +52,12 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	evs, err := s.store.EventsAfter(r.Context(), after, pattern, limit)
+	safe, err := s.store.SafeSeq(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	evs, err := s.store.EventsAfter(r.Context(), after, safe, pattern, limit)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -114,7 +115,7 @@ func (e *env) item(projectRef, kind, title string, parent *string) wire.WorkItem
 
 func (e *env) events(topic string) []wire.Event {
 	e.t.Helper()
-	evs, err := e.store.EventsAfter(context.Background(), 0, mustGlob(e.t, topic), 1000)
+	evs, err := e.store.EventsAfter(context.Background(), 0, math.MaxInt64, mustGlob(e.t, topic), 1000)
 	if err != nil {
 		e.t.Fatal(err)
 	}

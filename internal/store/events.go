@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"pam/internal/wire"
@@ -18,19 +19,19 @@ type NewEvent struct {
 	Payload   any
 }
 
-// Journal appends events inside the transaction. It first takes the
-// journal's transaction-scoped advisory lock, so journaling transactions
-// commit in seq order: a reader that sees seq N has seen every smaller seq
-// that will ever commit. Callers journal as the last step of a transaction
-// to keep the serialised section short (its cost is measured by
-// BenchmarkJournalAppend).
+// Journal appends events inside the transaction.
+//
+// Seqs are taken before commit, so transactions may commit out of seq
+// order. Writers do not serialise for it (that would cost group commit);
+// readers do the work instead (SafeSeq). Journal makes sure the transaction
+// has its xid before it takes a seq, which is what SafeSeq's proof needs.
 func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	if !tx.Journaled {
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", LockJournal); err != nil {
-			return fmt.Errorf("journal lock: %w", err)
+		if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+			return fmt.Errorf("journal: %w", err)
 		}
 	}
 	for _, ev := range evs {
@@ -81,15 +82,16 @@ func scanEvents(rows interface {
 	return out, rows.Err()
 }
 
-// EventsAfter returns up to limit events with seq > after, ascending,
-// whose topic matches the pattern (nil = all).
-func (s *Store) EventsAfter(ctx context.Context, after int64, pattern *wire.TopicPattern, limit int) ([]wire.Event, error) {
+// EventsAfter returns up to limit events with after < seq <= upTo,
+// ascending, whose topic matches the pattern (nil = all). Readers that
+// deliver events pass a SafeSeq as upTo.
+func (s *Store) EventsAfter(ctx context.Context, after, upTo int64, pattern *wire.TopicPattern, limit int) ([]wire.Event, error) {
 	re := ""
 	if pattern.Glob() != "" {
 		re = wire.GlobRegexp(pattern.Glob())
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events
-		WHERE seq > $1 AND ($2 = '' OR topic ~ $2) ORDER BY seq LIMIT $3`, after, re, limit)
+		WHERE seq > $1 AND seq <= $4 AND ($2 = '' OR topic ~ $2) ORDER BY seq LIMIT $3`, after, re, limit, upTo)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -134,10 +136,45 @@ func (s *Store) PurgeEvents(ctx context.Context, cutoff time.Time) (int64, error
 	return n, err
 }
 
-// LastSeq is the highest committed seq, or the purge horizon when the
-// journal has been purged empty.
-func (s *Store) LastSeq(ctx context.Context) (int64, error) {
-	var n int64
-	err := s.Pool.QueryRow(ctx, `SELECT greatest(coalesce((SELECT max(seq) FROM events), 0), purged_through_seq) FROM server_state`).Scan(&n)
-	return n, translate(err)
+// SafeSeq returns a seq H such that every event with seq <= H that will
+// ever commit has committed: delivering up to H never lets a smaller seq
+// appear later (contract §5). It never returns less than the purge horizon.
+//
+// Why it holds: take snapshot S and M = the largest seq visible in S. A
+// transaction T holding a seq s < M that is not visible in S took s before
+// M was taken, M's transaction committed before S, and T had its xid before
+// it took s (Journal) — so T was running when S was taken and is in S's
+// xip list. Once every xid of that list has completed, as judged by a later
+// snapshot, every seq <= M is either visible or aborted. Waiting costs
+// nothing when no write is in flight (empty xip) and a few milliseconds
+// under load; writers never wait for each other.
+func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
+	var snap string
+	var m int64
+	err := s.Pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text,
+		greatest(coalesce((SELECT max(seq) FROM events), 0), (SELECT purged_through_seq FROM server_state))`).Scan(&snap, &m)
+	if err != nil {
+		return 0, translate(err)
+	}
+	if strings.HasSuffix(snap, ":") { // "xmin:xmax:" — nothing in flight
+		return m, nil
+	}
+	wait := 200 * time.Microsecond
+	for {
+		var done bool
+		err := s.Pool.QueryRow(ctx, `SELECT coalesce(bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())), true)
+			FROM pg_snapshot_xip($1::pg_snapshot) x`, snap).Scan(&done)
+		if err != nil {
+			return 0, translate(err)
+		}
+		if done {
+			return m, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 20*time.Millisecond)
+	}
 }

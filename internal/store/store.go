@@ -28,8 +28,6 @@ const (
 	// LockActiveServer is held by the active `pam serve` for its lifetime;
 	// a second server on the same database waits on it as a standby.
 	LockActiveServer int64 = 0x70616d_0002
-	// LockJournal serialises journal appends until commit (see journal).
-	LockJournal int64 = 0x70616d_0003
 )
 
 // Store wraps the pool.
@@ -165,8 +163,8 @@ func translate(err error) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return err
+	if errors.As(err, &pgErr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err // the caller gave up: not the database's fault
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isConnError(err) {
 		return fmt.Errorf("%w: %v", ErrUnavailable, err)

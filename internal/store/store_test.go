@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"math"
 	"testing"
 
 	"pam/internal/store"
@@ -21,7 +22,7 @@ func TestJournalAppendAndRead(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	evs, err := s.EventsAfter(ctx, 1, nil, 10)
+	evs, err := s.EventsAfter(ctx, 1, math.MaxInt64, nil, 10)
 	if err != nil {
 		t.Fatal(err)
 	}

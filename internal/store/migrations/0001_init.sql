@@ -95,9 +95,9 @@ CREATE TABLE run_attempts (
     PRIMARY KEY (run_id, attempt)
 );
 
--- seq is taken before commit; journal writers serialise on an advisory
--- lock held to commit (see internal/journal) so that seq order is commit
--- order and a reader never sees N+1 before N.
+-- seq is taken before commit, so transactions can commit out of seq
+-- order; readers deliver only up to store.SafeSeq, never a seq that a
+-- still-running transaction could undercut.
 CREATE TABLE events (
     seq        bigserial PRIMARY KEY,
     topic      text NOT NULL,
