@@ -68,6 +68,13 @@ func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
 				}
 				return float64(s.opts.Events.Subscribers())
 			}),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "pam_sse_dropped_total", Help: "SSE subscribers disconnected for passing the pending bound."},
+			func() float64 {
+				if s.opts.Events == nil {
+					return 0
+				}
+				return float64(s.opts.Events.Dropped())
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_db_pool_acquired_conns", Help: "Database connections in use."},
 			func() float64 { return float64(s.store.Pool.Stat().AcquiredConns()) }),
 	)

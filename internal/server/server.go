@@ -27,6 +27,7 @@ const MaxBody = 1 << 20
 type EventStreamer interface {
 	ServeSSE(w http.ResponseWriter, r *http.Request, after int64, pattern *wire.TopicPattern)
 	Subscribers() int
+	Dropped() uint64
 }
 
 // Options configures a Server.

@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 
 	"pam/internal/server"
@@ -289,4 +291,58 @@ func TestProjectLifecycle(t *testing.T) {
 	if strings.Join(topics, " ") != want {
 		t.Fatalf("events %v, want %s", topics, want)
 	}
+}
+
+func TestMetricsPublicAndLogsWithoutTokens(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	var logs safeLog
+	srv := server.New(server.Options{Store: st, Token: testToken, MetricsPublic: true,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	resp, err := http.Get(ts.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("public metrics without token: %d", resp.StatusCode)
+	}
+	// A token in the query string or the header never reaches the log.
+	secret := "feedfacefeedfacefeedfacefeedface"
+	req, _ := http.NewRequest("GET", ts.URL+"/api/v1/projects?token="+secret+"&ticket="+secret, nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	req, _ = http.NewRequest("GET", ts.URL+"/api/v1/projects", nil)
+	req.Header.Set("Authorization", "Bearer "+secret)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+	out := logs.String()
+	if !strings.Contains(out, "/api/v1/projects") {
+		t.Fatalf("requests were not logged: %s", out)
+	}
+	if strings.Contains(out, secret) || strings.Contains(out, testToken) {
+		t.Fatalf("a token reached the log: %s", out)
+	}
+}
+
+type safeLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *safeLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *safeLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
