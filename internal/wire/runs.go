@@ -1,0 +1,106 @@
+package wire
+
+import "time"
+
+// Run statuses (§6).
+const (
+	RunPending  = "pending"
+	RunSpawning = "spawning"
+	RunRunning  = "running"
+	RunExited   = "exited"
+	RunFailed   = "failed"
+	RunStopped  = "stopped"
+)
+
+// Failure reasons (§6).
+const (
+	FailNoEligibleHost  = "no_eligible_host"
+	FailDispatchTimeout = "dispatch_timeout"
+	FailExitNonzero     = "exit_nonzero"
+	FailProviderFailed  = "provider_failed"
+	FailSpawnFailed     = "spawn_failed"
+	FailSessionLost     = "session_lost"
+	FailTmuxCrash       = "tmux_crash"
+	FailWrapperDied     = "wrapper_died"
+	FailCLIHang         = "cli_hang"
+	FailHostLost        = "host_lost"
+)
+
+// CreateRun is the body of POST /runs.
+type CreateRun struct {
+	TaskID      string   `json:"task_id"`
+	Provider    string   `json:"provider"`
+	HostID      *string  `json:"host_id,omitempty"`
+	Cwd         *string  `json:"cwd,omitempty"`
+	Prompt      *string  `json:"prompt,omitempty"`
+	Args        []string `json:"args,omitempty"`
+	MaxAttempts *int     `json:"max_attempts,omitempty"`
+}
+
+// StopRun is the body of POST /runs/{id}/stop.
+type StopRun struct {
+	Force bool `json:"force,omitempty"`
+}
+
+// RunList is the body of GET /runs.
+type RunList struct {
+	Runs []Run `json:"runs"`
+}
+
+// Pane is the body of GET /runs/{id}/pane.
+type Pane struct {
+	RunID     string     `json:"run_id"`
+	Seq       int64      `json:"seq"`
+	Capture   string     `json:"capture"`
+	Timestamp *time.Time `json:"timestamp"`
+}
+
+// Key is one entry of POST /runs/{id}/keys: exactly one of Key or Text.
+type Key struct {
+	Key  string `json:"key,omitempty"`
+	Text string `json:"text,omitempty"`
+}
+
+// SendKeys is the body of POST /runs/{id}/keys.
+type SendKeys struct {
+	Keys []Key `json:"keys"`
+}
+
+// KeysResult is the answer of POST /runs/{id}/keys.
+type KeysResult struct {
+	Delivery string `json:"delivery"` // observed | unconfirmed
+}
+
+// HostList is the body of GET /hosts.
+type HostList struct {
+	Hosts []Host `json:"hosts"`
+}
+
+// CreateHost is the body of POST /hosts.
+type CreateHost struct {
+	Name    string `json:"name"`
+	MaxRuns *int   `json:"max_runs,omitempty"`
+}
+
+// HostCreated is the answer of POST /hosts: the only time the worker token
+// is shown.
+type HostCreated struct {
+	Host        Host   `json:"host"`
+	WorkerToken string `json:"worker_token"`
+}
+
+// WorkerToken is the answer of POST /hosts/{ref}/rotate-token.
+type WorkerToken struct {
+	WorkerToken string `json:"worker_token"`
+}
+
+// ProviderHosts is one entry of GET /providers.
+type ProviderHosts struct {
+	Name  string   `json:"name"`
+	Hosts []string `json:"hosts"`
+}
+
+// ProviderList is the body of GET /providers.
+type ProviderList struct {
+	Providers []ProviderHosts `json:"providers"`
+}

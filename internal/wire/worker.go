@@ -1,0 +1,118 @@
+package wire
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// UplinkProtocol is the uplink protocol version this build speaks.
+const UplinkProtocol = 1
+
+// Register is the body of POST /api/internal/worker/register.
+type Register struct {
+	HostName   string   `json:"host_name"`
+	Platform   string   `json:"platform"`
+	InstanceID string   `json:"instance_id"`
+	Providers  []string `json:"providers"`
+	Executor   string   `json:"executor"`
+	MaxRuns    int      `json:"max_runs"`
+	Version    string   `json:"version"`
+	Protocol   int      `json:"protocol"`
+}
+
+// Registered is the answer of POST /api/internal/worker/register.
+type Registered struct {
+	HostID   string `json:"host_id"`
+	Status   string `json:"status"`
+	Protocol int    `json:"protocol"`
+}
+
+// WorkerRun is one run as the worker sees it (GET /api/internal/worker/runs).
+type WorkerRun struct {
+	RunID       string `json:"run_id"`
+	Attempt     int    `json:"attempt"`
+	Status      string `json:"status"`
+	SessionName string `json:"session_name"`
+	TaskID      string `json:"task_id"`
+	Provider    string `json:"provider"`
+	Cwd         string `json:"cwd"`
+	// Filled only by GET /api/internal/worker/runs/{id}.
+	FailureReason *string      `json:"failure_reason,omitempty"`
+	HostID        *string      `json:"host_id,omitempty"`
+	Attempts      []RunAttempt `json:"attempts,omitempty"`
+}
+
+// WorkerRunList is the body of GET /api/internal/worker/runs.
+type WorkerRunList struct {
+	Runs []WorkerRun `json:"runs"`
+}
+
+// RunAttempt is one row of a run's attempt history.
+type RunAttempt struct {
+	Attempt       int     `json:"attempt"`
+	HostID        *string `json:"host_id"`
+	Outcome       *string `json:"outcome"`
+	FailureReason *string `json:"failure_reason"`
+}
+
+// Signal kinds and sources (§10).
+const (
+	SignalStarted   = "started"
+	SignalFinished  = "finished"
+	SignalCompleted = "completed"
+	SignalFailed    = "failed"
+	SignalProgress  = "progress"
+
+	SourceWrapper      = "wrapper"
+	SourceProviderHook = "provider-hook"
+	SourceManual       = "manual"
+)
+
+// Signal results (§10).
+const (
+	ResultApplied      = "applied"
+	ResultStaleAttempt = "stale_attempt"
+	ResultDuplicate    = "duplicate"
+	ResultOutOfOrder   = "out_of_order"
+	ResultStaleOffer   = "stale_offer"
+	ResultIgnored      = "ignored"
+)
+
+// Signal is the body of POST /api/internal/runs/{id}/signals; the uplink
+// `signal` frame carries the same fields plus run_id. Attempt is a pointer
+// so that a missing attempt is told apart from attempt 0.
+type Signal struct {
+	Kind      string          `json:"kind"`
+	Attempt   *int            `json:"attempt"`
+	Seq       *int64          `json:"seq,omitempty"`
+	Source    string          `json:"source"`
+	Payload   json.RawMessage `json:"payload,omitempty"`
+	Timestamp *time.Time      `json:"timestamp,omitempty"`
+}
+
+// SignalResult is the answer of a signal.
+type SignalResult struct {
+	Result string `json:"result"`
+}
+
+// Dispatch is what the worker writes to <data>/worker/dispatch/<run_id>.json
+// (0600) for `pam exec run`: nothing secret or large travels on the tmux
+// command line or in the tmux server's environment.
+type Dispatch struct {
+	RunID       string   `json:"run_id"`
+	Attempt     int      `json:"attempt"`
+	APIURL      string   `json:"api_url"`
+	SignalToken string   `json:"signal_token"`
+	Provider    string   `json:"provider"`
+	Binary      string   `json:"binary"` // absolute path resolved by the worker
+	TaskID      string   `json:"task_id"`
+	TaskTitle   string   `json:"task_title"`
+	Prompt      string   `json:"prompt"`
+	Args        []string `json:"args"`
+	Cwd         string   `json:"cwd"`
+	SessionName string   `json:"session_name"`
+	// WorkerDataDir is where hooks and the wrapper find the spool.
+	WorkerDataDir string `json:"worker_data_dir"`
+	// CAFile is PAM_CA_FILE, when the worker trusts an extra CA.
+	CAFile string `json:"ca_file,omitempty"`
+}
