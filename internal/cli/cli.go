@@ -28,8 +28,10 @@ type command struct {
 	name    string
 	args    string // synopsis of the positional arguments, e.g. "REF"
 	summary string
-	// nargs is the exact number of positional arguments a leaf takes.
-	nargs int
+	// nargs is the exact number of positional arguments a leaf takes
+	// (the least, when variadic).
+	nargs    int
+	variadic bool
 	// group names the settings the leaf registers (see settings.Uses);
 	// empty registers none.
 	group string
@@ -58,6 +60,8 @@ var root = &command{
 		serveCmd,
 		projectCmd,
 		itemCmd,
+		runCmd,
+		hostCmd,
 		eventsCmd,
 		doctorCmd,
 		versionCmd,
@@ -82,6 +86,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	err := dispatch(ctx, root, args, "pam", stdout, stderr)
 	var ue *usageError
 	var ce *cmdUsageError
+	var xs exitStatus
 	switch {
 	case err == nil:
 		return 0
@@ -99,6 +104,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	case errors.Is(err, errSilent):
 		return 1
+	case errors.As(err, &xs):
+		return int(xs) // already reported (pam exec run: its CLI's code)
 	default:
 		fmt.Fprintf(stderr, "pam: %s\n", describe(err))
 		return 1
@@ -188,7 +195,7 @@ func runLeaf(ctx context.Context, cmd *command, args []string, path string, stdo
 	if len(pos) < cmd.nargs {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: "missing " + cmd.args}
 	}
-	if len(pos) > cmd.nargs {
+	if len(pos) > cmd.nargs && !cmd.variadic {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: fmt.Sprintf("unexpected argument %q", pos[cmd.nargs])}
 	}
 	err = run(&invocation{ctx: ctx, stdout: stdout, stderr: stderr, cfg: cfg, args: pos, path: path})
@@ -252,7 +259,7 @@ func printUsage(w io.Writer, cmd *command, path string, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "Usage: %s\n\n%s\n", synopsis(cmd, path, fs), capitalize(cmd.summary))
 	var own, env []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := isSetting(f.Name); ok {
+		if _, ok := settingOf(f); ok {
 			env = append(env, f)
 		} else {
 			own = append(own, f)
@@ -283,11 +290,21 @@ func synopsis(cmd *command, path string, fs *flag.FlagSet) string {
 func hasOwnFlags(fs *flag.FlagSet) bool {
 	own := false
 	fs.VisitAll(func(f *flag.Flag) {
-		if _, ok := isSetting(f.Name); !ok {
+		if _, ok := settingOf(f); !ok {
 			own = true
 		}
 	})
 	return own
+}
+
+// settingOf reports whether a flag was registered from the settings
+// table (by its value, not its name: a command's own flag may share a
+// setting's name, as run start's --max-attempts does PAM_MAX_ATTEMPTS').
+func settingOf(f *flag.Flag) (setting, bool) {
+	if v, ok := f.Value.(*value); ok {
+		return v.s, true
+	}
+	return setting{}, false
 }
 
 func printFlags(w io.Writer, flags []*flag.Flag) {
@@ -302,7 +319,7 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 			name += " " + typ
 		}
 		var notes []string
-		s, isEnv := isSetting(f.Name)
+		s, isEnv := settingOf(f)
 		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && !(isEnv && s.Secret) {
 			notes = append(notes, "default "+f.DefValue)
 		}

@@ -16,7 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/datadir"
+	"pam/internal/dispatch"
 	"pam/internal/embeddb"
+	"pam/internal/fleet"
 	"pam/internal/journal"
 	"pam/internal/server"
 	"pam/internal/store"
@@ -82,9 +84,16 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	defer st.Close()
 
+	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
 	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
 	st.AfterCommit = hub.Wake
-	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger, Version: o.Version})
+	workers := fleet.New(1000)
+	dispatcher := dispatch.New(st, workers, dispatch.Options{
+		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
+		HostOfflineAfter: o.HostOfflineAfter, Logger: o.Logger,
+	})
+	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
+		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher})
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Bind, strconv.Itoa(o.Port)))
 	if err != nil {
@@ -114,6 +123,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer stopRun()
 	hubDone := make(chan error, 1)
 	go func() { hubDone <- hub.Run(runCtx) }()
+	dispatchDone := make(chan error, 1)
+	go func() { dispatchDone <- dispatcher.Run(runCtx) }()
 	leaderLost := make(chan error, 1)
 	go func() { leaderLost <- leader.Watch(runCtx) }()
 	serveDone := make(chan error, 1)
@@ -149,6 +160,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	stopRun()
 	<-hubDone
+	<-dispatchDone
 	return runErr
 }
 

@@ -46,6 +46,8 @@ func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 type metrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	signals  *prometheus.CounterVec
+	uplinks  prometheus.Gauge
 }
 
 func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
@@ -59,7 +61,11 @@ func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
-	reg.MustRegister(m.requests, m.duration,
+	m.signals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "pam_signals_total", Help: "Run signals ingested, by kind and result.",
+	}, []string{"kind", "result"})
+	m.uplinks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pam_uplinks_connected", Help: "Connected worker uplinks."})
+	reg.MustRegister(m.requests, m.duration, m.signals, m.uplinks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_sse_subscribers", Help: "Connected SSE subscribers."},
 			func() float64 {

@@ -5,6 +5,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,9 +14,11 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"pam/internal/fleet"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -38,6 +41,16 @@ type Options struct {
 	MetricsPublic bool
 	Logger        *slog.Logger
 	Version       string
+	// HostOfflineAfter is PAM_HOST_OFFLINE_AFTER (0 = 90s): enable derives online/offline from it.
+	HostOfflineAfter time.Duration
+	// Fleet is the registry of connected workers and the pane cache; nil
+	// gives a server without workers (the plan-only tests).
+	Fleet *fleet.Fleet
+	// Dispatcher is woken when something may be placed or freed.
+	Dispatcher interface{ Wake() }
+	// CaptureInterval is PAM_CAPTURE_INTERVAL as workers use it: a keys
+	// request is "observed" when the pane changes within two of them.
+	CaptureInterval time.Duration
 }
 
 // Server holds the handlers' dependencies.
@@ -57,12 +70,25 @@ func New(o Options) *Server {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
+	if o.Fleet == nil {
+		o.Fleet = fleet.New(1000)
+	}
+	if o.Dispatcher == nil {
+		o.Dispatcher = noWake{}
+	}
+	if o.CaptureInterval <= 0 {
+		o.CaptureInterval = time.Second
+	}
 	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: http.NewServeMux()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
 	s.routes()
 	return s
 }
+
+type noWake struct{}
+
+func (noWake) Wake() {}
 
 // CloseStreams ends every long-lived stream (SSE) so that a graceful
 // shutdown does not wait for clients that never hang up.
@@ -85,6 +111,36 @@ func (s *Server) routes() {
 	api("DELETE /work-items/{id}", s.deleteWorkItem)
 	api("GET /events", s.listEvents)
 	api("GET /events/stream", s.streamEvents)
+	api("GET /hosts", s.listHosts)
+	api("POST /hosts", s.createHost)
+	api("GET /hosts/{ref}", s.getHost)
+	api("POST /hosts/{ref}/disable", s.disableHost)
+	api("POST /hosts/{ref}/enable", s.enableHost)
+	api("POST /hosts/{ref}/clear-suspect", s.clearSuspect)
+	api("POST /hosts/{ref}/rotate-token", s.rotateToken)
+	api("DELETE /hosts/{ref}", s.deleteHost)
+	api("GET /providers", s.listProviders)
+	api("POST /runs", s.createRun)
+	api("GET /runs", s.listRuns)
+	api("GET /runs/{id}", s.getRun)
+	api("POST /runs/{id}/stop", s.stopRun)
+	api("POST /runs/{id}/retry", s.retryRun)
+	api("POST /runs/{id}/complete", s.completeRun)
+	api("POST /runs/{id}/keys", s.sendKeys)
+	api("GET /runs/{id}/pane", s.getPane)
+	api("GET /runs/{id}/logs", s.runLogs)
+	api("GET /runs/{id}/events", s.runEvents)
+
+	internal := func(pattern string, h http.HandlerFunc) {
+		method, path, _ := strings.Cut(pattern, " ")
+		s.mux.Handle(method+" /api/internal"+path, s.workerAuth(h))
+	}
+	internal("POST /worker/register", s.register)
+	internal("GET /worker/runs", s.workerRuns)
+	internal("GET /worker/runs/{id}", s.workerRun)
+	internal("GET /worker/uplink", s.uplink)
+	s.mux.HandleFunc("POST /api/internal/runs/{id}/signals", s.postSignal) // worker or signal token
+	s.mux.Handle("/api/internal/", s.workerAuth(s.noRoute))
 	// Anything else under /api/v1 is a 405 or 404 envelope, after auth.
 	s.mux.Handle("/api/v1/", s.operatorAuth(s.noRoute))
 
@@ -280,3 +336,5 @@ func contextWithCancelOn(ctx, other context.Context) (context.Context, context.C
 	stop := context.AfterFunc(other, cancel)
 	return ctx, func() { stop(); cancel() }
 }
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"pam/internal/wire"
@@ -99,9 +98,9 @@ func (s *Store) EventsAfter(ctx context.Context, after, upTo int64, pattern *wir
 	return evs, translate(err)
 }
 
-// RunEvents returns every event of one run, ascending.
-func (s *Store) RunEvents(ctx context.Context, runID string) ([]wire.Event, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 ORDER BY seq`, runID)
+// RunEvents returns every event of one run up to upTo, ascending.
+func (s *Store) RunEvents(ctx context.Context, runID string, upTo int64) ([]wire.Event, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 AND seq <= $2 ORDER BY seq`, runID, upTo)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -140,35 +139,38 @@ func (s *Store) PurgeEvents(ctx context.Context, cutoff time.Time) (int64, error
 // ever commit has committed: delivering up to H never lets a smaller seq
 // appear later (contract §5). It never returns less than the purge horizon.
 //
-// Why it holds: take snapshot S and M = the largest seq visible in S. A
-// transaction T holding a seq s < M that is not visible in S took s before
-// M was taken, M's transaction committed before S, and T had its xid before
-// it took s (Journal) — so T was running when S was taken and is in S's
-// xip list. Once every xid of that list has completed, as judged by a later
-// snapshot, every seq <= M is either visible or aborted. Waiting costs
-// nothing when no write is in flight (empty xip) and a few milliseconds
-// under load; writers never wait for each other.
+// Why it holds: one statement takes snapshot S, reads M = the largest seq
+// visible in S, and then lists the xids of this database's transactions
+// in flight (pg_stat_activity.backend_xid, read after S). A transaction T
+// holding a seq s < M that is not visible in S took s before M was taken,
+// M's transaction committed before S, and T had its xid before it took s
+// (Journal) — so T was running at S: either it is in that list, or it
+// ended between S and the list (and any later snapshot sees it). Once no
+// listed xid is running any more, every seq <= M is visible or aborted.
+// (The snapshot's own xip list is not enough: a running xid at or above
+// the snapshot's xmax is not listed there.) Writers never wait for each
+// other; a reader waits only for the transactions in flight, which costs
+// nothing when none is.
 func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
-	var snap string
 	var m int64
-	err := s.Pool.QueryRow(ctx, `SELECT pg_current_snapshot()::text,
-		greatest(coalesce((SELECT max(seq) FROM events), 0), (SELECT purged_through_seq FROM server_state))`).Scan(&snap, &m)
+	var inflight []string
+	err := s.Pool.QueryRow(ctx, `SELECT
+		greatest(coalesce((SELECT max(seq) FROM events), 0), (SELECT purged_through_seq FROM server_state)),
+		ARRAY(SELECT backend_xid::text FROM pg_stat_activity
+			WHERE backend_xid IS NOT NULL AND datname = current_database())`).Scan(&m, &inflight)
 	if err != nil {
 		return 0, translate(err)
 	}
-	if strings.HasSuffix(snap, ":") { // "xmin:xmax:" — nothing in flight
-		return m, nil
-	}
 	wait := 200 * time.Microsecond
-	for {
-		var done bool
-		err := s.Pool.QueryRow(ctx, `SELECT coalesce(bool_and(pg_visible_in_snapshot(x, pg_current_snapshot())), true)
-			FROM pg_snapshot_xip($1::pg_snapshot) x`, snap).Scan(&done)
+	for len(inflight) > 0 {
+		var running int
+		err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE backend_xid::text = ANY($1) AND datname = current_database()`, inflight).Scan(&running)
 		if err != nil {
 			return 0, translate(err)
 		}
-		if done {
-			return m, nil
+		if running == 0 {
+			break
 		}
 		select {
 		case <-ctx.Done():
@@ -177,4 +179,5 @@ func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
 		}
 		wait = min(2*wait, 20*time.Millisecond)
 	}
+	return m, nil
 }

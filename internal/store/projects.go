@@ -143,7 +143,13 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// projectByRef resolves an id or a slug; lock takes FOR UPDATE.
+// projectByRef resolves an id or a slug; lock takes FOR NO KEY UPDATE.
+//
+// Row locks in this package are FOR NO KEY UPDATE: they order writers of
+// the row but do not conflict with the FOR KEY SHARE locks that foreign-key
+// checks take (an INSERT into runs key-shares its work item and project;
+// updating a row twice in one transaction re-checks its keys). FOR UPDATE
+// there would turn two such transactions into a lock-upgrade deadlock.
 func projectByRef(ctx context.Context, q querier, ref string, lock bool) (wire.Project, error) {
 	col := "slug"
 	if _, err := uuid.Parse(ref); err == nil {
@@ -153,7 +159,7 @@ func projectByRef(ctx context.Context, q querier, ref string, lock bool) (wire.P
 	}
 	sql := `SELECT ` + projectColumns + ` FROM projects WHERE ` + col + `::text = $1`
 	if lock {
-		sql += ` FOR UPDATE`
+		sql += ` FOR NO KEY UPDATE`
 	}
 	p, err := scanProject(q.QueryRow(ctx, sql, ref))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -36,6 +37,11 @@ type Store struct {
 	// AfterCommit, if set, is called after every transaction that appended
 	// events commits: the journal's tailer uses it to wake up at once.
 	AfterCommit func()
+	// Policy is the restart policy and run defaults (§3, §6).
+	Policy Policy
+
+	secretMu     sync.Mutex
+	signalSecret []byte
 }
 
 // Open connects, migrates and makes sure the server's singleton row exists.

@@ -42,7 +42,7 @@ func itemByID(ctx context.Context, q querier, id string, lock bool) (wire.WorkIt
 	}
 	sql := `SELECT ` + itemColumns + ` FROM work_items WHERE id = $1`
 	if lock {
-		sql += ` FOR UPDATE`
+		sql += ` FOR NO KEY UPDATE`
 	}
 	w, err := scanItem(q.QueryRow(ctx, sql, id))
 	if errors.Is(err, pgx.ErrNoRows) {

@@ -424,3 +424,211 @@ func decodeError(resp *http.Response) error {
 	}
 	return e
 }
+
+// ListHosts returns every host, by name.
+func (c *Client) ListHosts(ctx context.Context) ([]Host, error) {
+	var out HostList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/hosts", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Hosts, nil
+}
+
+// CreateHost registers a host; the answer holds its worker token, which
+// the server shows this once.
+func (c *Client) CreateHost(ctx context.Context, body CreateHost) (*HostCreated, error) {
+	var out HostCreated
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/hosts", nil, body, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetHost fetches a host by id or name, with its active_runs.
+func (c *Client) GetHost(ctx context.Context, ref string) (*Host, error) {
+	return c.hostCall(ctx, http.MethodGet, ref, "")
+}
+
+// DisableHost withholds new dispatch from a host (drain-only).
+func (c *Client) DisableHost(ctx context.Context, ref string) (*Host, error) {
+	return c.hostCall(ctx, http.MethodPost, ref, "/disable")
+}
+
+// EnableHost lifts a disable; the status is derived from last_seen_at.
+func (c *Client) EnableHost(ctx context.Context, ref string) (*Host, error) {
+	return c.hostCall(ctx, http.MethodPost, ref, "/enable")
+}
+
+// ClearSuspect accepts the host's latest instance id as pinned.
+func (c *Client) ClearSuspect(ctx context.Context, ref string) (*Host, error) {
+	return c.hostCall(ctx, http.MethodPost, ref, "/clear-suspect")
+}
+
+func (c *Client) hostCall(ctx context.Context, method, ref, action string) (*Host, error) {
+	var h Host
+	if err := c.Do(ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// RotateToken gives a host a new worker token (the old one stops working
+// at once) and returns it.
+func (c *Client) RotateToken(ctx context.Context, ref string) (string, error) {
+	var out WorkerToken
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(ref)+"/rotate-token", nil, nil, &out); err != nil {
+		return "", err
+	}
+	return out.WorkerToken, nil
+}
+
+// DeleteHost removes a host without active runs.
+func (c *Client) DeleteHost(ctx context.Context, ref string) error {
+	return c.Do(ctx, http.MethodDelete, "/api/v1/hosts/"+url.PathEscape(ref), nil, nil, nil)
+}
+
+// ListProviders returns each provider some host offers, with those hosts.
+func (c *Client) ListProviders(ctx context.Context) ([]ProviderHosts, error) {
+	var out ProviderList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/providers", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Providers, nil
+}
+
+// RunFilter narrows GET /runs; empty fields (and Limit ≤ 0) are not sent.
+type RunFilter struct {
+	Status    string
+	ProjectID string
+	TaskID    string
+	HostID    string
+	Limit     int
+}
+
+// CreateRun admits a run (202, pending); placement happens asynchronously.
+func (c *Client) CreateRun(ctx context.Context, body CreateRun) (*Run, error) {
+	var r Run
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/runs", nil, body, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ListRuns returns runs newest first.
+func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+	q := url.Values{}
+	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		q.Set("limit", strconv.Itoa(f.Limit))
+	}
+	var out RunList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs", q, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Runs, nil
+}
+
+// GetRun fetches one run.
+func (c *Client) GetRun(ctx context.Context, id string) (*Run, error) {
+	return c.runCall(ctx, http.MethodGet, id, "", nil)
+}
+
+// StopRun stops a run that is not terminal; force skips the worker's
+// SIGTERM grace.
+func (c *Client) StopRun(ctx context.Context, id string, force bool) (*Run, error) {
+	return c.runCall(ctx, http.MethodPost, id, "/stop", StopRun{Force: force})
+}
+
+// RetryRun requeues a failed run with attempt + 1.
+func (c *Client) RetryRun(ctx context.Context, id string) (*Run, error) {
+	return c.runCall(ctx, http.MethodPost, id, "/retry", nil)
+}
+
+// CompleteRun marks a run completed by hand (it does not stop it).
+func (c *Client) CompleteRun(ctx context.Context, id string) (*Run, error) {
+	return c.runCall(ctx, http.MethodPost, id, "/complete", nil)
+}
+
+func (c *Client) runCall(ctx context.Context, method, id, action string, body any) (*Run, error) {
+	var r Run
+	if err := c.Do(ctx, method, "/api/v1/runs/"+url.PathEscape(id)+action, nil, body, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// SendKeys types allowlisted keys and literal text into a running run's
+// pane and says whether the pane was seen to change.
+func (c *Client) SendKeys(ctx context.Context, id string, keys []Key) (*KeysResult, error) {
+	var out KeysResult
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, SendKeys{Keys: keys}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// GetPane returns the latest pane snapshot of a run (seq 0 before the
+// first one).
+func (c *Client) GetPane(ctx context.Context, id string) (*Pane, error) {
+	var p Pane
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/pane", nil, nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// RunEvents returns the journal events of one run.
+func (c *Client) RunEvents(ctx context.Context, id string) ([]Event, error) {
+	var out EventList
+	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/events", nil, nil, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
+}
+
+// RunLogs copies a run's log (text/plain, relayed from its host) to w.
+// With follow it keeps copying until the server ends the stream (the run
+// ended) or ctx ends, which returns ctx.Err().
+func (c *Client) RunLogs(ctx context.Context, id string, follow bool, w io.Writer) error {
+	q := url.Values{}
+	if follow {
+		q.Set("follow", "true")
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/logs", q, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/plain")
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	_, err = io.Copy(flushWriter{w}, resp.Body)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
+
+// flushWriter flushes w after every write when it can, so followed logs
+// appear as they arrive.
+type flushWriter struct{ w io.Writer }
+
+func (f flushWriter) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if fl, ok := f.w.(interface{ Flush() error }); ok && err == nil {
+		err = fl.Flush()
+	}
+	return n, err
+}

@@ -62,6 +62,9 @@ type Run struct {
 	CompletionSource *string    `json:"completion_source"`
 	CreatedAt        time.Time  `json:"created_at"`
 	UpdatedAt        time.Time  `json:"updated_at"`
+	// StatusSource is who decided the current status (wrapper,
+	// provider-hook, manual): the server's bookkeeping, not on the wire.
+	StatusSource *string `json:"-"`
 }
 
 // Host is an execution host of the fleet.

@@ -1,0 +1,357 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pam/internal/wire"
+)
+
+var runCmd = &command{
+	name:    "run",
+	summary: "start, list, show, stop, retry and complete agent runs; send keys; read logs",
+	subs: []*command{
+		{
+			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
+			summary: "start a run of a provider CLI against a task (arguments after -- go to the CLI)",
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				task := fs.String("task", "", "id of the task or subtask to work on (required)")
+				provider := fs.String("provider", "", "provider: claude, codex, gemini, grok, shell or one from providers.toml (required)")
+				host := fs.String("host", "", "pin the run to this host (id or name; default: any eligible host)")
+				cwd := fs.String("cwd", "", "working directory on the host")
+				prompt := fs.String("prompt", "", "prompt for the agent")
+				maxAttempts := fs.Int("max-attempts", 0, "attempts before the run stays failed, 1 to 20 (default: the server's)")
+				asJSON := fs.Bool("json", false, "print the created run as JSON")
+				return func(x *invocation) error {
+					if *task == "" || *provider == "" {
+						return usagef("--task and --provider are required")
+					}
+					body := wire.CreateRun{TaskID: *task, Provider: *provider, Args: x.args}
+					given := givenFlags(fs)
+					if given["cwd"] {
+						body.Cwd = cwd
+					}
+					if given["prompt"] {
+						body.Prompt = prompt
+					}
+					if given["max-attempts"] {
+						body.MaxAttempts = maxAttempts
+					}
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					if given["host"] {
+						id, err := hostID(x, c, *host)
+						if err != nil {
+							return err
+						}
+						body.HostID = &id
+					}
+					r, err := c.CreateRun(x.ctx, body)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, r)
+					}
+					fmt.Fprintf(x.stdout, "admitted run %s (%s, session %s)\n", r.ID, r.Status, r.SessionName)
+					return nil
+				}
+			},
+		},
+		{
+			name: "list", summary: "list runs, newest first", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				status := fs.String("status", "", "only runs in this status (pending, spawning, running, exited, failed, stopped)")
+				project := fs.String("project", "", "only runs of this project (id or slug)")
+				task := fs.String("task", "", "only runs of this task (id)")
+				host := fs.String("host", "", "only runs on this host (id or name)")
+				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
+				asJSON := fs.Bool("json", false, "print the API's JSON")
+				return func(x *invocation) error {
+					if *limit < 0 {
+						return usagef("--limit cannot be negative")
+					}
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					f := wire.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
+					if *project != "" {
+						if f.ProjectID, err = projectID(x, c, *project); err != nil {
+							return err
+						}
+					}
+					if *host != "" {
+						if f.HostID, err = hostID(x, c, *host); err != nil {
+							return err
+						}
+					}
+					runs, err := c.ListRuns(x.ctx, f)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
+					}
+					printRuns(x.stdout, runs, time.Now())
+					return nil
+				}
+			},
+		},
+		{
+			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				asJSON := fs.Bool("json", false, "print the API's JSON")
+				return func(x *invocation) error {
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					r, err := c.GetRun(x.ctx, x.args[0])
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, r)
+					}
+					printRun(x.stdout, r)
+					return nil
+				}
+			},
+		},
+		{
+			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				force := fs.Bool("force", false, "skip the grace: kill at once")
+				asJSON := fs.Bool("json", false, "print the run as JSON")
+				return func(x *invocation) error {
+					return runAction(x, *asJSON, "stopped", func(c *wire.Client) (*wire.Run, error) {
+						return c.StopRun(x.ctx, x.args[0], *force)
+					})
+				}
+			},
+		},
+		{
+			name: "retry", args: "ID", nargs: 1, summary: "requeue a failed run with one more attempt", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				asJSON := fs.Bool("json", false, "print the run as JSON")
+				return func(x *invocation) error {
+					return runAction(x, *asJSON, "requeued", func(c *wire.Client) (*wire.Run, error) {
+						return c.RetryRun(x.ctx, x.args[0])
+					})
+				}
+			},
+		},
+		{
+			name: "complete", args: "ID", nargs: 1, summary: "mark a run's work complete by hand (does not stop it)", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				asJSON := fs.Bool("json", false, "print the run as JSON")
+				return func(x *invocation) error {
+					return runAction(x, *asJSON, "completed", func(c *wire.Client) (*wire.Run, error) {
+						return c.CompleteRun(x.ctx, x.args[0])
+					})
+				}
+			},
+		},
+		{
+			name: "keys", args: "ID", nargs: 1, group: clientGroup,
+			summary: "type into a running run's pane: --text, --key and --enter, sent in the order given " +
+				"(e.g. --text 'yes' --enter)",
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				var keys []wire.Key
+				fs.Var(keyFlag{&keys, false}, "text", "type `TEXT` literally (printable ASCII without | & ; $ or backtick; repeatable)")
+				fs.Var(keyFlag{&keys, true}, "key", "press `KEY`: Enter, C-c, C-d, BSpace or DC (repeatable)")
+				fs.Var(enterFlag{&keys}, "enter", "press Enter (repeatable)")
+				asJSON := fs.Bool("json", false, "print the API's JSON")
+				return func(x *invocation) error {
+					if len(keys) == 0 {
+						return usagef("nothing to send: give --text, --key or --enter")
+					}
+					if err := wire.ValidateKeys(keys); err != nil {
+						return usagef("%s", describe(err))
+					}
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					res, err := c.SendKeys(x.ctx, x.args[0], keys)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, res)
+					}
+					if res.Delivery == "observed" {
+						fmt.Fprintln(x.stdout, "sent; the pane changed")
+					} else {
+						fmt.Fprintf(x.stdout, "sent; delivery %s (the pane did not change soon after)\n", res.Delivery)
+					}
+					return nil
+				}
+			},
+		},
+		{
+			name: "logs", args: "ID", nargs: 1, summary: "print a run's log from its host (--follow streams until the run ends)", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				var follow bool
+				fs.BoolVar(&follow, "follow", false, "keep printing new output until the run ends or you interrupt")
+				fs.BoolVar(&follow, "f", false, "same as --follow")
+				return func(x *invocation) error {
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					err = c.RunLogs(x.ctx, x.args[0], follow, x.stdout)
+					if follow && errors.Is(err, context.Canceled) {
+						return nil // interrupted: a normal way to stop following
+					}
+					return err
+				}
+			},
+		},
+	},
+}
+
+// runAction calls an action that answers a Run and reports it.
+func runAction(x *invocation, asJSON bool, verb string, call func(*wire.Client) (*wire.Run, error)) error {
+	c, err := x.client()
+	if err != nil {
+		return err
+	}
+	r, err := call(c)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(x.stdout, r)
+	}
+	fmt.Fprintf(x.stdout, "%s run %s: %s, attempt %d/%d\n", verb, r.ID, r.Status, r.Attempt, r.MaxAttempts)
+	return nil
+}
+
+// hostID resolves a host name to its id (an id is used as it is).
+func hostID(x *invocation, c *wire.Client, ref string) (string, error) {
+	if _, err := uuid.Parse(ref); err == nil {
+		return ref, nil
+	}
+	h, err := c.GetHost(x.ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("host %s: %s", ref, describe(err))
+	}
+	return h.ID, nil
+}
+
+// projectID resolves a project slug to its id (an id is used as it is).
+func projectID(x *invocation, c *wire.Client, ref string) (string, error) {
+	if _, err := uuid.Parse(ref); err == nil {
+		return ref, nil
+	}
+	p, err := c.GetProject(x.ctx, ref)
+	if err != nil {
+		return "", fmt.Errorf("project %s: %s", ref, describe(err))
+	}
+	return p.ID, nil
+}
+
+// keyFlag appends a text (or, with named, a key) entry each time its flag
+// is given; --text, --key and --enter share one slice, so the entries keep
+// the command line's order.
+type keyFlag struct {
+	keys  *[]wire.Key
+	named bool
+}
+
+func (f keyFlag) String() string { return "" }
+
+func (f keyFlag) Set(s string) error {
+	if f.named {
+		*f.keys = append(*f.keys, wire.Key{Key: s})
+	} else {
+		*f.keys = append(*f.keys, wire.Key{Text: s})
+	}
+	return nil
+}
+
+// enterFlag is --enter: a boolean flag that appends an Enter key.
+type enterFlag struct{ keys *[]wire.Key }
+
+func (f enterFlag) String() string   { return "" }
+func (f enterFlag) IsBoolFlag() bool { return true }
+
+func (f enterFlag) Set(s string) error {
+	on, err := strconv.ParseBool(s)
+	if err != nil {
+		return errors.New("want true or false")
+	}
+	if on {
+		*f.keys = append(*f.keys, wire.Key{Key: "Enter"})
+	}
+	return nil
+}
+
+func runHost(r wire.Run) string {
+	switch {
+	case r.HostID != nil:
+		return shortID(*r.HostID)
+	case r.TargetHostID != nil:
+		return shortID(*r.TargetHostID) + " (pinned)"
+	}
+	return "-"
+}
+
+func printRuns(w io.Writer, runs []wire.Run, now time.Time) {
+	tw := table(w)
+	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
+	for _, r := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts,
+			r.Provider, runHost(r), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
+	}
+	tw.Flush()
+}
+
+func printRun(w io.Writer, r *wire.Run) {
+	tw := table(w)
+	exit := "-"
+	if r.ExitCode != nil {
+		exit = strconv.Itoa(*r.ExitCode)
+	}
+	args := "-"
+	if len(r.Args) > 0 {
+		args = strings.Join(r.Args, " ")
+	}
+	fmt.Fprintf(tw, "id:\t%s\n", r.ID)
+	fmt.Fprintf(tw, "status:\t%s\n", r.Status)
+	fmt.Fprintf(tw, "attempt:\t%d/%d\n", r.Attempt, r.MaxAttempts)
+	fmt.Fprintf(tw, "provider:\t%s\n", r.Provider)
+	fmt.Fprintf(tw, "task_id:\t%s\n", r.TaskID)
+	fmt.Fprintf(tw, "project_id:\t%s\n", r.ProjectID)
+	fmt.Fprintf(tw, "host_id:\t%s\n", optionalString(r.HostID))
+	fmt.Fprintf(tw, "target_host_id:\t%s\n", optionalString(r.TargetHostID))
+	fmt.Fprintf(tw, "session_name:\t%s\n", r.SessionName)
+	fmt.Fprintf(tw, "cwd:\t%s\n", dash(r.Cwd))
+	fmt.Fprintf(tw, "args:\t%s\n", args)
+	fmt.Fprintf(tw, "failure_reason:\t%s\n", optionalString(r.FailureReason))
+	fmt.Fprintf(tw, "exit_code:\t%s\n", exit)
+	fmt.Fprintf(tw, "pending_since:\t%s\n", rfc3339(r.PendingSince))
+	fmt.Fprintf(tw, "next_attempt_at:\t%s\n", rfc3339(r.NextAttemptAt))
+	fmt.Fprintf(tw, "started_at:\t%s\n", rfc3339(r.StartedAt))
+	fmt.Fprintf(tw, "finished_at:\t%s\n", rfc3339(r.FinishedAt))
+	fmt.Fprintf(tw, "completed_at:\t%s\n", rfc3339(r.CompletedAt))
+	fmt.Fprintf(tw, "completion_source:\t%s\n", optionalString(r.CompletionSource))
+	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&r.CreatedAt))
+	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&r.UpdatedAt))
+	tw.Flush()
+	if r.Prompt != "" {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(r.Prompt, "\n"))
+	}
+}

@@ -1,0 +1,156 @@
+// Package dispatch places pending runs on hosts (§11): one loop per active
+// server that applies the central timeouts, offers due runs to eligible
+// connected hosts (claims are FOR UPDATE SKIP LOCKED in the store, so
+// several dispatchers on one database never double-dispatch), and pushes
+// run_dispatch down the chosen host's uplink. It wakes on events — a new
+// run, a host coming online, a run ending, an ack — and otherwise on a
+// short tick and at the next backoff deadline.
+package dispatch
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"pam/internal/store"
+	"pam/internal/wire"
+)
+
+// Sender pushes frames to connected workers (fleet.Fleet).
+type Sender interface {
+	Connected(hostID string) bool
+	Send(hostID string, f wire.Frame) error
+}
+
+// Options are the timers of §3 the dispatcher applies.
+type Options struct {
+	AckTimeout       time.Duration // PAM_DISPATCH_ACK_TIMEOUT
+	DispatchTimeout  time.Duration // PAM_DISPATCH_TIMEOUT
+	SpawnTimeout     time.Duration // PAM_SPAWN_TIMEOUT
+	HostOfflineAfter time.Duration // PAM_HOST_OFFLINE_AFTER
+	Tick             time.Duration // fallback pass interval; default 1s
+	Batch            int           // runs claimed per pass; default 100
+	Logger           *slog.Logger
+	// OnChange is called after a pass changed runs (so the caller can,
+	// e.g., wake other loops); may be nil.
+	OnChange func()
+}
+
+// Dispatcher is the placement loop.
+type Dispatcher struct {
+	store   *store.Store
+	fleet   Sender
+	o       Options
+	wake    chan struct{}
+	started time.Time
+}
+
+// New returns a dispatcher; call Run.
+func New(s *store.Store, f Sender, o Options) *Dispatcher {
+	if o.Tick <= 0 {
+		o.Tick = time.Second
+	}
+	if o.Batch <= 0 {
+		o.Batch = 100
+	}
+	if o.AckTimeout <= 0 {
+		o.AckTimeout = 10 * time.Second
+	}
+	if o.DispatchTimeout <= 0 {
+		o.DispatchTimeout = 5 * time.Minute
+	}
+	if o.SpawnTimeout <= 0 {
+		o.SpawnTimeout = time.Minute
+	}
+	if o.HostOfflineAfter <= 0 {
+		o.HostOfflineAfter = 90 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Dispatcher{store: s, fleet: f, o: o, wake: make(chan struct{}, 1)}
+}
+
+// Wake asks for a pass now. It never blocks.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run loops until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.started = time.Now()
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-d.wake:
+		case <-timer.C:
+		}
+		again := d.pass(ctx)
+		next := d.o.Tick
+		if again {
+			next = 0 // a full batch: more may be due
+		} else if due, err := d.store.NextDue(ctx); err == nil && !due.IsZero() {
+			next = min(next, max(time.Until(due), time.Millisecond))
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(next)
+	}
+}
+
+// pass runs the duties once and reports whether it should run again at
+// once (the batch was full).
+func (d *Dispatcher) pass(ctx context.Context) bool {
+	changed := 0
+	// Restart grace: no host goes offline until PAM_HOST_OFFLINE_AFTER has
+	// passed since this server started (§11).
+	if time.Since(d.started) > d.o.HostOfflineAfter {
+		if n, err := d.store.MarkOffline(ctx, d.o.HostOfflineAfter); err != nil {
+			d.logErr(ctx, "mark hosts offline", err)
+		} else {
+			changed += n
+		}
+	}
+	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
+	if err != nil {
+		d.logErr(ctx, "sweep timeouts", err)
+	}
+	changed += n
+	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch)
+	if err != nil {
+		d.logErr(ctx, "claim runs", err)
+		return false
+	}
+	for _, o := range offers {
+		f, err := d.store.DispatchFrame(ctx, o)
+		if err == nil {
+			err = d.fleet.Send(o.HostID, f)
+		}
+		if err != nil {
+			// The ack timeout withdraws the offer and it goes elsewhere.
+			d.o.Logger.Warn("push run_dispatch", "run_id", o.Run.ID, "host_id", o.HostID, "err", err)
+			continue
+		}
+		d.o.Logger.Debug("run offered", "run_id", o.Run.ID, "attempt", o.Run.Attempt, "host_id", o.HostID)
+	}
+	if changed+len(offers) > 0 && d.o.OnChange != nil {
+		d.o.OnChange()
+	}
+	return len(offers) >= d.o.Batch
+}
+
+func (d *Dispatcher) logErr(ctx context.Context, what string, err error) {
+	if ctx.Err() == nil {
+		d.o.Logger.Warn("dispatch: "+what, "err", err)
+	}
+}

@@ -1,0 +1,273 @@
+package provider
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/BurntSushi/toml"
+)
+
+// FileName is the catalog file inside the config dir.
+const FileName = "providers.toml"
+
+// MaxFileSize bounds providers.toml.
+const MaxFileSize = 1 << 20
+
+var (
+	nameRe  = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+	envRe   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	proxyRe = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	// placeholderRe finds what looks like a placeholder in an argument.
+	placeholderRe = regexp.MustCompile(`\{[a-z_]+\}`)
+)
+
+// lowerProxy are the lower-case spellings of the proxy variables, which
+// curl and many other tools read instead of the upper-case ones; the
+// [proxy] table accepts them besides UPPER_CASE names.
+var lowerProxy = []string{"http_proxy", "https_proxy", "no_proxy", "all_proxy", "ftp_proxy"}
+
+// Catalog is the providers of one host: the built-ins with the operator's
+// providers.toml merged over them.
+type Catalog struct {
+	// File is the providers.toml that was read, or "" when there was none.
+	File string
+	// Proxy is the [proxy] table, injected into every CLI's environment.
+	Proxy map[string]string
+	// SearchPath is the PATH list Resolve searches for bare binary names;
+	// empty means the process's $PATH at the time of the call.
+	SearchPath string
+
+	providers map[string]Provider
+}
+
+// fileEntry is one [providers.NAME] table; pointers tell "not set" (keep
+// the built-in's value) from "set to empty".
+type fileEntry struct {
+	Binary *string            `toml:"binary"`
+	Args   *[]string          `toml:"args"`
+	Env    *map[string]string `toml:"env"`
+	Hooks  *string            `toml:"hooks"`
+}
+
+type fileShape struct {
+	Providers map[string]fileEntry `toml:"providers"`
+	Proxy     map[string]string    `toml:"proxy"`
+}
+
+// Load reads <configDir>/providers.toml and merges it over the built-in
+// entries. A missing file (or an empty configDir) gives the built-ins
+// alone. A user entry named like a built-in overrides it field by field; a
+// new entry needs a binary and, without args, gets ["{prompt}"]. Unknown
+// keys, bad names and unknown placeholders are refused with an error that
+// names the file and the offending key.
+func Load(configDir string) (*Catalog, error) {
+	c := &Catalog{Proxy: map[string]string{}, providers: builtins()}
+	if configDir == "" {
+		return c, nil
+	}
+	path := filepath.Join(configDir, FileName)
+	data, err := readBounded(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return c, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.File = path
+	var f fileShape
+	md, err := toml.Decode(string(data), &f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		keys := make([]string, len(und))
+		for i, k := range und {
+			keys[i] = k.String()
+		}
+		slices.Sort(keys)
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env and hooks; [proxy] takes variables)", path, keys[0])
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
+		v := f.Proxy[name]
+		if !proxyRe.MatchString(name) && !slices.Contains(lowerProxy, name) {
+			return nil, fmt.Errorf("%s: proxy.%s: not a variable name (want UPPER_CASE letters, digits and _)", path, name)
+		}
+		if strings.ContainsRune(v, 0) {
+			return nil, fmt.Errorf("%s: proxy.%s: value holds a NUL byte", path, name)
+		}
+		c.Proxy[name] = v
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
+		e := f.Providers[name]
+		where := fmt.Sprintf("%s: providers.%s", path, name)
+		if !nameRe.MatchString(name) {
+			return nil, fmt.Errorf("%s: bad provider name (want a lowercase letter, then up to 31 of a-z, 0-9, _ and -)", where)
+		}
+		p, builtin := c.providers[name]
+		if !builtin {
+			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone}
+			if e.Binary == nil {
+				return nil, fmt.Errorf("%s.binary: required for a provider that is not built in", where)
+			}
+		}
+		if e.Binary != nil {
+			p.Binary = *e.Binary
+		}
+		if e.Args != nil {
+			p.Args = slices.Clone(*e.Args)
+		}
+		if e.Env != nil {
+			p.ExtraEnv = maps.Clone(*e.Env)
+		}
+		if e.Hooks != nil {
+			p.Hooks = *e.Hooks
+		}
+		if err := p.validate(); err != nil {
+			return nil, fmt.Errorf("%s.%w", where, err)
+		}
+		c.providers[name] = p
+	}
+	return c, nil
+}
+
+// readBounded reads a file of at most MaxFileSize bytes.
+func readBounded(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > MaxFileSize {
+		return nil, fmt.Errorf("%s: larger than %d bytes", path, MaxFileSize)
+	}
+	return data, nil
+}
+
+// validate checks a merged entry; the error starts with the field name.
+func (p *Provider) validate() error {
+	switch {
+	case p.Binary == "":
+		return errors.New("binary: must not be empty")
+	case strings.ContainsRune(p.Binary, 0):
+		return errors.New("binary: holds a NUL byte")
+	case strings.ContainsRune(p.Binary, '/') && !filepath.IsAbs(p.Binary):
+		return fmt.Errorf("binary: %q is a relative path (want a bare name looked up on PATH, or an absolute path)", p.Binary)
+	}
+	for i, a := range p.Args {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("args[%d]: holds a NUL byte", i)
+		}
+		for _, ph := range placeholderRe.FindAllString(a, -1) {
+			if !slices.Contains(placeholders, ph) {
+				return fmt.Errorf("args[%d]: unknown placeholder %s (known: %s)", i, ph, strings.Join(placeholders, ", "))
+			}
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(p.ExtraEnv)) {
+		if !envRe.MatchString(k) {
+			return fmt.Errorf("env.%s: not a variable name (want letters, digits and _, not starting with a digit)", k)
+		}
+		if strings.ContainsRune(p.ExtraEnv[k], 0) {
+			return fmt.Errorf("env.%s: value holds a NUL byte", k)
+		}
+	}
+	switch p.Hooks {
+	case "":
+		p.Hooks = HooksNone
+	case HooksNone, HooksClaude, HooksCodex:
+	default:
+		return fmt.Errorf("hooks: %q is not one of %s, %s, %s", p.Hooks, HooksClaude, HooksCodex, HooksNone)
+	}
+	return nil
+}
+
+// Get returns a copy of the named provider.
+func (c *Catalog) Get(name string) (Provider, bool) {
+	p, ok := c.providers[name]
+	if !ok {
+		return Provider{}, false
+	}
+	p.Args = slices.Clone(p.Args)
+	p.ExtraEnv = maps.Clone(p.ExtraEnv)
+	return p, true
+}
+
+// Names lists the catalog's providers, sorted.
+func (c *Catalog) Names() []string { return slices.Sorted(maps.Keys(c.providers)) }
+
+// Resolve returns the absolute path of the named provider's binary: an
+// absolute binary as it is, a bare name looked up on SearchPath (or $PATH).
+// Either way it must be an executable regular file.
+func (c *Catalog) Resolve(name string) (string, error) {
+	p, ok := c.providers[name]
+	if !ok {
+		return "", fmt.Errorf("unknown provider %q", name)
+	}
+	if filepath.IsAbs(p.Binary) {
+		if err := CheckExecutable(p.Binary); err != nil {
+			return "", fmt.Errorf("provider %s: %w", name, err)
+		}
+		return p.Binary, nil
+	}
+	search := c.SearchPath
+	if search == "" {
+		search = os.Getenv("PATH")
+	}
+	for _, dir := range filepath.SplitList(search) {
+		// Relative PATH entries would make the answer depend on the
+		// current directory; like exec.LookPath, never use them.
+		if !filepath.IsAbs(dir) {
+			continue
+		}
+		cand := filepath.Join(dir, p.Binary)
+		if CheckExecutable(cand) == nil {
+			return cand, nil
+		}
+	}
+	return "", fmt.Errorf("provider %s: %q not found on PATH", name, p.Binary)
+}
+
+// Available maps each provider whose binary is found to its absolute path:
+// what a worker reports at registration.
+func (c *Catalog) Available() map[string]string {
+	out := map[string]string{}
+	for name := range c.providers {
+		if path, err := c.Resolve(name); err == nil {
+			out[name] = path
+		}
+	}
+	return out
+}
+
+// CheckExecutable reports whether path is a regular file this process may
+// execute.
+func CheckExecutable(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("binary %s: %w", path, err)
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("binary %s: not a regular file", path)
+	}
+	if st.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("binary %s: not executable", path)
+	}
+	const xOK = 1
+	if err := syscall.Access(path, xOK); err != nil {
+		return fmt.Errorf("binary %s: not executable by this user: %w", path, err)
+	}
+	return nil
+}

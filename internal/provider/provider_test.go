@@ -1,0 +1,284 @@
+package provider
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// writeCatalog writes providers.toml into a fresh config dir.
+func writeCatalog(t *testing.T, text string) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, FileName), []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+func TestBuiltins(t *testing.T) {
+	t.Parallel()
+	for _, dir := range []string{"", t.TempDir(), filepath.Join(t.TempDir(), "absent")} {
+		c, err := Load(dir)
+		if err != nil {
+			t.Fatalf("Load(%q): %v", dir, err)
+		}
+		if got, want := c.Names(), []string{"claude", "codex", "gemini", "grok", "shell"}; !slices.Equal(got, want) {
+			t.Errorf("Names = %v, want %v", got, want)
+		}
+		if c.File != "" {
+			t.Errorf("File = %q without a providers.toml", c.File)
+		}
+	}
+	c, _ := Load("")
+	sh, _ := c.Get("shell")
+	if sh.Binary != "/bin/sh" || !slices.Equal(sh.Args, []string{"-c", "{prompt}"}) || sh.Hooks != HooksNone {
+		t.Errorf("shell = %+v", sh)
+	}
+	cl, _ := c.Get("claude")
+	if cl.Binary != "claude" || !slices.Equal(cl.Args, []string{"{prompt}"}) || cl.Hooks != HooksClaude {
+		t.Errorf("claude = %+v", cl)
+	}
+	cx, _ := c.Get("codex")
+	if cx.Hooks != HooksCodex {
+		t.Errorf("codex = %+v", cx)
+	}
+	if _, ok := c.Get("nope"); ok {
+		t.Error("Get(nope) found something")
+	}
+}
+
+func TestMergeOverride(t *testing.T) {
+	t.Parallel()
+	dir := writeCatalog(t, `
+[proxy]
+HTTPS_PROXY = "http://proxy:3128"
+ANTHROPIC_BASE_URL = "https://gw.example/anthropic"
+no_proxy = "localhost"
+
+[providers.claude]
+args = ["--model", "opus", "{prompt}"]
+env = { CLAUDE_CODE_USE_BEDROCK = "1" }
+
+[providers.shell]
+binary = "/bin/bash"
+
+[providers.aider]
+binary = "aider"
+args = ["--message", "{prompt}"]
+`)
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.File != filepath.Join(dir, FileName) {
+		t.Errorf("File = %q", c.File)
+	}
+	cl, _ := c.Get("claude")
+	if cl.Binary != "claude" || cl.Hooks != HooksClaude {
+		t.Errorf("claude lost unset fields: %+v", cl)
+	}
+	if !slices.Equal(cl.Args, []string{"--model", "opus", "{prompt}"}) || cl.ExtraEnv["CLAUDE_CODE_USE_BEDROCK"] != "1" {
+		t.Errorf("claude not overridden: %+v", cl)
+	}
+	sh, _ := c.Get("shell")
+	if sh.Binary != "/bin/bash" || !slices.Equal(sh.Args, []string{"-c", "{prompt}"}) {
+		t.Errorf("shell = %+v", sh)
+	}
+	ai, ok := c.Get("aider")
+	if !ok || ai.Hooks != HooksNone || !slices.Equal(ai.Args, []string{"--message", "{prompt}"}) {
+		t.Errorf("aider = %+v, %v", ai, ok)
+	}
+	if !slices.Contains(c.Names(), "aider") || len(c.Names()) != 6 {
+		t.Errorf("Names = %v", c.Names())
+	}
+	// Get hands out copies.
+	cl.Args[0] = "mutated"
+	if again, _ := c.Get("claude"); again.Args[0] != "--model" {
+		t.Error("Get shares the catalog's slice")
+	}
+
+	env := cl.Env([]string{"PATH=/usr/bin", "HTTPS_PROXY=old", "HOME=/h", "PATH=/bin"}, c.Proxy)
+	want := []string{
+		"PATH=/bin", "HTTPS_PROXY=http://proxy:3128", "HOME=/h",
+		"ANTHROPIC_BASE_URL=https://gw.example/anthropic", "no_proxy=localhost",
+		"CLAUDE_CODE_USE_BEDROCK=1",
+	}
+	if !slices.Equal(env, want) {
+		t.Errorf("Env =\n%q\nwant\n%q", env, want)
+	}
+	// The provider's own env wins over the proxy table.
+	p := Provider{ExtraEnv: map[string]string{"HTTPS_PROXY": "mine"}}
+	if got := p.Env(nil, c.Proxy); !slices.Contains(got, "HTTPS_PROXY=mine") {
+		t.Errorf("provider env does not win: %q", got)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	t.Parallel()
+	big := "# " + strings.Repeat("x", MaxFileSize) + "\n"
+	for _, tc := range []struct {
+		name, text string
+		want       []string // substrings of the error
+	}{
+		{"unknown key", "[providers.claude]\nbniary = \"x\"\n", []string{FileName, `"providers.claude.bniary"`}},
+		{"unknown table", "[provider.claude]\nbinary = \"x\"\n", []string{FileName, `"provider`}},
+		{"bad name upper", "[providers.Claude]\nbinary = \"x\"\n", []string{"providers.Claude", "bad provider name"}},
+		{"bad name long", "[providers." + strings.Repeat("a", 33) + "]\nbinary = \"x\"\n", []string{"bad provider name"}},
+		{"bad name digit", "[providers.1x]\nbinary = \"x\"\n", []string{"bad provider name"}},
+		{"new without binary", "[providers.aider]\nargs = []\n", []string{"providers.aider.binary", "required"}},
+		{"empty binary", "[providers.claude]\nbinary = \"\"\n", []string{"providers.claude.binary"}},
+		{"relative binary", "[providers.claude]\nbinary = \"bin/claude\"\n", []string{"providers.claude.binary", "relative"}},
+		{"bad env", "[providers.claude]\nenv = { \"1BAD\" = \"x\" }\n", []string{"providers.claude.env.1BAD"}},
+		{"bad env dash", "[providers.claude]\nenv = { \"A-B\" = \"x\" }\n", []string{"providers.claude.env.A-B"}},
+		{"bad hooks", "[providers.claude]\nhooks = \"cursor\"\n", []string{"providers.claude.hooks"}},
+		{"typo placeholder", "[providers.claude]\nargs = [\"{promt}\"]\n", []string{"providers.claude.args[0]", "{promt}"}},
+		{"bad proxy", "[proxy]\nhttp-proxy = \"x\"\n", []string{"proxy.http-proxy"}},
+		{"lower proxy", "[proxy]\nsome_var = \"x\"\n", []string{"proxy.some_var"}},
+		{"wrong type", "[providers.claude]\nargs = \"{prompt}\"\n", []string{FileName}},
+		{"syntax", "[providers.claude\n", []string{FileName}},
+		{"too large", big, []string{FileName, "larger than"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Load(writeCatalog(t, tc.text))
+			if err == nil {
+				t.Fatal("Load accepted it")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestArgv(t *testing.T) {
+	t.Parallel()
+	p := Provider{Args: []string{"--title={task_title}", "{prompt}", "run {run_id}/{attempt} in {cwd}", "{prompt}!"}}
+	v := Vars{Prompt: "fix it; rm -rf / {run_id}", TaskTitle: "Do X", RunID: "r1", Attempt: 2, Cwd: "/w d"}
+	got := p.Argv(v)
+	want := []string{"--title=Do X", "fix it; rm -rf / {run_id}", "run r1/2 in /w d", "fix it; rm -rf / {run_id}!"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Argv =\n%q\nwant\n%q", got, want)
+	}
+	v.Prompt = ""
+	got = p.Argv(v)
+	want = []string{"--title=Do X", "run r1/2 in /w d", "!"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Argv with empty prompt =\n%q\nwant\n%q", got, want)
+	}
+	sh := Provider{Args: []string{"-c", "{prompt}"}}
+	if got := sh.Argv(Vars{}); !slices.Equal(got, []string{"-c"}) {
+		t.Errorf("shell with empty prompt = %q", got)
+	}
+}
+
+// fakeBin writes an executable script named name into dir.
+func fakeBin(t *testing.T, dir, name string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte("#!/bin/sh\necho fake\n"), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestResolveAvailable(t *testing.T) {
+	t.Parallel()
+	bin := t.TempDir()
+	claude := fakeBin(t, bin, "claude", 0o755)
+	fakeBin(t, bin, "codex", 0o644) // not executable
+	if err := os.Mkdir(filepath.Join(bin, "gemini"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	abs := fakeBin(t, t.TempDir(), "mytool", 0o755)
+	dir := writeCatalog(t, "[providers.mine]\nbinary = \""+abs+"\"\n[providers.gone]\nbinary = \"/nonexistent/pam-test-bin\"\n")
+	c, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SearchPath = "relative/dir" + string(filepath.ListSeparator) + bin
+
+	if got, err := c.Resolve("claude"); err != nil || got != claude {
+		t.Errorf("Resolve(claude) = %q, %v; want %q", got, err, claude)
+	}
+	for _, name := range []string{"codex", "gemini", "grok", "gone", "nope"} {
+		if got, err := c.Resolve(name); err == nil {
+			t.Errorf("Resolve(%s) = %q, want an error", name, got)
+		}
+	}
+	if got, err := c.Resolve("mine"); err != nil || got != abs {
+		t.Errorf("Resolve(mine) = %q, %v", got, err)
+	}
+	av := c.Available()
+	want := map[string]string{"claude": claude, "mine": abs, "shell": "/bin/sh"}
+	if len(av) != len(want) {
+		t.Errorf("Available = %v, want %v", av, want)
+	}
+	for k, v := range want {
+		if av[k] != v {
+			t.Errorf("Available[%s] = %q, want %q", k, av[k], v)
+		}
+	}
+}
+
+func TestHookArgs(t *testing.T) {
+	t.Parallel()
+	pam := "/opt/my pam's/bin/pam"
+	c, _ := Load("")
+	cl, _ := c.Get("claude")
+	args := cl.HookArgs(pam)
+	if len(args) != 2 || args[0] != "--settings" {
+		t.Fatalf("claude HookArgs = %q", args)
+	}
+	var s struct {
+		Hooks map[string][]struct {
+			Matcher *string `json:"matcher"`
+			Hooks   []struct {
+				Type    string `json:"type"`
+				Command string `json:"command"`
+			} `json:"hooks"`
+		} `json:"hooks"`
+	}
+	if err := json.Unmarshal([]byte(args[1]), &s); err != nil {
+		t.Fatalf("settings are not JSON: %v\n%s", err, args[1])
+	}
+	quoted := `'/opt/my pam'\''s/bin/pam'`
+	for event, want := range map[string]string{"Stop": quoted + " hook completed", "PostToolUse": quoted + " hook progress"} {
+		groups := s.Hooks[event]
+		if len(groups) != 1 || len(groups[0].Hooks) != 1 {
+			t.Fatalf("%s: %+v", event, groups)
+		}
+		h := groups[0].Hooks[0]
+		if h.Type != "command" || h.Command != want {
+			t.Errorf("%s hook = %+v, want command %q", event, h, want)
+		}
+	}
+	if m := s.Hooks["PostToolUse"][0].Matcher; m == nil || *m != "*" {
+		t.Errorf("PostToolUse matcher = %v", m)
+	}
+
+	cx, _ := c.Get("codex")
+	args = cx.HookArgs("/usr/local/bin/pam")
+	if len(args) != 2 || args[0] != "-c" || !strings.HasPrefix(args[1], "notify=") {
+		t.Fatalf("codex HookArgs = %q", args)
+	}
+	var notify []string
+	if err := json.Unmarshal([]byte(strings.TrimPrefix(args[1], "notify=")), &notify); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(notify, []string{"/usr/local/bin/pam", "hook", "completed"}) {
+		t.Errorf("notify = %q", notify)
+	}
+	for _, name := range []string{"gemini", "grok", "shell"} {
+		p, _ := c.Get(name)
+		if got := p.HookArgs(pam); got != nil {
+			t.Errorf("%s HookArgs = %q", name, got)
+		}
+	}
+}

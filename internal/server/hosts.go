@@ -1,0 +1,109 @@
+package server
+
+import (
+	"net/http"
+	"time"
+
+	"pam/internal/wire"
+)
+
+// The host registry and the provider list (§7).
+
+// defaultHostOfflineAfter is PAM_HOST_OFFLINE_AFTER's default, used when
+// Options leaves it zero.
+const defaultHostOfflineAfter = 90 * time.Second
+
+func (s *Server) hostOfflineAfter() time.Duration {
+	if s.opts.HostOfflineAfter > 0 {
+		return s.opts.HostOfflineAfter
+	}
+	return defaultHostOfflineAfter
+}
+
+func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
+	hs, err := s.store.ListHosts(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.HostList{Hosts: hs})
+}
+
+func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
+	var in wire.CreateHost
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out, err := s.store.CreateHost(r.Context(), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// The token is in this body and nowhere else: not cached by anyone.
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusCreated, out)
+}
+
+func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
+	h, err := s.store.GetHost(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) disableHost(w http.ResponseWriter, r *http.Request) {
+	h, err := s.store.DisableHost(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) enableHost(w http.ResponseWriter, r *http.Request) {
+	h, err := s.store.EnableHost(r.Context(), r.PathValue("ref"), s.hostOfflineAfter())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) clearSuspect(w http.ResponseWriter, r *http.Request) {
+	h, err := s.store.ClearSuspect(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
+func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) {
+	tok, err := s.store.RotateToken(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	writeJSON(w, http.StatusOK, tok)
+}
+
+func (s *Server) deleteHost(w http.ResponseWriter, r *http.Request) {
+	if err := s.store.DeleteHost(r.Context(), r.PathValue("ref")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) listProviders(w http.ResponseWriter, r *http.Request) {
+	ps, err := s.store.Providers(r.Context())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.ProviderList{Providers: ps})
+}

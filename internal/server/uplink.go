@@ -1,0 +1,205 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/fleet"
+	"pam/internal/wire"
+)
+
+// uplink serves WS /api/internal/worker/uplink: one resident connection per
+// worker carrying heartbeats, dispatch, snapshots, signals and logs (§10).
+func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
+	host := hostOf(r)
+	ws, err := websocket.Accept(w, r, nil)
+	if err != nil {
+		return // Accept wrote the error
+	}
+	ws.SetReadLimit(wire.MaxFrame)
+	ctx, cancel := contextWithCancelOn(r.Context(), s.streamCtx)
+	defer cancel()
+	conn := s.opts.Fleet.Attach(host.ID)
+	defer s.opts.Fleet.Detach(conn)
+	s.log.Info("uplink connected", "host", host.Name, "host_id", host.ID)
+	s.metrics.uplinks.Inc()
+	defer s.metrics.uplinks.Dec()
+
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		s.uplinkWriter(ctx, ws, conn)
+	}()
+	u := &uplinkSession{s: s, host: host, conn: conn, known: map[string]bool{}}
+	s.opts.Dispatcher.Wake()
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil {
+			break
+		}
+		f, err := wire.DecodeFrame(data)
+		if err != nil {
+			u.send(wire.Frame{Type: wire.FrameError, Code: "malformed_frame", Message: err.Error()})
+			continue
+		}
+		u.handle(ctx, f)
+	}
+	conn.Close()
+	cancel()
+	<-writerDone
+	_ = ws.CloseNow()
+	s.log.Info("uplink disconnected", "host", host.Name, "host_id", host.ID)
+}
+
+// uplinkWriter is the only writer of the socket: it drains the host's
+// queue until the connection or the server ends.
+func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fleet.Conn) {
+	defer ws.CloseNow()
+	for {
+		select {
+		case <-ctx.Done():
+			_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+			return
+		case <-conn.Done:
+			_ = ws.Close(websocket.StatusPolicyViolation, "connection replaced or too slow")
+			return
+		case f := <-conn.Out:
+			b, err := json.Marshal(f)
+			if err != nil {
+				continue
+			}
+			wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			err = ws.Write(wctx, websocket.MessageText, b)
+			cancel()
+			if err != nil {
+				return
+			}
+		}
+	}
+}
+
+// uplinkSession handles the frames of one connection.
+type uplinkSession struct {
+	s     *Server
+	host  wire.Host
+	conn  *fleet.Conn
+	known map[string]bool // runs this host may speak for (checked once)
+}
+
+func (u *uplinkSession) send(f wire.Frame) {
+	select {
+	case u.conn.Out <- f:
+	case <-u.conn.Done:
+	default:
+		u.conn.Close() // hopelessly behind: reconnect and resync
+	}
+}
+
+func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
+	s := u.s
+	switch f.Type {
+	case wire.FrameHeartbeat:
+		online, err := s.store.Heartbeat(ctx, u.host.ID)
+		if err != nil {
+			s.log.Warn("heartbeat", "host", u.host.Name, "err", err)
+			return
+		}
+		if online {
+			s.opts.Dispatcher.Wake()
+		}
+		now := time.Now().UTC()
+		u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
+
+	case wire.FrameRunDispatchAck:
+		res, err := s.store.AckOffer(ctx, u.host.ID, f)
+		if err != nil {
+			u.refuse(f, err)
+			return
+		}
+		if res.StopSender {
+			u.send(wire.Frame{Type: wire.FrameRunStop, RunID: f.RunID, Attempt: f.Attempt, Force: true})
+		}
+		if res.Changed {
+			s.opts.Dispatcher.Wake()
+		}
+
+	case wire.FrameSnapshot:
+		if !u.maySpeakFor(ctx, f.RunID) {
+			u.refuse(f, wire.NotFound("run"))
+			return
+		}
+		at := time.Now()
+		if f.Timestamp != nil {
+			at = *f.Timestamp
+		}
+		if _, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
+			if err := s.store.TouchOutput(ctx, f.RunID); err != nil {
+				s.log.Warn("record output", "run_id", f.RunID, "err", err)
+			}
+		}
+
+	case wire.FrameSignal:
+		sig := wire.Signal{Kind: f.Kind, Attempt: f.Attempt, Seq: f.Seq, Source: f.Source, Payload: f.Payload, Timestamp: f.Timestamp}
+		ack := wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq}
+		res, err := s.ingest(ctx, f.RunID, u.host.ID, sig)
+		if err != nil {
+			var we *wire.Error
+			if !errors.As(err, &we) {
+				we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
+				s.log.Error("uplink signal", "run_id", f.RunID, "err", err)
+			}
+			ack.Code, ack.Message = we.Code, we.Message
+		} else {
+			ack.Result = res.Result
+		}
+		u.send(ack)
+
+	case wire.FrameLogChunk:
+		s.opts.Fleet.DeliverLog(f)
+
+	case wire.FrameRunState:
+		_, changed, err := s.store.RunStateReport(ctx, u.host.ID, f)
+		if err != nil {
+			u.refuse(f, err)
+			return
+		}
+		if changed {
+			s.opts.Dispatcher.Wake()
+		}
+
+	case wire.FrameAttachOutput, wire.FrameAttachClosed:
+		// Interactive attach arrives with the live-terminal issue.
+
+	default:
+		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})
+	}
+}
+
+// maySpeakFor checks, once per connection and run, that the run was
+// offered to this host (a worker speaks only for its own runs).
+func (u *uplinkSession) maySpeakFor(ctx context.Context, runID string) bool {
+	if ok, seen := u.known[runID]; seen {
+		return ok
+	}
+	_, err := u.s.store.WorkerRun(ctx, u.host.ID, runID)
+	ok := err == nil
+	if ok || wire.HasCode(err, wire.CodeNotFound) {
+		u.known[runID] = ok
+	}
+	return ok
+}
+
+// refuse answers a frame the server could not take with an error frame.
+func (u *uplinkSession) refuse(f wire.Frame, err error) {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		u.s.log.Error("uplink frame", "type", f.Type, "run_id", f.RunID, "err", err)
+		we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
+	}
+	u.send(wire.Frame{Type: wire.FrameError, Code: we.Code, Message: f.Type + ": " + we.Message, RunID: f.RunID})
+}

@@ -1,0 +1,212 @@
+package store
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pam/internal/wire"
+)
+
+// Register applies POST /api/internal/worker/register for the host whose
+// token authenticated the call (§10): the name must match, the protocol
+// must be spoken, and the instance_id rules of the seed decide between a
+// normal start, a reinstall and a suspected clone.
+func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, offlineAfter time.Duration) (wire.Registered, error) {
+	if in.HostName != host.Name {
+		return wire.Registered{}, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "this worker token belongs to another host")
+	}
+	if in.Protocol != wire.UplinkProtocol {
+		return wire.Registered{}, wire.Errorf(http.StatusBadRequest, "protocol_mismatch",
+			"this server speaks uplink protocol %d, the worker %d", wire.UplinkProtocol, in.Protocol).With("protocols", []int{wire.UplinkProtocol})
+	}
+	if _, err := uuid.Parse(in.InstanceID); err != nil {
+		return wire.Registered{}, wire.Invalid("instance_id", "instance_id must be a UUID")
+	}
+	if in.MaxRuns < 0 || in.MaxRuns > 1000 {
+		return wire.Registered{}, wire.Invalid("max_runs", "max_runs must be between 0 and 1000")
+	}
+	if len(in.Providers) > 64 {
+		return wire.Registered{}, wire.Invalid("providers", "at most 64 providers")
+	}
+	for _, p := range in.Providers {
+		if !providerRe.MatchString(p) {
+			return wire.Registered{}, wire.Invalid("providers", "provider %q is not a valid name", p)
+		}
+	}
+	if len(in.Platform) > 64 || len(in.Executor) > 16 || len(in.Version) > 64 {
+		return wire.Registered{}, wire.Invalid("platform", "platform, executor and version are short strings")
+	}
+	var out wire.Registered
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var pinned *string
+		var lastSeen *time.Time
+		var suspect bool
+		if err := tx.QueryRow(ctx, `SELECT instance_id::text, last_seen_at, instance_suspect FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, host.ID).
+			Scan(&pinned, &lastSeen, &suspect); err != nil {
+			return err
+		}
+		var maxRuns *int
+		if in.MaxRuns > 0 {
+			maxRuns = &in.MaxRuns
+		}
+		providers := in.Providers
+		if providers == nil {
+			providers = []string{}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET platform = $2, providers = $3, executor = $4, reported_max_runs = $5, updated_at = now()
+			WHERE id = $1`, host.ID, in.Platform, providers, in.Executor, maxRuns); err != nil {
+			return err
+		}
+		var events []NewEvent
+		switch {
+		case pinned == nil:
+			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2 WHERE id = $1`, host.ID, in.InstanceID); err != nil {
+				return err
+			}
+		case *pinned == in.InstanceID:
+		case lastSeen == nil || time.Since(*lastSeen) > offlineAfter:
+			// The pinned instance has been silent: a reinstall.
+			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2, instance_suspect = false, reported_instance_id = NULL WHERE id = $1`, host.ID, in.InstanceID); err != nil {
+				return err
+			}
+			events = append(events, NewEvent{Topic: "worker.instance_reinstalled", HostID: host.ID,
+				Payload: map[string]any{"host_id": host.ID, "old_instance_id": *pinned, "instance_id": in.InstanceID}})
+		default:
+			// The pinned instance is live: a clone. Keep the pinned id.
+			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_suspect = true, reported_instance_id = $2 WHERE id = $1`, host.ID, in.InstanceID); err != nil {
+				return err
+			}
+			if !suspect {
+				events = append(events, NewEvent{Topic: "worker.instance_suspect", HostID: host.ID,
+					Payload: map[string]any{"host_id": host.ID, "pinned_instance_id": *pinned, "instance_id": in.InstanceID}})
+			}
+		}
+		if err := tx.QueryRow(ctx, `SELECT status FROM hosts WHERE id = $1`, host.ID).Scan(&out.Status); err != nil {
+			return err
+		}
+		out.HostID, out.Protocol = host.ID, wire.UplinkProtocol
+		return tx.Journal(ctx, events...)
+	})
+	return out, err
+}
+
+// Heartbeat records that a host's worker is alive. A host that was not
+// online becomes online (journal worker.registered); a disabled host only
+// gets its last_seen_at (disabled is sticky). It reports whether the host
+// just came online, which may free work for the dispatcher.
+func (s *Store) Heartbeat(ctx context.Context, hostID string) (bool, error) {
+	cameOnline := false
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var status string
+		var disabled bool
+		if err := tx.QueryRow(ctx, `SELECT status, disabled FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID).Scan(&status, &disabled); err != nil {
+			return err
+		}
+		if disabled || status == "online" {
+			_, err := tx.Exec(ctx, `UPDATE hosts SET last_seen_at = now() WHERE id = $1`, hostID)
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET status = 'online', last_seen_at = now(), last_online_at = now(), updated_at = now() WHERE id = $1`, hostID); err != nil {
+			return err
+		}
+		cameOnline = true
+		return tx.Journal(ctx, NewEvent{Topic: "worker.registered", HostID: hostID, Payload: map[string]any{"host_id": hostID, "from": status}})
+	})
+	return cameOnline, err
+}
+
+// MarkOffline turns online hosts silent for offlineAfter into offline
+// (journal worker.offline). It is not called until offlineAfter has passed
+// since serve started (restart grace, §11).
+func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (int, error) {
+	n := 0
+	err := s.InTx(ctx, func(tx *Tx) error {
+		rows, err := tx.Query(ctx, `UPDATE hosts SET status = 'offline', updated_at = now()
+			WHERE status = 'online' AND NOT disabled AND last_seen_at < now() - $1::interval RETURNING id::text, last_seen_at`, offlineAfter)
+		if err != nil {
+			return err
+		}
+		var events []NewEvent
+		for rows.Next() {
+			var id string
+			var seen time.Time
+			if err := rows.Scan(&id, &seen); err != nil {
+				rows.Close()
+				return err
+			}
+			events = append(events, NewEvent{Topic: "worker.offline", HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}})
+		}
+		rows.Close()
+		n = len(events)
+		return tx.Journal(ctx, events...)
+	})
+	return n, err
+}
+
+// WorkerRuns lists the host's runs in spawning or running (GET
+// /api/internal/worker/runs).
+func (s *Store) WorkerRuns(ctx context.Context, hostID string) ([]wire.WorkerRun, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT id::text, attempt, status, session_name, task_id::text, provider, cwd
+		FROM runs WHERE host_id = $1 AND status IN ('spawning', 'running') ORDER BY created_at`, hostID)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.WorkerRun{}
+	for rows.Next() {
+		var w wire.WorkerRun
+		if err := rows.Scan(&w.RunID, &w.Attempt, &w.Status, &w.SessionName, &w.TaskID, &w.Provider, &w.Cwd); err != nil {
+			return nil, err
+		}
+		out = append(out, w)
+	}
+	return out, translate(rows.Err())
+}
+
+// WorkerRun returns one run ever offered to hostID, with its attempts
+// (GET /api/internal/worker/runs/{id}); other runs are not_found.
+func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.WorkerRun, error) {
+	r, err := s.GetRun(ctx, runID)
+	if err != nil {
+		return wire.WorkerRun{}, err
+	}
+	var known bool
+	if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&known); err != nil {
+		return wire.WorkerRun{}, translate(err)
+	}
+	if !known {
+		return wire.WorkerRun{}, wire.NotFound("run")
+	}
+	w := wire.WorkerRun{RunID: r.ID, Attempt: r.Attempt, Status: r.Status, SessionName: r.SessionName, TaskID: r.TaskID,
+		Provider: r.Provider, Cwd: r.Cwd, FailureReason: r.FailureReason, HostID: r.HostID, Attempts: []wire.RunAttempt{}}
+	rows, err := s.Pool.Query(ctx, `SELECT attempt, host_id::text, outcome, failure_reason FROM run_attempts WHERE run_id = $1 ORDER BY attempt`, runID)
+	if err != nil {
+		return w, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var a wire.RunAttempt
+		if err := rows.Scan(&a.Attempt, &a.HostID, &a.Outcome, &a.FailureReason); err != nil {
+			return w, err
+		}
+		w.Attempts = append(w.Attempts, a)
+	}
+	return w, translate(rows.Err())
+}
+
+// TouchOutput records that a run's pane changed (for the hang timer).
+func (s *Store) TouchOutput(ctx context.Context, runID string) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE runs SET last_output_at = now() WHERE id = $1`, runID)
+	return translate(err)
+}
+
+// LastHost is the host of the run's latest offered attempt (for a run
+// that has since been requeued or withdrawn), or nil.
+func (s *Store) LastHost(ctx context.Context, runID string) *string {
+	var h *string
+	_ = s.Pool.QueryRow(ctx, `SELECT host_id::text FROM run_offers WHERE run_id = $1 ORDER BY attempt DESC, offered_at DESC LIMIT 1`, runID).Scan(&h)
+	return h
+}

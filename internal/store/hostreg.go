@@ -1,0 +1,346 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"regexp"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"pam/internal/wire"
+)
+
+// The host registry: hosts are created by the operator, who gets the
+// worker token once; a worker cannot register a host that does not exist
+// (seed 030, contract §7, §10).
+
+// hostNameRe is what a host name may be: a machine name, usable in a URL
+// path segment as it is.
+var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// Limits and default of max_runs.
+const (
+	DefaultMaxRuns = 8
+	maxMaxRuns     = 1000
+)
+
+// ValidHostName checks a host name against ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$.
+func ValidHostName(name string) error {
+	if !hostNameRe.MatchString(name) {
+		return wire.Invalid("name", "name must be a machine name: 1 to 63 letters, digits, dots, dashes or underscores, starting with a letter or digit")
+	}
+	return nil
+}
+
+// NewWorkerToken returns a fresh worker token (32 random bytes as 64
+// lowercase hex characters) and the hash that is all the database keeps.
+func NewWorkerToken() (token string, hash []byte, err error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", nil, err
+	}
+	token = hex.EncodeToString(b)
+	return token, HashWorkerToken(token), nil
+}
+
+// HashWorkerToken is the SHA-256 of the token as presented (its hex text).
+func HashWorkerToken(token string) []byte {
+	sum := sha256.Sum256([]byte(token))
+	return sum[:]
+}
+
+// CreateHost validates and inserts a host in status registered, journaling
+// host.created. The answer carries the worker token, which is shown this
+// once and never stored (only its hash is).
+func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCreated, error) {
+	if err := ValidHostName(in.Name); err != nil {
+		return wire.HostCreated{}, err
+	}
+	maxRuns := DefaultMaxRuns
+	if in.MaxRuns != nil {
+		maxRuns = *in.MaxRuns
+		if maxRuns < 1 || maxRuns > maxMaxRuns {
+			return wire.HostCreated{}, wire.Invalid("max_runs", "max_runs must be 1 to %d", maxMaxRuns)
+		}
+	}
+	token, hash, err := NewWorkerToken()
+	if err != nil {
+		return wire.HostCreated{}, err
+	}
+	var h wire.Host
+	err = s.InTx(ctx, func(tx *Tx) error {
+		var err error
+		h, err = scanHost(tx.QueryRow(ctx, `WITH h AS (
+				INSERT INTO hosts (id, name, status, max_runs, worker_token_hash)
+				VALUES ($1, $2, 'registered', $3, $4) RETURNING *)
+			SELECT `+hostColumns+` FROM h`, uuid.NewString(), in.Name, maxRuns, hash))
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.created", HostID: h.ID, Payload: h})
+	})
+	if IsUniqueViolation(err, "hosts_name_key") {
+		return wire.HostCreated{}, wire.Conflict(wire.CodeConflict, "a host named %q exists", in.Name).With("field", "name")
+	}
+	if err != nil {
+		return wire.HostCreated{}, err
+	}
+	return wire.HostCreated{Host: h, WorkerToken: token}, nil
+}
+
+// lookupHost resolves an id or a name; lock takes FOR UPDATE of the host
+// row (only the row: the active_runs count is read, not locked).
+func lookupHost(ctx context.Context, q querier, ref string, lock bool) (wire.Host, error) {
+	where := `h.name = $1`
+	if id, err := uuid.Parse(ref); err == nil {
+		where, ref = `h.id = $1::uuid`, id.String()
+	} else if !hostNameRe.MatchString(ref) {
+		return wire.Host{}, wire.NotFound("host")
+	}
+	sql := `SELECT ` + hostColumns + ` FROM hosts h WHERE ` + where
+	if lock {
+		sql += ` FOR UPDATE OF h`
+	}
+	h, err := scanHost(q.QueryRow(ctx, sql, ref))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Host{}, wire.NotFound("host")
+	}
+	return h, translate(err)
+}
+
+// HostByRef resolves a host by id or name; anything else is not_found.
+func (s *Store) HostByRef(ctx context.Context, ref string) (wire.Host, error) {
+	return lookupHost(ctx, s.Pool, ref, false)
+}
+
+// GetHost is HostByRef: the Host it returns carries active_runs, which is
+// how an operator judges that a disabled host has drained.
+func (s *Store) GetHost(ctx context.Context, ref string) (wire.Host, error) {
+	return lookupHost(ctx, s.Pool, ref, false)
+}
+
+// HostByToken finds the host a worker token belongs to, or not_found.
+//
+// The token is hashed before the lookup, so the comparison the database
+// makes (an index probe, not constant-time) is between hashes: how long it
+// takes depends on the SHA-256 of the guess, which an attacker cannot steer
+// towards a prefix of the stored hash, so timing reveals nothing about the
+// token itself. Only the hash is stored, so a database dump yields no
+// usable token either.
+func (s *Store) HostByToken(ctx context.Context, token string) (wire.Host, error) {
+	if len(token) != 64 {
+		return wire.Host{}, wire.NotFound("host")
+	}
+	h, err := scanHost(s.Pool.QueryRow(ctx, `SELECT `+hostColumns+` FROM hosts h WHERE h.worker_token_hash = $1`,
+		HashWorkerToken(token)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Host{}, wire.NotFound("host")
+	}
+	return h, translate(err)
+}
+
+// DisableHost withholds new dispatch from a host (drain-only: its running
+// sessions continue). disabled is sticky: heartbeats keep updating
+// last_seen_at but status stays disabled until EnableHost (the
+// hosts_disabled_sticky trigger enforces it for every writer). Disabling a
+// disabled host changes nothing and journals nothing.
+func (s *Store) DisableHost(ctx context.Context, ref string) (wire.Host, error) {
+	var out wire.Host
+	err := s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if h.Disabled {
+			out = h
+			return nil
+		}
+		out, err = updateHost(ctx, tx, h.ID, `disabled = true, status = 'disabled'`)
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.disabled", HostID: h.ID, Payload: out})
+	})
+	return out, err
+}
+
+// EnableHost clears disabled and derives the status from last_seen_at:
+// online when it falls within offlineAfter of now, offline when it is
+// older, registered when no worker was ever seen (a host that was seen
+// never returns to registered). Enabling an enabled host changes nothing.
+func (s *Store) EnableHost(ctx context.Context, ref string, offlineAfter time.Duration) (wire.Host, error) {
+	var out wire.Host
+	err := s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if !h.Disabled {
+			out = h
+			return nil
+		}
+		out, err = updateHost(ctx, tx, h.ID, `disabled = false, status = CASE
+				WHEN last_seen_at IS NULL THEN 'registered'
+				WHEN last_seen_at > now() - $2::bigint * interval '1 microsecond' THEN 'online'
+				ELSE 'offline' END`, offlineAfter.Microseconds())
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.enabled", HostID: h.ID, Payload: out})
+	})
+	return out, err
+}
+
+// ClearSuspect accepts the instance id a suspect host last reported as its
+// pinned instance_id and clears instance_suspect, journaling host.updated.
+// A host that is not suspect is returned unchanged.
+func (s *Store) ClearSuspect(ctx context.Context, ref string) (wire.Host, error) {
+	var out wire.Host
+	err := s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if !h.InstanceSuspect {
+			out = h
+			return nil
+		}
+		out, err = updateHost(ctx, tx, h.ID, `instance_suspect = false,
+			instance_id = coalesce(reported_instance_id, instance_id), reported_instance_id = NULL`)
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.updated", HostID: h.ID, Payload: map[string]any{
+			"host_id":  h.ID,
+			"host":     out,
+			"changed":  map[string]any{"instance_suspect": false, "instance_id": out.InstanceID},
+			"previous": map[string]any{"instance_id": h.InstanceID},
+		}})
+	})
+	return out, err
+}
+
+// RotateToken gives a host a new worker token and returns it; the old one
+// stops working at once (workers authenticate by hash, looked up per
+// request). The event says what was rotated, never the token.
+func (s *Store) RotateToken(ctx context.Context, ref string) (wire.WorkerToken, error) {
+	token, hash, err := NewWorkerToken()
+	if err != nil {
+		return wire.WorkerToken{}, err
+	}
+	err = s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET worker_token_hash = $2, updated_at = now() WHERE id = $1`, h.ID, hash); err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.updated", HostID: h.ID, Payload: map[string]any{
+			"host_id": h.ID, "rotated": "worker_token",
+		}})
+	})
+	if err != nil {
+		return wire.WorkerToken{}, err
+	}
+	return wire.WorkerToken{WorkerToken: token}, nil
+}
+
+// activeOnHost is the predicate of a host's active_runs (hosts.go), plus
+// pending runs pinned to the host: work that still needs it.
+const activeOnHost = `(r.host_id = $1 AND r.status IN ('pending', 'spawning', 'running'))
+	OR (r.target_host_id = $1 AND r.status = 'pending')`
+
+// DeleteHost removes a host that has no active run (409 has_active_runs
+// otherwise), journaling host.removed. The runs and attempts that ran on
+// it keep their history but lose the reference (host_id set to NULL); the
+// journal still names the host in their events.
+func (s *Store) DeleteHost(ctx context.Context, ref string) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		var active int
+		if err := tx.QueryRow(ctx, `SELECT count(*) FROM runs r WHERE `+activeOnHost, h.ID).Scan(&active); err != nil {
+			return err
+		}
+		if active > 0 {
+			return hasActiveRuns(h, active)
+		}
+		for _, q := range []string{
+			`UPDATE runs SET host_id = NULL WHERE host_id = $1`,
+			`UPDATE runs SET target_host_id = NULL WHERE target_host_id = $1`,
+			`UPDATE run_attempts SET host_id = NULL WHERE host_id = $1`,
+		} {
+			if _, err := tx.Exec(ctx, q, h.ID); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM hosts WHERE id = $1`, h.ID); err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "host.removed", HostID: h.ID, Payload: h})
+	})
+	// A run placed on the host between the count and the delete (a
+	// dispatcher that does not lock the host row) trips the foreign key:
+	// that is the same refusal.
+	if fkViolationFrom(err, "runs") {
+		return wire.Conflict(wire.CodeHasActiveRuns, "host has active runs")
+	}
+	return err
+}
+
+func hasActiveRuns(h wire.Host, n int) error {
+	return wire.Conflict(wire.CodeHasActiveRuns,
+		"host %s has %d active run(s): stop them or wait for them to end (disable the host to drain it)", h.Name, n).
+		With("active_runs", n)
+}
+
+// fkViolationFrom reports a foreign-key failure raised by a row of table.
+func fkViolationFrom(err error, table string) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.TableName == table
+}
+
+// updateHost applies set (an SQL SET list; $1 is the host id, further
+// placeholders take args) and returns the host as it now reads.
+func updateHost(ctx context.Context, tx *Tx, id, set string, args ...any) (wire.Host, error) {
+	return scanHost(tx.QueryRow(ctx, `WITH h AS (
+			UPDATE hosts SET `+set+`, updated_at = now() WHERE id = $1 RETURNING *)
+		SELECT `+hostColumns+` FROM h`, append([]any{id}, args...)...))
+}
+
+// Providers lists the providers some host reports, by name, each with the
+// names of the hosts that offer it (sorted). Every host counts, whatever
+// its status: the list says where a provider is installed; the host list
+// says which hosts can take work now.
+func (s *Store) Providers(ctx context.Context) ([]wire.ProviderHosts, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT p, array_agg(DISTINCT h.name)
+		FROM hosts h, unnest(h.providers) AS p GROUP BY p ORDER BY p`)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.ProviderHosts{}
+	for rows.Next() {
+		var ph wire.ProviderHosts
+		if err := rows.Scan(&ph.Name, &ph.Hosts); err != nil {
+			return nil, err
+		}
+		sort.Strings(ph.Hosts) // byte order, whatever the database collation
+		out = append(out, ph)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}

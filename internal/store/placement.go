@@ -1,0 +1,345 @@
+package store
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pam/internal/wire"
+)
+
+// Offer is a run just offered to a host: what the dispatcher pushes down
+// that host's uplink as run_dispatch after the claim commits.
+type Offer struct {
+	Run       wire.Run
+	HostID    string
+	TaskTitle string
+}
+
+// DispatchFrame builds the run_dispatch frame of an offer.
+func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) {
+	tok, err := s.SignalToken(ctx, o.Run.ID, o.Run.Attempt, o.HostID)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	return wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
+		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
+		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}, nil
+}
+
+type candidate struct {
+	id        string
+	providers []string
+	capacity  int
+	active    int
+}
+
+// ClaimAndOffer is one dispatch pass (§11): due pending runs, claimed with
+// FOR UPDATE SKIP LOCKED so that several dispatchers never take the same
+// run, are offered to the least loaded eligible host. Candidate hosts are
+// locked for the pass so that capacity is counted once across dispatchers.
+// connected reports whether a host's uplink is up in this process.
+func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string) bool, limit int) ([]Offer, error) {
+	var offers []Offer
+	err := s.InTx(ctx, func(tx *Tx) error {
+		offers = nil
+		rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM runs
+			WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+			ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+		if err != nil {
+			return err
+		}
+		var due []wire.Run
+		for rows.Next() {
+			r, err := scanRun(rows)
+			if err != nil {
+				rows.Close()
+				return err
+			}
+			due = append(due, r)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil || len(due) == 0 {
+			return err
+		}
+		hrows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
+			(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
+			FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
+			ORDER BY h.id FOR NO KEY UPDATE OF h`)
+		if err != nil {
+			return err
+		}
+		var hosts []*candidate
+		for hrows.Next() {
+			c := &candidate{}
+			if err := hrows.Scan(&c.id, &c.providers, &c.capacity, &c.active); err != nil {
+				hrows.Close()
+				return err
+			}
+			if connected(c.id) {
+				hosts = append(hosts, c)
+			}
+		}
+		hrows.Close()
+		if err := hrows.Err(); err != nil {
+			return err
+		}
+		var matchedIDs []string
+		for _, r := range due {
+			var best *candidate
+			matched := false
+			for _, h := range hosts {
+				if !slices.Contains(h.providers, r.Provider) || (r.TargetHostID != nil && *r.TargetHostID != h.id) {
+					continue
+				}
+				matched = true // eligible in every respect but capacity
+				if h.active < h.capacity && (best == nil || h.active < best.active) {
+					best = h
+				}
+			}
+			if matched {
+				matchedIDs = append(matchedIDs, r.ID)
+			}
+			if best == nil {
+				continue
+			}
+			best.active++
+			out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = now(), updated_at = now()
+				WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt, best.id))
+			if err != nil {
+				return fmt.Errorf("offer run %s: %w", r.ID, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
+				ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now()`, r.ID, r.Attempt, best.id); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, now())
+				ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = now()`, r.ID, r.Attempt, best.id); err != nil {
+				return err
+			}
+			var title string
+			if err := tx.QueryRow(ctx, `SELECT title FROM work_items WHERE id = $1`, r.TaskID).Scan(&title); err != nil {
+				return err
+			}
+			offers = append(offers, Offer{Run: out, HostID: best.id, TaskTitle: title})
+		}
+		if len(matchedIDs) > 0 {
+			if _, err := tx.Exec(ctx, `UPDATE runs SET ever_matched = true WHERE id = ANY($1::uuid[]) AND NOT ever_matched`, matchedIDs); err != nil {
+				return err
+			}
+		}
+		events := make([]NewEvent, 0, len(offers))
+		for _, o := range offers {
+			events = append(events, runEvent("run.dispatched", o.Run, map[string]any{"host_id": o.HostID}))
+		}
+		return tx.Journal(ctx, events...)
+	})
+	return offers, err
+}
+
+// AckOutcome says what a run_dispatch_ack did.
+type AckOutcome struct {
+	Run        wire.Run
+	Changed    bool // spawning now, or the offer withdrawn
+	StopSender bool // the sender accepted an offer that is no longer its own
+}
+
+// AckOffer applies run_dispatch_ack from hostID (§11): accepted → spawning;
+// refused → the offer is withdrawn and the run may go elsewhere. An ack
+// for an offer that was withdrawn meanwhile tells the sender to stop: that
+// incarnation must not run twice.
+func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckOutcome, error) {
+	var res AckOutcome
+	if f.Attempt == nil || f.Accepted == nil {
+		return res, wire.Invalid("attempt", "run_dispatch_ack needs run_id, attempt and accepted")
+	}
+	err := s.InTx(ctx, func(tx *Tx) error {
+		r, err := runByID(ctx, tx, f.RunID, true)
+		if err != nil {
+			return err
+		}
+		res.Run = r
+		var offered bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND attempt = $2 AND host_id = $3)`,
+			r.ID, *f.Attempt, hostID).Scan(&offered); err != nil {
+			return err
+		}
+		if !offered {
+			return wire.NotFound("run")
+		}
+		ours := r.Attempt == *f.Attempt && r.HostID != nil && *r.HostID == hostID
+		switch {
+		case !ours:
+			res.StopSender = *f.Accepted
+			return tx.Journal(ctx, runEvent("run.signal_received", r, map[string]any{"kind": "run_dispatch_ack",
+				"result": wire.ResultStaleOffer, "from_host_id": hostID, "acked_attempt": *f.Attempt}))
+		case r.Status != wire.RunPending:
+			return nil // a repeated ack of a run already spawning or running
+		case *f.Accepted:
+			res.Run, err = s.markSpawning(ctx, tx, r)
+			res.Changed = err == nil
+			return err
+		default:
+			res.Run, err = withdraw(ctx, tx, r, "refused: "+f.Reason)
+			res.Changed = err == nil
+			return err
+		}
+	})
+	return res, err
+}
+
+// withdraw takes an offer back from the host it was made to.
+func withdraw(ctx context.Context, tx *Tx, r wire.Run, reason string) (wire.Run, error) {
+	host := r.HostID
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET host_id = NULL, offered_at = NULL, updated_at = now()
+		WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt))
+	if err != nil {
+		return r, err
+	}
+	return out, tx.Journal(ctx, runEvent("run.dispatch_withdrawn", out, map[string]any{"host_id": host, "reason": reason}))
+}
+
+// Sweep applies the central timeouts (§6, §11) and returns how many runs
+// changed: offers not acked within ackTimeout are withdrawn; pending runs
+// past dispatchTimeout from pending_since fail no_eligible_host or
+// dispatch_timeout; spawning runs past spawnTimeout fail spawn_failed.
+// Each goes through the guarded write and the restart policy.
+func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTimeout time.Duration) (int, error) {
+	changed := 0
+	type due struct {
+		id, what string
+	}
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id::text, 'ack' FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < now() - $1::interval
+		UNION ALL
+		SELECT id::text, 'dispatch' FROM runs WHERE status = 'pending' AND host_id IS NULL AND pending_since < now() - $2::interval
+		UNION ALL
+		SELECT id::text, 'spawn' FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
+		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout)
+	if err != nil {
+		return 0, translate(err)
+	}
+	var list []due
+	for rows.Next() {
+		var d due
+		if err := rows.Scan(&d.id, &d.what); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		list = append(list, d)
+	}
+	rows.Close()
+	for _, d := range list {
+		err := s.InTx(ctx, func(tx *Tx) error {
+			r, err := runByID(ctx, tx, d.id, true)
+			if err != nil {
+				return err
+			}
+			switch {
+			case d.what == "ack" && r.Status == wire.RunPending && r.HostID != nil:
+				_, err = withdraw(ctx, tx, r, "ack_timeout")
+			case d.what == "dispatch" && r.Status == wire.RunPending && r.HostID == nil:
+				var ever bool
+				if err := tx.QueryRow(ctx, `SELECT ever_matched FROM runs WHERE id = $1`, r.ID).Scan(&ever); err != nil {
+					return err
+				}
+				reason := wire.FailNoEligibleHost
+				if ever {
+					reason = wire.FailDispatchTimeout
+				}
+				_, err = s.failRun(ctx, tx, r, reason, nil, "")
+			case d.what == "spawn" && r.Status == wire.RunSpawning:
+				_, err = s.failRun(ctx, tx, r, wire.FailSpawnFailed, nil, "")
+			default:
+				return nil // moved on since the scan
+			}
+			if err == nil {
+				changed++
+			}
+			return err
+		})
+		if err != nil && !errors.Is(err, errGuardLost) {
+			return changed, err
+		}
+	}
+	return changed, nil
+}
+
+// NextDue is when the earliest backed-off pending run becomes due (zero
+// when none is waiting).
+func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
+	var t *time.Time
+	err := s.Pool.QueryRow(ctx, `SELECT min(next_attempt_at) FROM runs WHERE status = 'pending' AND host_id IS NULL AND next_attempt_at > now()`).Scan(&t)
+	if err != nil || t == nil {
+		return time.Time{}, translate(err)
+	}
+	return *t, nil
+}
+
+// secret returns the server's signal-token secret, read once.
+func (s *Store) secret(ctx context.Context) ([]byte, error) {
+	s.secretMu.Lock()
+	defer s.secretMu.Unlock()
+	if s.signalSecret != nil {
+		return s.signalSecret, nil
+	}
+	var b []byte
+	if err := s.Pool.QueryRow(ctx, `SELECT signal_secret FROM server_state`).Scan(&b); err != nil {
+		return nil, translate(err)
+	}
+	s.signalSecret = b
+	return b, nil
+}
+
+const signalTokenPrefix = "pst1"
+
+// SignalToken is the run-scoped credential of §10/§16: HMAC-SHA256 of
+// (run, attempt, host) with the server's secret, prefixed by the host and
+// attempt it speaks for so the server can recompute it.
+func (s *Store) SignalToken(ctx context.Context, runID string, attempt int, hostID string) (string, error) {
+	key, err := s.secret(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("%s.%s.%d.%s", signalTokenPrefix, hostID, attempt, signalMAC(key, runID, attempt, hostID)), nil
+}
+
+func signalMAC(key []byte, runID string, attempt int, hostID string) string {
+	m := hmac.New(sha256.New, key)
+	fmt.Fprintf(m, "%s|%d|%s", runID, attempt, hostID)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// VerifySignalToken checks a signal token for runID and returns the host
+// and attempt it is bound to. The comparison is constant-time (hmac.Equal).
+func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hostID string, attempt int, ok bool) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 4 || parts[0] != signalTokenPrefix {
+		return "", 0, false
+	}
+	if _, err := uuid.Parse(parts[1]); err != nil {
+		return "", 0, false
+	}
+	n, err := strconv.Atoi(parts[2])
+	if err != nil || n < 1 {
+		return "", 0, false
+	}
+	key, err := s.secret(ctx)
+	if err != nil {
+		return "", 0, false
+	}
+	want := signalMAC(key, runID, n, parts[1])
+	if !hmac.Equal([]byte(want), []byte(parts[3])) {
+		return "", 0, false
+	}
+	return parts[1], n, true
+}

@@ -1,0 +1,401 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/wire"
+)
+
+// Policy holds the central run settings of contract §3 that the store's
+// transitions apply (the restart policy is decided inside the transaction
+// that records a failure).
+type Policy struct {
+	MaxAttempts         int           // PAM_MAX_ATTEMPTS
+	RestartInitialDelay time.Duration // PAM_RESTART_INITIAL_DELAY
+	RestartMaxDelay     time.Duration // PAM_RESTART_MAX_DELAY
+}
+
+func (p Policy) withDefaults() Policy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 3
+	}
+	if p.RestartInitialDelay <= 0 {
+		p.RestartInitialDelay = 10 * time.Second
+	}
+	if p.RestartMaxDelay <= 0 {
+		p.RestartMaxDelay = 60 * time.Second
+	}
+	return p
+}
+
+// backoff is min(initial × 2^(attempt−1), max) for the attempt that failed.
+func (p Policy) backoff(failedAttempt int) time.Duration {
+	d := p.RestartInitialDelay
+	for i := 1; i < failedAttempt && d < p.RestartMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, p.RestartMaxDelay)
+}
+
+var providerRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
+
+// MaxPrompt bounds a run's prompt (§5).
+const MaxPrompt = 64 << 10
+
+// runPayload is the common part of every run.* event payload.
+func runPayload(r wire.Run, extra map[string]any) map[string]any {
+	p := map[string]any{"run_id": r.ID, "attempt": r.Attempt, "task_id": r.TaskID}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+func runEvent(topic string, r wire.Run, extra map[string]any) NewEvent {
+	host := ""
+	if r.HostID != nil {
+		host = *r.HostID
+	}
+	return NewEvent{Topic: topic, RunID: r.ID, ProjectID: r.ProjectID, HostID: host, Payload: runPayload(r, extra)}
+}
+
+// CreateRun admits a run in pending (§6). It never fails for lack of a
+// host: placement is the dispatcher's job.
+func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
+	pol := s.Policy.withDefaults()
+	if _, err := uuid.Parse(in.TaskID); err != nil {
+		return wire.Run{}, wire.Invalid("task_id", "task_id must be the UUID of a task or subtask")
+	}
+	if !providerRe.MatchString(in.Provider) {
+		return wire.Run{}, wire.Invalid("provider", "provider must match ^[a-z][a-z0-9_-]{0,31}$")
+	}
+	cwd, prompt := "", ""
+	if in.Cwd != nil {
+		cwd = *in.Cwd
+		if len(cwd) > 4096 || strings.ContainsRune(cwd, 0) || (cwd != "" && !filepath.IsAbs(cwd)) {
+			return wire.Run{}, wire.Invalid("cwd", "cwd must be an absolute path")
+		}
+	}
+	if in.Prompt != nil {
+		prompt = *in.Prompt
+		if len(prompt) > MaxPrompt {
+			return wire.Run{}, wire.Invalid("prompt", "prompt must be at most 64 KiB")
+		}
+		if strings.ContainsRune(prompt, 0) {
+			return wire.Run{}, wire.Invalid("prompt", "prompt must not contain NUL")
+		}
+	}
+	args := in.Args
+	if args == nil {
+		args = []string{}
+	}
+	if len(args) > 64 {
+		return wire.Run{}, wire.Invalid("args", "at most 64 args")
+	}
+	for _, a := range args {
+		if len(a) > 4096 || strings.ContainsRune(a, 0) {
+			return wire.Run{}, wire.Invalid("args", "each arg must be at most 4096 bytes without NUL")
+		}
+	}
+	maxAttempts := pol.MaxAttempts
+	if in.MaxAttempts != nil {
+		maxAttempts = *in.MaxAttempts
+		if maxAttempts < 1 || maxAttempts > 20 {
+			return wire.Run{}, wire.Invalid("max_attempts", "max_attempts must be between 1 and 20")
+		}
+	}
+	var out wire.Run
+	for try := 0; ; try++ {
+		err := s.InTx(ctx, func(tx *Tx) error {
+			var kind, projectID string
+			err := tx.QueryRow(ctx, `SELECT kind, project_id::text FROM work_items WHERE id = $1`, in.TaskID).Scan(&kind, &projectID)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return wire.Invalid("task_id", "task %s does not exist", in.TaskID)
+			}
+			if err != nil {
+				return err
+			}
+			if kind != "task" && kind != "subtask" {
+				return wire.Invalid("task_id", "runs are only for work items of kind task or subtask, not %s", kind)
+			}
+			var target *string
+			if in.HostID != nil {
+				h, err := lookupHost(ctx, tx, *in.HostID, false)
+				if wire.HasCode(err, wire.CodeNotFound) {
+					return wire.Invalid("host_id", "host %s does not exist", *in.HostID)
+				}
+				if err != nil {
+					return err
+				}
+				target = &h.ID
+			}
+			id := uuid.NewString()
+			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
+				session_name, cwd, prompt, args, pending_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())
+				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args))
+			if err != nil {
+				return err
+			}
+			return tx.Journal(ctx, runEvent("run.created", out, map[string]any{"provider": out.Provider, "session_name": out.SessionName, "target_host_id": out.TargetHostID}))
+		})
+		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
+			continue // the 8-hex prefix is taken: a new id
+		}
+		return out, err
+	}
+}
+
+// RunFilter narrows GET /runs.
+type RunFilter struct {
+	Status, ProjectID, TaskID, HostID string
+	Limit                             int
+}
+
+// ListRuns returns runs newest first.
+func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
+	if f.Status != "" && !validRunStatus(f.Status) {
+		return nil, wire.Invalid("status", "status must be one of pending, spawning, running, exited, failed, stopped")
+	}
+	for field, v := range map[string]string{"project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
+		if v != "" {
+			if _, err := uuid.Parse(v); err != nil {
+				return nil, wire.Invalid(field, "%s must be a UUID", field)
+			}
+		}
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	if f.Limit < 1 || f.Limit > 1000 {
+		return nil, wire.Invalid("limit", "limit must be between 1 and 1000")
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE
+		($1 = '' OR status = $1) AND ($2 = '' OR project_id::text = $2) AND ($3 = '' OR task_id::text = $3) AND ($4 = '' OR host_id::text = $4)
+		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out := []wire.Run{}
+	for rows.Next() {
+		r, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, translate(rows.Err())
+}
+
+func validRunStatus(s string) bool {
+	switch s {
+	case wire.RunPending, wire.RunSpawning, wire.RunRunning, wire.RunExited, wire.RunFailed, wire.RunStopped:
+		return true
+	}
+	return false
+}
+
+func runByID(ctx context.Context, q querier, id string, lock bool) (wire.Run, error) {
+	if _, err := uuid.Parse(id); err != nil {
+		return wire.Run{}, wire.NotFound("run")
+	}
+	sql := `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
+	if lock {
+		sql += ` FOR NO KEY UPDATE`
+	}
+	r, err := scanRun(q.QueryRow(ctx, sql, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Run{}, wire.NotFound("run")
+	}
+	return r, translate(err)
+}
+
+// GetRun returns one run.
+func (s *Store) GetRun(ctx context.Context, id string) (wire.Run, error) {
+	return runByID(ctx, s.Pool, id, false)
+}
+
+// Active reports whether a status is not terminal.
+func Active(status string) bool {
+	return status == wire.RunPending || status == wire.RunSpawning || status == wire.RunRunning
+}
+
+func illegal(r wire.Run, action string) error {
+	return wire.Conflict(wire.CodeIllegalTransition, "cannot %s a run that is %s", action, r.Status).With("status", r.Status)
+}
+
+// StopRun moves a pending, spawning or running run to stopped (a manual
+// stop wins over anything after it). It returns the run and the host that
+// must run the stop ladder, if any.
+func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, string, error) {
+	var out wire.Run
+	var host string
+	err := s.InTx(ctx, func(tx *Tx) error {
+		r, err := runByID(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if !Active(r.Status) {
+			return illegal(r, "stop")
+		}
+		if r.HostID != nil {
+			host = *r.HostID
+		}
+		out, err = scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'stopped', finished_at = now(), status_source = 'manual', updated_at = now()
+			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, r.Status, r.Attempt))
+		if err != nil {
+			return err
+		}
+		if err := endAttempt(ctx, tx, r.ID, r.Attempt, "stopped", nil, nil); err != nil {
+			return err
+		}
+		return tx.Journal(ctx, runEvent("run.stopped", out, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}))
+	})
+	return out, host, err
+}
+
+// RetryRun requeues a run that ended failed with its attempts used up,
+// raising max_attempts by one (§6).
+func (s *Store) RetryRun(ctx context.Context, id string) (wire.Run, error) {
+	var out wire.Run
+	err := s.InTx(ctx, func(tx *Tx) error {
+		r, err := runByID(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		if r.Status != wire.RunFailed {
+			return illegal(r, "retry")
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET max_attempts = greatest(max_attempts, attempt + 1) WHERE id = $1`, r.ID); err != nil {
+			return err
+		}
+		out, err = s.requeue(ctx, tx, r, 0)
+		return err
+	})
+	return out, err
+}
+
+// requeue moves a failed run back to pending with attempt + 1 after delay
+// and journals run.requeued (§6). The caller has journaled run.failed.
+func (s *Store) requeue(ctx context.Context, tx *Tx, r wire.Run, delay time.Duration) (wire.Run, error) {
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'pending', attempt = attempt + 1,
+		next_attempt_at = now() + $3::interval, pending_since = now() + $3::interval, host_id = NULL,
+		failure_reason = NULL, exit_code = NULL, last_progress_seq = 0, ever_matched = false,
+		offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
+		WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt, delay))
+	if err != nil {
+		return wire.Run{}, fmt.Errorf("requeue run %s: %w", r.ID, err)
+	}
+	return out, tx.Journal(ctx, runEvent("run.requeued", out, map[string]any{"attempt": out.Attempt, "next_attempt_at": out.NextAttemptAt, "previous_attempt": r.Attempt}))
+}
+
+// CompleteRun is the manual completion mark: it does not stop the run.
+func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
+	var out wire.Run
+	err := s.InTx(ctx, func(tx *Tx) error {
+		r, err := runByID(ctx, tx, id, true)
+		if err != nil {
+			return err
+		}
+		out, err = s.complete(ctx, tx, r, wire.SourceManual)
+		return err
+	})
+	return out, err
+}
+
+// complete records a completion (manual or a hook's) and, when the
+// project's auto_done is set, moves the work item to done.
+func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string) (wire.Run, error) {
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = coalesce(completed_at, now()),
+		completion_source = coalesce(completion_source, $2), updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source))
+	if err != nil {
+		return out, err
+	}
+	if err := tx.Journal(ctx, runEvent("run.completed", out, map[string]any{"source": source})); err != nil {
+		return out, err
+	}
+	var autoDone bool
+	if err := tx.QueryRow(ctx, `SELECT auto_done FROM projects WHERE id = $1`, r.ProjectID).Scan(&autoDone); err != nil {
+		return out, err
+	}
+	if autoDone {
+		return out, moveItem(ctx, tx, r.TaskID, "done", "")
+	}
+	return out, nil
+}
+
+// moveItem sets a work item's status (only from `from` when given),
+// journaling work_item.status_changed when it changed.
+func moveItem(ctx context.Context, tx *Tx, itemID, to, from string) error {
+	var old string
+	err := tx.QueryRow(ctx, `SELECT status FROM work_items WHERE id = $1 FOR NO KEY UPDATE`, itemID).Scan(&old)
+	if err != nil || old == to || (from != "" && old != from) {
+		return err
+	}
+	w, err := scanItem(tx.QueryRow(ctx, `UPDATE work_items SET status = $2, updated_at = now() WHERE id = $1 RETURNING `+itemColumns, itemID, to))
+	if err != nil {
+		return err
+	}
+	return tx.Journal(ctx, NewEvent{Topic: "work_item.status_changed", ProjectID: w.ProjectID,
+		Payload: map[string]any{"work_item_id": w.ID, "from": old, "to": to, "work_item": w}})
+}
+
+// endAttempt records how an attempt ended in run_attempts.
+func endAttempt(ctx context.Context, tx *Tx, runID string, attempt int, outcome string, reason *string, exitCode *int) error {
+	_, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, ended_at, outcome, failure_reason, exit_code)
+		VALUES ($1, $2, now(), $3, $4, $5)
+		ON CONFLICT (run_id, attempt) DO UPDATE SET ended_at = now(), outcome = $3, failure_reason = $4, exit_code = $5`,
+		runID, attempt, outcome, reason, exitCode)
+	return err
+}
+
+// FailRun records a failure of the run's current attempt (guarded by the
+// status and attempt it was decided from) and applies the restart policy
+// in the same transaction: run.failed, then run.requeued while attempts
+// remain. It returns the run as it ends up.
+func (s *Store) failRun(ctx context.Context, tx *Tx, r wire.Run, reason string, exitCode *int, source string) (wire.Run, error) {
+	pol := s.Policy.withDefaults()
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'failed', failure_reason = $4, exit_code = $5,
+		finished_at = now(), status_source = $6, updated_at = now()
+		WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, r.Status, r.Attempt, reason, exitCode, nullStr(source)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, errGuardLost
+	}
+	if err != nil {
+		return r, err
+	}
+	if err := endAttempt(ctx, tx, r.ID, r.Attempt, "failed", &reason, exitCode); err != nil {
+		return out, err
+	}
+	extra := map[string]any{"failure_reason": reason, "from": r.Status}
+	if exitCode != nil {
+		extra["exit_code"] = *exitCode
+	}
+	if err := tx.Journal(ctx, runEvent("run.failed", out, extra)); err != nil {
+		return out, err
+	}
+	if out.Attempt < out.MaxAttempts {
+		return s.requeue(ctx, tx, out, pol.backoff(out.Attempt))
+	}
+	return out, nil
+}
+
+// errGuardLost means a guarded status write found the run no longer in
+// the status it was decided from: someone else moved it first.
+var errGuardLost = errors.New("run changed concurrently")
+
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
