@@ -22,6 +22,9 @@ import (
 	"pam/internal/wire"
 )
 
+// newRunEnvB is newRunEnv for benchmarks.
+func newRunEnvB(b *testing.B) *runEnv { return newRunEnv(b, runOpts{}) }
+
 // runEnv is a server with a fleet and a dispatcher on a fresh database;
 // workers are simulated by fakeWorker, a real uplink WebSocket client.
 type runEnv struct {
@@ -36,7 +39,7 @@ type runOpts struct {
 	policy                      store.Policy
 }
 
-func newRunEnv(t *testing.T, o runOpts) *runEnv {
+func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	t.Helper()
 	st := storetest.New(t)
 	if o.policy.RestartInitialDelay == 0 {
@@ -59,7 +62,7 @@ func newRunEnv(t *testing.T, o runOpts) *runEnv {
 }
 
 type fakeWorker struct {
-	t      *testing.T
+	t      testing.TB
 	e      *runEnv
 	ws     *websocket.Conn
 	token  string
@@ -788,7 +791,7 @@ func TestDispatchTimeoutReasons(t *testing.T) {
 }
 
 // testLogWriter sends the server's warnings and errors to the test log.
-type testLogWriter struct{ t *testing.T }
+type testLogWriter struct{ t testing.TB }
 
 func (w testLogWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))

@@ -24,12 +24,12 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 const testToken = "0123456789abcdef0123456789abcdef"
 
 type env struct {
-	t     *testing.T
+	t     testing.TB
 	url   string
 	store *store.Store
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	st := storetest.New(t)
 	srv := server.New(server.Options{Store: st, Token: testToken})
@@ -124,7 +124,7 @@ func (e *env) events(topic string) []wire.Event {
 	return evs
 }
 
-func mustGlob(t *testing.T, g string) *wire.TopicPattern {
+func mustGlob(t testing.TB, g string) *wire.TopicPattern {
 	p, err := wire.ParseTopicGlob(g)
 	if err != nil {
 		t.Fatal(err)
