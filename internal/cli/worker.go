@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+
+	"pam/internal/datadir"
+	"pam/internal/provider"
+	"pam/internal/worker"
+)
+
+// runWorker is worker.Run; tests replace it to see the Options a command
+// line resolves to without starting a worker.
+var runWorker = worker.Run
+
+var workerCmd = &command{
+	name:    "worker",
+	summary: "run this host's worker agent: agents in tmux sessions (SIGHUP reconciles; SIGTERM stops, sessions keep running)",
+	group:   "worker",
+	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		return func(x *invocation) error {
+			o, err := workerOptions(x)
+			if err != nil {
+				return err
+			}
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			reconcile := make(chan struct{}, 1)
+			go func() {
+				for {
+					select {
+					case <-x.ctx.Done():
+						return
+					case <-hup:
+						select {
+						case reconcile <- struct{}{}:
+						default: // one pending request is enough
+						}
+					}
+				}
+			}()
+			o.Reconcile = reconcile
+			return runWorker(x.ctx, o)
+		}
+	},
+}
+
+// workerTokenPath is <data>/worker/token.
+func workerTokenPath(dataDir string) string { return filepath.Join(dataDir, "worker", "token") }
+
+// workerOptions resolves the worker's settings into worker.Options.
+func workerOptions(x *invocation) (worker.Options, error) {
+	c := x.cfg
+	base := c.str("PAM_URL")
+	if err := checkURL(base); err != nil {
+		return worker.Options{}, err
+	}
+	executor := c.str("PAM_EXECUTOR")
+	if executor != "tmux" && executor != "pty" {
+		return worker.Options{}, usagef("PAM_EXECUTOR %q: want tmux or pty", executor)
+	}
+	if executor != "tmux" {
+		return worker.Options{}, fmt.Errorf("PAM_EXECUTOR=%s is not available in this build yet; use tmux", executor)
+	}
+	dataDir := c.str("PAM_DATA_DIR")
+	token := strings.TrimSpace(c.str("PAM_WORKER_TOKEN"))
+	if token == "" {
+		b, err := os.ReadFile(workerTokenPath(dataDir))
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+		case err != nil:
+			return worker.Options{}, fmt.Errorf("worker token: %w", err)
+		default:
+			token = strings.TrimSpace(string(b))
+		}
+	}
+	if token == "" {
+		return worker.Options{}, fmt.Errorf("no worker token: set PAM_WORKER_TOKEN (or --worker-token), or put the token `pam host add` printed into %s (mode 0600)", workerTokenPath(dataDir))
+	}
+	configDir := c.str("PAM_CONFIG_DIR")
+	if configDir == "" {
+		configDir = datadir.DefaultConfigDir()
+	}
+	catalog, err := provider.Load(configDir)
+	if err != nil {
+		return worker.Options{}, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return worker.Options{}, fmt.Errorf("locate the pam binary: %w", err)
+	}
+	if self, err = filepath.Abs(self); err != nil {
+		return worker.Options{}, fmt.Errorf("locate the pam binary: %w", err)
+	}
+	log, err := newLogger(c, x.stderr)
+	if err != nil {
+		return worker.Options{}, err
+	}
+	return worker.Options{
+		URL:               base,
+		Token:             token,
+		HostName:          c.str("PAM_HOST_NAME"),
+		DataDir:           dataDir,
+		ConfigDir:         configDir,
+		Executor:          executor,
+		MaxRuns:           c.int("PAM_MAX_RUNS"),
+		HeartbeatInterval: c.dur("PAM_HEARTBEAT_INTERVAL"),
+		CaptureInterval:   c.dur("PAM_CAPTURE_INTERVAL"),
+		IdleAfter:         c.dur("PAM_IDLE_AFTER"),
+		LivenessInterval:  c.dur("PAM_LIVENESS_INTERVAL"),
+		StopGrace:         c.dur("PAM_STOP_GRACE"),
+		CAFile:            c.str("PAM_CA_FILE"),
+		PamBinary:         self,
+		Version:           versionString(),
+		Logger:            log,
+		Providers:         catalog.Available,
+	}, nil
+}
+
+// The worker sits after the operator's commands in help, before the
+// diagnostics (doctor, version).
+func init() {
+	i := slices.Index(root.subs, doctorCmd)
+	if i < 0 {
+		i = len(root.subs)
+	}
+	root.subs = slices.Insert(root.subs, i, workerCmd)
+}

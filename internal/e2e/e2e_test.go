@@ -1,0 +1,321 @@
+// Package e2e runs pam as its users do: real `pam serve` and `pam worker`
+// processes, a real PostgreSQL, real tmux on a private socket directory,
+// and the built-in shell provider as the agent CLI.
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"pam/internal/store/storetest"
+	"pam/internal/wire"
+)
+
+var pamBin string
+
+func TestMain(m *testing.M) {
+	if _, err := exec.LookPath("tmux"); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e: tmux is required (make test installs it)")
+		os.Exit(1)
+	}
+	dir, err := os.MkdirTemp("", "pame2e-")
+	if err != nil {
+		panic(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	pamBin = filepath.Join(dir, "pam")
+	if out, err := exec.Command("go", "build", "-o", pamBin, "../../cmd/pam").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build pam: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	defer os.RemoveAll(dir)
+	storetest.Main(m)
+}
+
+type buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (w *buffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *buffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// system is one serve and its workers.
+type system struct {
+	t      *testing.T
+	url    string
+	token  string
+	tmpdir string // TMUX_TMPDIR shared by the workers of this system
+	procs  []*exec.Cmd
+}
+
+func shortDir(t *testing.T, prefix string) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(d, 0o755)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
+}
+
+func start(t *testing.T, name string, env []string, args ...string) (*exec.Cmd, *buffer, *buffer) {
+	t.Helper()
+	cmd := exec.Command(pamBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	out, errb := &buffer{}, &buffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+		}
+		if t.Failed() {
+			t.Logf("%s stderr:\n%s", name, errb.String())
+		}
+	})
+	return cmd, out, errb
+}
+
+var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
+
+func newSystem(t *testing.T, extraEnv ...string) *system {
+	t.Helper()
+	data := shortDir(t, "pams-")
+	env := append([]string{"PAM_DATA_DIR=" + data, "PAM_DATABASE_URL=" + storetest.URL(t), "PAM_BIND=127.0.0.1", "PAM_PORT=0",
+		"PAM_LOG_LEVEL=debug", "PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)
+	_, out, _ := start(t, "serve", env, "serve")
+	s := &system{t: t, tmpdir: shortDir(t, "pamx-")}
+	deadline := time.Now().Add(60 * time.Second)
+	for s.url == "" {
+		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
+			s.url = m[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.token = strings.TrimSpace(string(b))
+	t.Cleanup(func() {
+		// Sessions belong to tmux, not to the worker: end this system's
+		// tmux server so no session outlives the test.
+		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
+		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+s.tmpdir)
+		_ = cmd.Run()
+	})
+	return s
+}
+
+// worker provisions a host and starts `pam worker` for it.
+func (s *system) worker(name string, extraEnv ...string) (string, *buffer) {
+	s.t.Helper()
+	var created wire.HostCreated
+	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name}, &created)
+	data := shortDir(s.t, "pamw-")
+	env := append([]string{"PAM_URL=" + s.url, "PAM_WORKER_TOKEN=" + created.WorkerToken, "PAM_HOST_NAME=" + name,
+		"PAM_DATA_DIR=" + data, "TMUX_TMPDIR=" + s.tmpdir, "PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms",
+		"PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s", "PAM_LOG_LEVEL=debug",
+		"PAM_CONFIG_DIR=" + data}, extraEnv...)
+	_, _, errb := start(s.t, "worker "+name, env, "worker")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var h wire.Host
+		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
+		if h.Status == "online" {
+			return data, errb
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("worker %s never came online: %s", name, errb.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *system) call(method, path string, body any) (int, []byte) {
+	s.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, s.url+path, rd)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}
+
+func (s *system) must(want int, method, path string, body, v any) {
+	s.t.Helper()
+	code, out := s.call(method, path, body)
+	if code != want {
+		s.t.Fatalf("%s %s: %d, want %d: %s", method, path, code, want, out)
+	}
+	if v != nil {
+		if err := json.Unmarshal(out, v); err != nil {
+			s.t.Fatal(err)
+		}
+	}
+}
+
+func (s *system) task() wire.WorkItem {
+	s.t.Helper()
+	var p wire.Project
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "E2E"}, &p)
+	var w wire.WorkItem
+	s.must(201, "POST", "/api/v1/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Say hello"}, &w)
+	return w
+}
+
+func (s *system) waitRun(id, what string, d time.Duration, cond func(wire.Run) bool) wire.Run {
+	s.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		var r wire.Run
+		s.must(200, "GET", "/api/v1/runs/"+id, nil, &r)
+		if cond(r) {
+			return r
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("run %s: no %s within %s; now %+v", id, what, d, r)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (s *system) tmux(args ...string) (string, error) {
+	cmd := exec.Command("tmux", append([]string{"-L", "pam"}, args...)...)
+	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+s.tmpdir)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (s *system) topics(runID string) []string {
+	var l wire.EventList
+	s.must(200, "GET", "/api/v1/runs/"+runID+"/events", nil, &l)
+	var ts []string
+	for _, ev := range l.Events {
+		ts = append(ts, ev.Topic)
+	}
+	return ts
+}
+
+func TestShellRunExitsWithOutputInPaneAndLog(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("e2e-host")
+	task := s.task()
+	var r wire.Run
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell",
+		"prompt": "echo hello-from-pam; sleep 1; exit 0"}, &r)
+	got := s.waitRun(r.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) })
+	if got.Status != "exited" || got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("run ended %+v", got)
+	}
+	want := "run.created run.dispatched run.spawning run.started run.finished run.exited"
+	if ts := strings.Join(s.topics(r.ID), " "); ts != want {
+		t.Fatalf("events %s, want %s", ts, want)
+	}
+	var p wire.Pane
+	s.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
+	if !strings.Contains(p.Capture, "hello-from-pam") {
+		t.Fatalf("pane lacks the output: %q", p.Capture)
+	}
+	code, logs := s.call("GET", "/api/v1/runs/"+r.ID+"/logs", nil)
+	if code != 200 || !strings.Contains(string(logs), "hello-from-pam") {
+		t.Fatalf("logs: %d %q", code, logs)
+	}
+}
+
+func TestFailingRunIsRequeuedThenFails(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("e2e-fail")
+	task := s.task()
+	var r wire.Run
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "exit 3", "max_attempts": 2}, &r)
+	got := s.waitRun(r.ID, "failed for good", 90*time.Second, func(r wire.Run) bool { return r.Status == "failed" && r.Attempt == 2 })
+	if *got.FailureReason != "exit_nonzero" || *got.ExitCode != 3 {
+		t.Fatalf("ended %+v", got)
+	}
+	ts := strings.Join(s.topics(r.ID), " ")
+	if strings.Count(ts, "run.failed") != 2 || strings.Count(ts, "run.requeued") != 1 {
+		t.Fatalf("events %s", ts)
+	}
+}
+
+func TestStopLongRun(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("e2e-stop")
+	task := s.task()
+	for _, force := range []bool{false, true} {
+		var r wire.Run
+		s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300"}, &r)
+		s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
+		if _, err := s.tmux("has-session", "-t", r.SessionName); err != nil {
+			t.Fatalf("no session %s while running", r.SessionName)
+		}
+		t0 := time.Now()
+		var stopped wire.Run
+		s.must(202, "POST", "/api/v1/runs/"+r.ID+"/stop", map[string]any{"force": force}, &stopped)
+		if stopped.Status != "stopped" {
+			t.Fatalf("stop: %+v", stopped)
+		}
+		for {
+			if _, err := s.tmux("has-session", "-t", r.SessionName); err != nil {
+				break
+			}
+			if time.Since(t0) > 15*time.Second {
+				t.Fatalf("force=%v: session %s still alive after 15s", force, r.SessionName)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("force=%v: session gone after %s", force, time.Since(t0).Round(time.Millisecond))
+		if got := s.waitRun(r.ID, "stopped", 5*time.Second, func(r wire.Run) bool { return true }); got.Status != "stopped" {
+			t.Fatalf("after the session ended the run is %s", got.Status)
+		}
+	}
+}
+
+func isActive(s string) bool { return s == "pending" || s == "spawning" || s == "running" }
+

@@ -1,0 +1,108 @@
+package tmux
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// server is a private tmux server for one test: its own TMUX_TMPDIR
+// (short, because a Unix socket path has at most ~104 bytes), killed and
+// removed when the test ends.
+type server struct {
+	t   *testing.T
+	dir string
+	tm  *Tmux
+}
+
+func newServer(t *testing.T) *server {
+	t.Helper()
+	if _, err := exec.LookPath("tmux"); err != nil {
+		t.Skip("tmux not installed")
+	}
+	dir, err := os.MkdirTemp("", "pt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &server{t: t, dir: dir}
+	t.Cleanup(func() {
+		// Test-only: the whole private server goes, on its own socket
+		// directory. Production code has no kill-server at all.
+		s.raw("kill-server")
+		os.RemoveAll(dir)
+	})
+	s.tm, err = New(Options{TmuxTmpDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// raw runs tmux on the private socket directly, for setting up what pam
+// would never do (foreign sessions) and for looking behind its back.
+func (s *server) raw(args ...string) (string, error) {
+	cmd := exec.Command("tmux", append([]string{"-L", Socket, "-f", os.DevNull}, args...)...)
+	cmd.Env = []string{"TMUX_TMPDIR=" + s.dir, "PATH=" + os.Getenv("PATH"), "HOME=" + s.dir}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitCapture waits until the pane shows want and returns the capture.
+func waitCapture(t *testing.T, tm *Tmux, name SessionName, want string) string {
+	t.Helper()
+	var last string
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		out, err := tm.Capture(context.Background(), name)
+		if err != nil {
+			t.Fatalf("capture: %v (last capture:\n%s)", err, last)
+		}
+		last = out
+		if strings.Contains(out, want) {
+			return out
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pane never showed %q:\n%s", want, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mustName(t *testing.T, s string) SessionName {
+	t.Helper()
+	n, err := ParseSessionName(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// spawn creates a session running cmd in a temp dir.
+func (s *server) spawn(name SessionName, runID string, cmd ...string) {
+	s.t.Helper()
+	err := s.tm.NewSession(ctx(s.t), Spawn{Name: name, Cwd: s.t.TempDir(), Title: "test-task", RunID: runID, Attempt: 1, Command: cmd})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package tmux
+
+// groupAlive reports whether process group g still has a member.
+func groupAlive(g int) bool { return killable(g) }
+
+// foregroundGroup is 0 off Linux: there is no /proc to read the
+// terminal's foreground group from, and the TIOCGPGRP ioctl answers only
+// for the caller's own controlling terminal. The pane's own process group
+// is still signalled.
+func foregroundGroup(pid int) int { return 0 }

@@ -1,0 +1,257 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/tmux"
+	"pam/internal/wire"
+)
+
+// idleFactor caps the adaptive slowdown: an idle pane is polled at most
+// every idleFactor × CaptureInterval.
+const idleFactor = 5
+
+// maxLogChunk bounds the text of one log_chunk frame.
+const maxLogChunk = 256 << 10
+
+// snapshot is the latest capture of a run, kept in the LRU for change
+// detection and for the resend on reconnect.
+type snapshot struct {
+	attempt int
+	hash    uint64
+	capture string
+	at      time.Time
+}
+
+func (s snapshot) frame(runID string) wire.Frame {
+	at := s.at
+	return wire.Frame{Type: wire.FrameSnapshot, RunID: runID, Attempt: wire.IntPtr(s.attempt), Capture: s.capture, Timestamp: &at}
+}
+
+// captureLoop is the single ticker of every session's capture-pane poll.
+// A pane is captured when due; a changed capture is stored, logged and
+// uplinked. After IdleAfter without change a pane's interval doubles,
+// up to idleFactor × CaptureInterval; any change (or input) resets it.
+func (w *agent) captureLoop(ctx context.Context) {
+	base := w.o.CaptureInterval
+	t := time.NewTicker(base)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		w.captureDue(ctx, base)
+	}
+}
+
+type due struct {
+	r       *run
+	gen     uint64
+	attempt int
+	name    tmux.SessionName
+}
+
+func (w *agent) captureDue(ctx context.Context, base time.Duration) {
+	now := time.Now()
+	var list []due
+	w.mu.Lock()
+	for _, r := range w.runs {
+		// Half a tick of slack, so a pane due just after this tick is not
+		// left for a whole extra one.
+		if r.state == stateLive && !r.next.After(now.Add(base/2)) {
+			list = append(list, due{r, r.gen, r.attempt, r.name})
+		}
+	}
+	w.mu.Unlock()
+	for _, d := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		out, err := w.tm.Capture(ctx, d.name)
+		if errors.Is(err, tmux.ErrNoSession) {
+			w.log.Info("session vanished", "run_id", d.r.id, "session", d.name.String())
+			w.forget(d.r, d.gen, false)
+			continue
+		}
+		if err != nil {
+			w.log.Warn("capture", "run_id", d.r.id, "err", err)
+			continue
+		}
+		at := time.Now()
+		changed := w.record(d.r.id, d.attempt, out, at)
+		w.mu.Lock()
+		if d.r.gen == d.gen {
+			if changed {
+				d.r.lastChange, d.r.interval = at, base
+			} else if at.Sub(d.r.lastChange) >= w.o.IdleAfter {
+				d.r.interval = min(d.r.interval*2, idleFactor*base)
+			}
+			d.r.next = at.Add(d.r.interval)
+		}
+		w.mu.Unlock()
+	}
+}
+
+// record compares a capture with the cached one and, when it changed,
+// caches it, appends it to the run log and uplinks it. It reports
+// whether it changed.
+func (w *agent) record(runID string, attempt int, capture string, at time.Time) bool {
+	h := fnv.New64a()
+	_, _ = io.WriteString(h, capture)
+	sum := h.Sum64()
+	w.snapMu.Lock()
+	defer w.snapMu.Unlock()
+	if prev, ok := w.snaps.Get(runID); ok && prev.attempt == attempt && prev.hash == sum {
+		return false
+	}
+	s := snapshot{attempt: attempt, hash: sum, capture: capture, at: at.UTC()}
+	w.snaps.Add(runID, s)
+	if err := w.appendLog(runID, s); err != nil {
+		w.log.Warn("run log", "run_id", runID, "err", err)
+	}
+	if err := w.send(s.frame(runID)); err != nil && !errors.Is(err, errNotConnected) {
+		w.log.Warn("snapshot not sent", "run_id", runID, "err", err)
+	}
+	return true
+}
+
+func (w *agent) logPath(runID string) string {
+	return filepath.Join(w.o.DataDir, "runs", runID+".log")
+}
+
+// appendLog appends a timestamp line and the pane text to the run's log,
+// rotating it to <run_id>.log.1 first when it would pass LogMaxBytes.
+func (w *agent) appendLog(runID string, s snapshot) error {
+	entry := fmt.Sprintf("--- %s attempt %d ---\n%s", s.at.Format(time.RFC3339Nano), s.attempt, s.capture)
+	if len(entry) > 0 && entry[len(entry)-1] != '\n' {
+		entry += "\n"
+	}
+	path := w.logPath(runID)
+	if st, err := os.Stat(path); err == nil && st.Size() > 0 && st.Size()+int64(len(entry)) > w.o.LogMaxBytes {
+		if err := os.Rename(path, path+".1"); err != nil {
+			return fmt.Errorf("rotate: %w", err)
+		}
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(entry); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// serveLog answers a log_request: the run log from offset to its current
+// end, in log_chunk frames of at most 256 KiB of text, the last with eof.
+// Chunks end on UTF-8 boundaries so each is valid text.
+func (w *agent) serveLog(conn *websocket.Conn, req wire.Frame) {
+	chunk := func(text string, eof bool) error {
+		now := time.Now().UTC()
+		return w.sendLogChunk(conn, wire.Frame{Type: wire.FrameLogChunk, RunID: req.RunID, RequestID: req.RequestID, Text: text, EOF: eof, Timestamp: &now})
+	}
+	if !tmux.ValidRunID(req.RunID) {
+		w.log.Warn("log_request with a bad run_id", "run_id", req.RunID)
+		_ = chunk("", true)
+		return
+	}
+	var offset int64
+	if req.Offset != nil && *req.Offset > 0 {
+		offset = *req.Offset
+	}
+	f, err := os.Open(w.logPath(req.RunID))
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			w.log.Warn("log_request", "run_id", req.RunID, "err", err)
+		}
+		_ = chunk("", true)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || offset >= st.Size() {
+		_ = chunk("", true)
+		return
+	}
+	if _, err := f.Seek(offset, io.SeekStart); err != nil {
+		_ = chunk("", true)
+		return
+	}
+	// Up to the size seen now: what is appended meanwhile is for the
+	// next request, from the offset this one ends at.
+	r := io.LimitReader(f, st.Size()-offset)
+	buf := make([]byte, maxLogChunk)
+	have := 0 // bytes of a split rune carried from the previous chunk
+	for {
+		n, err := io.ReadFull(r, buf[have:])
+		b := buf[:have+n]
+		done := err != nil
+		if done && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
+			w.log.Warn("log_request: read", "run_id", req.RunID, "err", err)
+		}
+		cut := len(b)
+		if !done {
+			cut = runeCut(b)
+		}
+		if err := chunk(string(b[:cut]), done); err != nil {
+			w.log.Warn("log_chunk", "run_id", req.RunID, "err", err)
+			return
+		}
+		if done {
+			return
+		}
+		have = copy(buf, b[cut:])
+	}
+}
+
+// runeCut is the largest prefix length of b that does not split a UTF-8
+// sequence at its end.
+func runeCut(b []byte) int {
+	for i := len(b) - 1; i >= 0 && i >= len(b)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(b[i]) {
+			if utf8.FullRune(b[i:]) {
+				return len(b)
+			}
+			return i
+		}
+	}
+	return len(b)
+}
+
+// sendLogChunk sends f, halving its text (on a rune boundary) while the
+// encoded frame is too big: JSON escapes control characters, so 256 KiB of
+// ANSI-heavy text can encode past the 1 MiB frame bound.
+func (w *agent) sendLogChunk(conn *websocket.Conn, f wire.Frame) error {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return err
+	}
+	if len(b) <= wire.MaxFrame || len(f.Text) < 2 {
+		return w.sendOn(conn, f)
+	}
+	half := runeCut([]byte(f.Text[:len(f.Text)/2]))
+	if half == 0 {
+		half = len(f.Text) / 2
+	}
+	first, second := f, f
+	first.Text, first.EOF = f.Text[:half], false
+	second.Text = f.Text[half:]
+	if err := w.sendLogChunk(conn, first); err != nil {
+		return err
+	}
+	return w.sendLogChunk(conn, second)
+}

@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"pam/internal/tmux"
+)
+
+// The adaptive slowdown: an unchanged pane past IdleAfter is polled ever
+// less often, at most 5× the interval; a change resets the pace. tmux is
+// a fake whose capture-pane prints a file.
+func TestIdleSlowdown(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	screen := filepath.Join(dir, "screen")
+	os.WriteFile(screen, []byte("one\n"), 0o600)
+	bin := filepath.Join(dir, "tmux")
+	os.WriteFile(bin, []byte("#!/bin/sh\ncat "+screen+"\n"), 0o755)
+	tm, err := tmux.New(tmux.Options{Binary: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
+	const base = time.Second
+	w := &agent{
+		o:   Options{DataDir: dir, CaptureInterval: base, IdleAfter: 0, LogMaxBytes: 1 << 20},
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), tm: tm, runs: map[string]*run{}, snaps: snaps,
+	}
+	os.MkdirAll(filepath.Join(dir, "runs"), 0o700)
+	name, _ := tmux.SessionForRun(runA)
+	r := &run{id: runA, attempt: 1, name: name, state: stateLive, gen: 1, interval: base}
+	w.runs[runA] = r
+	step := func() time.Duration {
+		t.Helper()
+		r.next = time.Time{} // due now
+		w.captureDue(context.Background(), base)
+		return r.interval
+	}
+	want := []time.Duration{base, 2 * base, 4 * base, 5 * base, 5 * base}
+	for i, d := range want {
+		if got := step(); got != d {
+			t.Fatalf("capture %d: interval %s, want %s", i, got, d)
+		}
+	}
+	if until := time.Until(r.next); until < 4*base || until > 5*base {
+		t.Errorf("next capture in %s, want about 5s", until)
+	}
+	os.WriteFile(screen, []byte("two\n"), 0o600)
+	if got := step(); got != base {
+		t.Errorf("after a change: interval %s, want %s", got, base)
+	}
+	// Not due: not captured.
+	before := r.next
+	w.captureDue(context.Background(), base)
+	if r.next != before {
+		t.Error("a pane that was not due was captured")
+	}
+}

@@ -1,0 +1,95 @@
+package worker
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pam/internal/wire"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	pamPath   string
+	buildErr  error
+	buildOut  []byte
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
+}
+
+// realPam builds cmd/pam once per test binary.
+func realPam(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := filepath.Abs(filepath.Join("..", "..", "cmd", "pam"))
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, buildErr = os.MkdirTemp("", "pam-build")
+		if buildErr != nil {
+			return
+		}
+		out := filepath.Join(buildDir, "pam")
+		cmd := exec.Command("go", "build", "-o", out, ".")
+		cmd.Dir = dir
+		buildOut, buildErr = cmd.CombinedOutput()
+		pamPath = out
+	})
+	if buildErr != nil {
+		t.Fatalf("go build ./cmd/pam: %v\n%s", buildErr, buildOut)
+	}
+	return pamPath
+}
+
+// The whole chain on one host with the real wrapper: the worker writes
+// the dispatch file, tmux runs `pam exec run`, the wrapper finds the
+// dispatch through --data-dir, runs the provider and posts its signals
+// with the run's signal token.
+func TestRealWrapper(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds pam")
+	}
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.PamBinary = realPam(t)
+	h.opts.ConfigDir = t.TempDir() // built-in providers only
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	f := h.dispatchFrame(runA, 1)
+	f.Prompt = "echo hello-from-$((6*7))"
+	from := orch.mark()
+	orch.send(f)
+	orch.wait(from, "the provider's output in a snapshot", func(f wire.Frame) bool {
+		return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, "hello-from-42")
+	})
+	waitFor(t, 15*time.Second, "started and finished signals", func() bool {
+		orch.mu.Lock()
+		defer orch.mu.Unlock()
+		kinds := map[string]bool{}
+		for _, s := range orch.signals {
+			if s.RunID == runA && s.Auth == "Bearer "+f.SignalToken && s.Body.Attempt != nil && *s.Body.Attempt == 1 {
+				kinds[s.Body.Kind] = true
+			}
+		}
+		return kinds[wire.SignalStarted] && kinds[wire.SignalFinished]
+	})
+	// The wrapper holds the session open; a stop ends it.
+	if _, ok := h.session(runA); !ok {
+		t.Fatal("the session did not stay open after the CLI exited")
+	}
+	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
+	waitFor(t, 15*time.Second, "the session to go", func() bool { _, ok := h.session(runA); return !ok })
+}

@@ -1,0 +1,400 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/tmux"
+	"pam/internal/wire"
+)
+
+// handle acts on one frame from the orchestrator. Nothing it receives
+// ends the uplink: a malformed or unexpected frame is logged and dropped.
+func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
+	f, err := wire.DecodeFrame(data)
+	if err != nil {
+		w.log.Warn("malformed frame from the orchestrator dropped", "err", err, "bytes", len(data))
+		return
+	}
+	switch f.Type {
+	case wire.FrameHeartbeatAck:
+		w.log.Debug("heartbeat acked")
+	case wire.FrameRunDispatch:
+		w.dispatch(ctx, conn, f)
+	case wire.FrameRunStop:
+		w.stop(ctx, f)
+	case wire.FrameSendKeys:
+		w.sendKeys(ctx, f)
+	case wire.FrameLogRequest:
+		w.ops.Go(func() { w.serveLog(conn, f) })
+	case wire.FrameSignalAck:
+		w.log.Debug("signal acked", "run_id", f.RunID, "kind", f.Kind, "result", f.Result, "code", f.Code)
+	case wire.FrameError:
+		w.log.Warn("orchestrator reported an error", "code", f.Code, "message", f.Message)
+	case wire.FrameAttachOpen:
+		// Interactive attach is a later issue: say so rather than leave
+		// the viewer waiting.
+		_ = w.sendOn(conn, wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: "attach is not supported by this worker yet"})
+	case wire.FrameAttachInput, wire.FrameAttachResize, wire.FrameAttachClose:
+		w.log.Debug("attach frame ignored", "type", f.Type)
+	default:
+		w.log.Warn("unexpected frame type from the orchestrator dropped", "type", f.Type)
+	}
+}
+
+// dispatch answers a run_dispatch: validate, ack at once (before any
+// kill or spawn), then spawn in the background.
+func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame) {
+	attempt := 0
+	if f.Attempt != nil {
+		attempt = *f.Attempt
+	}
+	ack := func(accepted bool, reason string) error {
+		return w.sendOn(conn, wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &accepted, Reason: reason})
+	}
+	refuse := func(reason string) {
+		w.log.Warn("run refused", "run_id", f.RunID, "attempt", attempt, "reason", reason)
+		if err := ack(false, reason); err != nil {
+			w.log.Warn("ack", "run_id", f.RunID, "err", err)
+		}
+	}
+	if !tmux.ValidRunID(f.RunID) {
+		refuse("run_id is not a lowercase UUID")
+		return
+	}
+	if attempt < 1 {
+		refuse("attempt must be 1 or more")
+		return
+	}
+	name, _ := tmux.SessionForRun(f.RunID)
+	if f.SessionName != name.String() {
+		refuse(fmt.Sprintf("session_name %q is not %s, the name of this run", f.SessionName, name))
+		return
+	}
+	binary, ok := w.o.Providers()[f.Provider]
+	if !ok || binary == "" {
+		refuse(fmt.Sprintf("provider %q is not available on this host", f.Provider))
+		return
+	}
+
+	w.mu.Lock()
+	r := w.runs[f.RunID]
+	var undo func()
+	switch {
+	case r != nil && r.attempt == attempt:
+		w.mu.Unlock()
+		// Already ours: ack again, never respawn.
+		w.log.Info("repeated dispatch acked again", "run_id", f.RunID, "attempt", attempt)
+		if err := ack(true, ""); err != nil {
+			w.log.Warn("ack", "run_id", f.RunID, "err", err)
+		}
+		return
+	case r != nil && r.attempt > attempt:
+		w.mu.Unlock()
+		refuse(fmt.Sprintf("attempt %d of this run is live here", r.attempt))
+		return
+	case r != nil:
+		// A newer attempt replaces ours: kill-before-respawn.
+		prevAttempt, prevState, prevGen := r.attempt, r.state, r.gen
+		undo = func() { r.attempt, r.state, r.gen = prevAttempt, prevState, prevGen }
+		r.attempt, r.state = attempt, stateSpawning
+		r.gen++
+	default:
+		for _, o := range w.runs {
+			if o.name == name {
+				w.mu.Unlock()
+				refuse(fmt.Sprintf("session %s is held by run %s", name, o.id))
+				return
+			}
+		}
+		if n := len(w.runs); n >= w.o.MaxRuns {
+			w.mu.Unlock()
+			refuse(fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns))
+			return
+		}
+		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1}
+		w.runs[f.RunID] = r
+		undo = func() { delete(w.runs, f.RunID) }
+	}
+	gen := r.gen
+	w.mu.Unlock()
+
+	if err := ack(true, ""); err != nil {
+		// The orchestrator never heard yes: it will withdraw the offer and
+		// may place the run elsewhere, so this host must not run it.
+		w.log.Warn("ack failed; run not spawned", "run_id", f.RunID, "err", err)
+		w.mu.Lock()
+		if r.gen == gen {
+			undo()
+		}
+		w.mu.Unlock()
+		return
+	}
+	w.log.Info("run accepted", "run_id", f.RunID, "attempt", attempt, "provider", f.Provider)
+	w.snaps.Remove(f.RunID)
+	w.ops.Go(func() { w.spawn(ctx, r, gen, f, attempt, binary) })
+}
+
+// spawn writes the dispatch file, stops any previous incarnation holding
+// the session name, and creates the session. A failure is reported as
+// run_state spawn_failed and the run is forgotten.
+func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int, binary string) {
+	r.op.Lock()
+	defer r.op.Unlock()
+	w.mu.Lock()
+	current := r.gen == gen && r.state == stateSpawning
+	w.mu.Unlock()
+	if !current {
+		return // stopped or replaced before it could start
+	}
+	fail := func(detail string) {
+		w.log.Warn("spawn failed", "run_id", r.id, "attempt", attempt, "detail", detail)
+		w.forget(r, gen, false)
+		w.sendState(r.id, attempt, wire.StateSpawnFailed, detail)
+	}
+	cwd := f.Cwd
+	if cwd == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			fail("no cwd given and no home directory: " + err.Error())
+			return
+		}
+		cwd = home
+	}
+	if !filepath.IsAbs(cwd) {
+		fail(fmt.Sprintf("cwd %q is not an absolute path", cwd))
+		return
+	}
+	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
+		fail(fmt.Sprintf("cwd %s is not a directory on this host", cwd))
+		return
+	}
+	d := wire.Dispatch{
+		RunID: r.id, Attempt: attempt, APIURL: w.o.URL, SignalToken: f.SignalToken,
+		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
+		Prompt: f.Prompt, Args: f.Args, Cwd: cwd, SessionName: r.name.String(),
+		WorkerDataDir: w.dir, CAFile: w.o.CAFile,
+	}
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		fail("encode dispatch: " + err.Error())
+		return
+	}
+	if err := writeFileAtomic(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
+		fail("write dispatch file: " + err.Error())
+		return
+	}
+	// Kill-before-respawn: a session holding this name can only be an
+	// earlier incarnation of this run (the name derives from its id).
+	if err := w.tm.Stop(ctx, r.name, w.o.StopGrace, false); err != nil {
+		fail("stop the previous session: " + err.Error())
+		return
+	}
+	err = w.tm.NewSession(ctx, tmux.Spawn{
+		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
+		Command: w.command(r.id),
+	})
+	if err != nil {
+		fail(err.Error())
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	if r.gen == gen && r.state == stateSpawning {
+		r.state = stateLive
+		r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
+	}
+	w.mu.Unlock()
+	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+}
+
+// command is the session's foreground command: pam exec run, pointed at
+// this worker's data and config dirs (the tmux server's clean environment
+// does not carry PAM_DATA_DIR). Nothing secret: the signal token and the
+// prompt are in the dispatch file.
+func (w *agent) command(runID string) []string {
+	cmd := []string{w.o.PamBinary, "exec", "run", "--data-dir=" + w.o.DataDir}
+	if w.o.ConfigDir != "" {
+		cmd = append(cmd, "--config-dir="+w.o.ConfigDir)
+	}
+	return append(cmd, "--", runID)
+}
+
+func (w *agent) dispatchPath(runID string) string {
+	return filepath.Join(w.dir, dispatchDir, runID+".json")
+}
+
+// forget drops a run whose session is gone (or never came), if it is
+// still the incarnation gen; stopped says the stop ladder ended it.
+func (w *agent) forget(r *run, gen uint64, stopped bool) {
+	w.mu.Lock()
+	if w.runs[r.id] != r || r.gen != gen {
+		w.mu.Unlock()
+		return
+	}
+	delete(w.runs, r.id)
+	attempt := r.attempt
+	w.mu.Unlock()
+	w.snaps.Remove(r.id)
+	if err := os.Remove(w.dispatchPath(r.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		w.log.Warn("remove dispatch file", "run_id", r.id, "err", err)
+	}
+	w.log.Info("run forgotten", "run_id", r.id, "attempt", attempt, "stopped", stopped)
+}
+
+// stop answers run_stop: the graceful ladder (or a forced kill) in the
+// background. A stop naming an older attempt than the live one is
+// ignored: it must not end the newer incarnation.
+func (w *agent) stop(ctx context.Context, f wire.Frame) {
+	if !tmux.ValidRunID(f.RunID) {
+		w.log.Warn("run_stop with a bad run_id dropped", "run_id", f.RunID)
+		return
+	}
+	name, _ := tmux.SessionForRun(f.RunID)
+	grace := w.o.StopGrace
+	w.mu.Lock()
+	r := w.runs[f.RunID]
+	if r != nil && f.Attempt != nil && *f.Attempt < r.attempt {
+		w.mu.Unlock()
+		w.log.Warn("run_stop for an older attempt ignored", "run_id", f.RunID, "attempt", *f.Attempt, "live_attempt", r.attempt)
+		return
+	}
+	var gen uint64
+	if r != nil {
+		r.state = stateStopping
+		gen = r.gen
+	}
+	w.mu.Unlock()
+	w.log.Info("stopping run", "run_id", f.RunID, "force", f.Force)
+	w.ops.Go(func() {
+		if r != nil {
+			r.op.Lock()
+			defer r.op.Unlock()
+			w.mu.Lock()
+			replaced := r.gen != gen
+			w.mu.Unlock()
+			if replaced {
+				// A newer attempt was dispatched meanwhile: its spawn stops
+				// this incarnation (kill-before-respawn) or already did, and
+				// the session now holding the name is the new one.
+				w.log.Info("stop superseded by a newer attempt", "run_id", f.RunID)
+				return
+			}
+		} else if !w.foreignSession(ctx, f, name) {
+			return
+		}
+		if err := w.tm.Stop(ctx, name, grace, f.Force); err != nil {
+			w.log.Warn("stop", "run_id", f.RunID, "err", err)
+			return
+		}
+		if r != nil {
+			w.forget(r, gen, true)
+		}
+		w.log.Info("run stopped", "run_id", f.RunID)
+	})
+}
+
+// foreignSession decides a stop for a run this worker does not know: the
+// session is stopped only if its options name this run (at this attempt
+// or an older one), never a session of another run that shares the prefix.
+func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.SessionName) bool {
+	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		w.log.Warn("stop: list sessions", "run_id", f.RunID, "err", err)
+		return false
+	}
+	for _, s := range list {
+		if s.Name != name {
+			continue
+		}
+		if s.RunID != f.RunID {
+			w.log.Warn("stop: session belongs to another run; left alone", "run_id", f.RunID, "session", name.String(), "session_run_id", s.RunID)
+			return false
+		}
+		if f.Attempt != nil && s.Attempt > *f.Attempt {
+			w.log.Warn("stop: session runs a newer attempt; left alone", "run_id", f.RunID, "attempt", *f.Attempt, "session_attempt", s.Attempt)
+			return false
+		}
+		return true
+	}
+	return false // no such session: nothing to stop
+}
+
+// sendKeys answers send_keys after checking the allowlist again.
+func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
+	if err := wire.ValidateKeys(f.Keys); err != nil {
+		w.log.Warn("send_keys refused", "run_id", f.RunID, "err", err)
+		return
+	}
+	w.mu.Lock()
+	r := w.runs[f.RunID]
+	if r == nil || r.state != stateLive || (f.Attempt != nil && *f.Attempt != r.attempt) {
+		w.mu.Unlock()
+		w.log.Warn("send_keys for a run without a live session here dropped", "run_id", f.RunID)
+		return
+	}
+	name := r.name
+	// Input usually changes the screen: look again soon, at full speed.
+	now := time.Now()
+	r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
+	w.mu.Unlock()
+	if err := w.tm.SendKeys(ctx, name, f.Keys); err != nil {
+		w.log.Warn("send_keys", "run_id", f.RunID, "err", err)
+	}
+}
+
+// livenessLoop looks every LivenessInterval (and when asked to
+// reconcile) whether the sessions of live runs still exist, and forgets
+// those that vanished. What that means for the run is the orchestrator's
+// call (it has the wrapper's signals); full reconciliation is a later
+// step.
+func (w *agent) livenessLoop(ctx context.Context) {
+	t := time.NewTicker(w.o.LivenessInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.o.Reconcile:
+			w.log.Info("reconcile requested")
+		}
+		w.checkLiveness(ctx)
+	}
+}
+
+func (w *agent) checkLiveness(ctx context.Context) {
+	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		w.log.Warn("liveness: list sessions", "err", err)
+		return
+	}
+	present := map[tmux.SessionName]tmux.Session{}
+	for _, s := range list {
+		present[s.Name] = s
+	}
+	type gone struct {
+		r   *run
+		gen uint64
+	}
+	var vanished []gone
+	w.mu.Lock()
+	for _, r := range w.runs {
+		s, ok := present[r.name]
+		if r.state == stateLive && (!ok || s.RunID != r.id || s.Attempt != r.attempt) {
+			vanished = append(vanished, gone{r, r.gen})
+		}
+	}
+	w.mu.Unlock()
+	for _, g := range vanished {
+		w.log.Info("session vanished", "run_id", g.r.id, "session", g.r.name.String())
+		w.forget(g.r, g.gen, false)
+	}
+}

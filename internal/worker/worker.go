@@ -1,0 +1,297 @@
+// Package worker is `pam worker`, the agent of one execution host
+// (contract §10, §12): it registers with the orchestrator, keeps one
+// outbound WebSocket uplink, and runs each dispatched run as a tmux
+// session (package tmux) whose foreground command is `pam exec run`. It
+// polls the panes, uplinks changed snapshots and keeps the run logs.
+//
+// Worker down is not runs down: the tmux server owns the sessions, the
+// worker leaves them running when it stops and adopts them when it starts.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+	lru "github.com/hashicorp/golang-lru/v2"
+
+	"pam/internal/datadir"
+	"pam/internal/tmux"
+	"pam/internal/wire"
+)
+
+// Options configure a worker; package cli fills them from PAM_* settings.
+type Options struct {
+	// URL is where the orchestrator is (PAM_URL).
+	URL string
+	// Token is the worker token of this host.
+	Token string
+	// HostName is the name to register as.
+	HostName string
+	// DataDir is PAM_DATA_DIR: the worker's files are in <DataDir>/worker,
+	// the run logs in <DataDir>/runs.
+	DataDir string
+	// ConfigDir (PAM_CONFIG_DIR) is handed to `pam exec run`; empty means
+	// its default.
+	ConfigDir string
+	// Executor is "tmux" (the only one so far).
+	Executor string
+	// MaxRuns is how many runs this host takes at once.
+	MaxRuns int
+	// Timers (PAM_HEARTBEAT_INTERVAL, PAM_CAPTURE_INTERVAL,
+	// PAM_IDLE_AFTER, PAM_LIVENESS_INTERVAL, PAM_STOP_GRACE).
+	HeartbeatInterval time.Duration
+	CaptureInterval   time.Duration
+	IdleAfter         time.Duration
+	LivenessInterval  time.Duration
+	StopGrace         time.Duration
+	// CAFile is an extra CA bundle to trust for URL (PAM_CA_FILE).
+	CAFile string
+	// PamBinary is the absolute path of pam, the sessions' foreground
+	// command (`pam exec run …`).
+	PamBinary string
+	// Version is reported at registration and in worker.json.
+	Version string
+	// Logger gets the worker's events; nil discards them.
+	Logger *slog.Logger
+	// Providers maps each provider usable on this host to the absolute
+	// path of its binary; called at registration and on each dispatch.
+	Providers func() map[string]string
+	// Reconcile receives a value for each reconciliation asked for from
+	// outside (SIGHUP); nil for none.
+	Reconcile <-chan struct{}
+	// Tmux configures how tmux runs (tests use a private TMUX_TMPDIR).
+	Tmux tmux.Options
+	// BackoffMin and BackoffMax bound the reconnect backoff; default 1s
+	// and 30s.
+	BackoffMin, BackoffMax time.Duration
+	// LogMaxBytes is the size past which a run log is rotated; default
+	// 64 MiB.
+	LogMaxBytes int64
+}
+
+// Defaults of the options a caller may leave zero.
+const (
+	defaultMaxRuns     = 8
+	defaultLogMaxBytes = 64 << 20
+	// snapshotCacheSize bounds the worker-side snapshot cache (seed 010).
+	snapshotCacheSize = 1000
+)
+
+func (o *Options) defaults() error {
+	o.URL = strings.TrimRight(o.URL, "/")
+	u, err := url.Parse(o.URL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("orchestrator URL %q: want http://host:port or https://host:port", o.URL)
+	}
+	if o.Token == "" {
+		return errors.New("no worker token")
+	}
+	if o.Executor == "" {
+		o.Executor = "tmux"
+	}
+	if o.Executor != "tmux" {
+		return fmt.Errorf("executor %q is not supported by this worker yet (only tmux)", o.Executor)
+	}
+	if o.DataDir == "" {
+		return errors.New("no data dir")
+	}
+	if !filepath.IsAbs(o.PamBinary) {
+		return fmt.Errorf("pam binary %q is not an absolute path", o.PamBinary)
+	}
+	if o.HostName == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("host name: %w", err)
+		}
+		o.HostName = h
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&o.HeartbeatInterval, 30*time.Second)
+	def(&o.CaptureInterval, time.Second)
+	def(&o.IdleAfter, 30*time.Second)
+	def(&o.LivenessInterval, 10*time.Second)
+	def(&o.StopGrace, 10*time.Second)
+	def(&o.BackoffMin, time.Second)
+	def(&o.BackoffMax, 30*time.Second)
+	if o.MaxRuns <= 0 {
+		o.MaxRuns = defaultMaxRuns
+	}
+	if o.LogMaxBytes <= 0 {
+		o.LogMaxBytes = defaultLogMaxBytes
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Providers == nil {
+		o.Providers = func() map[string]string { return nil }
+	}
+	return nil
+}
+
+// agent is one running worker: the state its loops and handlers share.
+type agent struct {
+	o          Options
+	log        *slog.Logger
+	tm         *tmux.Tmux
+	dir        string // <data>/worker
+	instanceID string
+	client     *wire.Client
+
+	mu      sync.Mutex
+	runs    map[string]*run // by run id
+	conn    *websocket.Conn // the uplink, nil while down
+	hostID  string
+	pending []wire.Frame // run_state frames waiting for an uplink
+
+	// snapMu orders snapshot sends: the capture loop's and the resend of
+	// every latest snapshot when the uplink (re)connects.
+	snapMu sync.Mutex
+	snaps  *lru.Cache[string, snapshot]
+
+	ops sync.WaitGroup // spawn, stop and log goroutines
+}
+
+// runState is where a run is in this worker's hands.
+type runState int
+
+const (
+	stateSpawning runState = iota // acked; stopping the old session, creating the new
+	stateLive                     // its session runs; captured
+	stateStopping                 // the stop ladder runs
+)
+
+// run is a run this worker started or adopted.
+type run struct {
+	id      string
+	attempt int
+	name    tmux.SessionName
+	state   runState
+	// gen changes on every (re)spawn, so that a late goroutine of an
+	// earlier incarnation cannot forget the current one.
+	gen uint64
+	// op serialises spawn and stop of this run's session.
+	op sync.Mutex
+
+	// Capture schedule.
+	next       time.Time
+	interval   time.Duration
+	lastChange time.Time
+}
+
+// Run starts the worker and runs it until ctx ends. It fails at once if
+// the data dir is held by another worker, tmux is missing, or the options
+// are unusable; network trouble never ends it (it reconnects with
+// backoff). When ctx ends it closes the uplink and returns nil, leaving
+// every session running.
+func Run(ctx context.Context, o Options) error {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	dir := filepath.Join(o.DataDir, "worker")
+	// The data dir itself may be shared with serve (and need 0711 for its
+	// database): create it private, but never change an existing mode.
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := datadir.Ensure(dir, false); err != nil {
+		return err
+	}
+	lock, err := datadir.TryLock(filepath.Join(dir, lockFile))
+	if errors.Is(err, datadir.ErrLocked) {
+		return fmt.Errorf("another worker runs on this data dir: %w", err)
+	}
+	if err != nil {
+		return err
+	}
+	defer lock.Unlock()
+
+	for _, d := range []string{filepath.Join(dir, dispatchDir), filepath.Join(o.DataDir, "runs")} {
+		if err := datadir.Ensure(d, false); err != nil {
+			return err
+		}
+	}
+	instanceID, err := loadInstanceID(dir)
+	if err != nil {
+		return err
+	}
+	tm, err := tmux.New(o.Tmux)
+	if err != nil {
+		return err
+	}
+	client, err := wire.NewClient(o.URL, o.Token, o.CAFile)
+	if err != nil {
+		return err
+	}
+	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
+	w := &agent{
+		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
+		runs: map[string]*run{}, snaps: snaps,
+	}
+	if err := writeNote(dir, Note{
+		PID: os.Getpid(), HostName: o.HostName, InstanceID: instanceID, Executor: o.Executor,
+		StartedAt: time.Now().UTC(), Version: o.Version,
+	}); err != nil {
+		return err
+	}
+	w.log.Info("worker starting", "host", o.HostName, "instance_id", instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
+	w.adopt(ctx)
+
+	var loops sync.WaitGroup
+	loops.Go(func() { w.uplinkLoop(ctx) })
+	loops.Go(func() { w.captureLoop(ctx) })
+	loops.Go(func() { w.livenessLoop(ctx) })
+	loops.Wait()
+	w.ops.Wait()
+	w.log.Info("worker stopped; sessions left running", "sessions", w.count())
+	return nil
+}
+
+// adopt takes over the sessions a previous worker left running: any
+// pam-* session carrying a valid @pam_run_id that matches its name.
+// Others are left alone for reconciliation to judge.
+func (w *agent) adopt(ctx context.Context) {
+	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		w.log.Warn("list sessions at start", "err", err)
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	now := time.Now()
+	for _, s := range list {
+		want, err := tmux.SessionForRun(s.RunID)
+		if err != nil || want != s.Name || s.Attempt < 1 {
+			continue
+		}
+		w.runs[s.RunID] = &run{id: s.RunID, attempt: s.Attempt, name: s.Name, state: stateLive,
+			next: now, interval: w.o.CaptureInterval, lastChange: now}
+		w.log.Info("session adopted", "run_id", s.RunID, "attempt", s.Attempt, "session", s.Name.String())
+	}
+}
+
+func (w *agent) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.runs)
+}
+
+// providers is Providers() with its names sorted, for registration.
+func (w *agent) providerNames() []string {
+	return slices.Sorted(maps.Keys(w.o.Providers()))
+}
