@@ -51,6 +51,9 @@ var (
 	serveCmds  = []string{"serve", "up"}
 	clientCmds = []string{"project", "item", "events", "doctor"}
 	workerCmds = []string{"worker"}
+	// localWorkerCmds take the settings of the worker that runs on this
+	// machine; pam up runs one in-process (its URL and token it makes).
+	localWorkerCmds = []string{"worker", "up"}
 )
 
 func uses(groups ...[]string) []string { return slices.Concat(groups...) }
@@ -62,15 +65,15 @@ var settings = []setting{
 	{Env: "PAM_BIND", Default: "0.0.0.0", Uses: serveCmds, Help: "address to listen on (127.0.0.1 for pam up)"},
 	{Env: "PAM_PORT", Kind: kindInt, Default: "7898", Uses: serveCmds, Help: "port to listen on (0 = pick a free port and print it)"},
 	{Env: "PAM_DATA_DIR", Default: "", Uses: uses(serveCmds, clientCmds, workerCmds, []string{"exec"}), Help: "data dir: token, embedded database, worker state"},
-	{Env: "PAM_CONFIG_DIR", Default: "", Uses: []string{"worker", "exec"}, Help: "config dir holding providers.toml"},
+	{Env: "PAM_CONFIG_DIR", Default: "", Uses: []string{"worker", "up", "exec"}, Help: "config dir holding providers.toml"},
 	{Env: "PAM_DATABASE_URL", Default: "", Uses: uses(serveCmds, []string{"doctor"}), Help: "PostgreSQL connection string (unset = embedded database)", Secret: true},
 	{Env: "PAM_URL", Default: "http://127.0.0.1:7898", Uses: uses(clientCmds, workerCmds), Help: "where the orchestrator is"},
 	{Env: "PAM_TOKEN", Default: "", Uses: clientCmds, Help: "operator token (default: the data dir's token file)", Secret: true},
 	{Env: "PAM_WORKER_TOKEN", Default: "", Uses: workerCmds, Help: "worker credential (default: <data>/worker/token)", Secret: true},
-	{Env: "PAM_HOST_NAME", Default: "", Uses: workerCmds, Help: "host name to register as (default: the machine's host name)"},
-	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: workerCmds, Help: "executor: tmux or pty"},
-	{Env: "PAM_MAX_RUNS", Kind: kindInt, Default: "8", Uses: workerCmds, Positive: true, Help: "concurrent runs this host accepts"},
-	{Env: "PAM_HEARTBEAT_INTERVAL", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "uplink heartbeat interval"},
+	{Env: "PAM_HOST_NAME", Default: "", Uses: localWorkerCmds, Help: "host name to register as (default: the machine's host name)"},
+	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: localWorkerCmds, Help: "executor: tmux or pty"},
+	{Env: "PAM_MAX_RUNS", Kind: kindInt, Default: "8", Uses: localWorkerCmds, Positive: true, Help: "concurrent runs this host accepts"},
+	{Env: "PAM_HEARTBEAT_INTERVAL", Kind: kindDuration, Default: "30s", Uses: localWorkerCmds, Positive: true, Help: "uplink heartbeat interval"},
 	{Env: "PAM_HOST_OFFLINE_AFTER", Kind: kindDuration, Default: "90s", Uses: serveCmds, Positive: true, Help: "no heartbeat for this long: host offline"},
 	{Env: "PAM_HOST_LOST_AFTER", Kind: kindDuration, Default: "24h", Uses: serveCmds, Positive: true, Help: "offline this long: host lost, its runs fail host_lost"},
 	{Env: "PAM_DISPATCH_TIMEOUT", Kind: kindDuration, Default: "5m", Uses: serveCmds, Positive: true, Help: "pending this long: run fails"},
@@ -81,12 +84,12 @@ var settings = []setting{
 	{Env: "PAM_MAX_ATTEMPTS", Kind: kindInt, Default: "3", Uses: serveCmds, Positive: true, Help: "default max_attempts of a run"},
 	{Env: "PAM_EVENT_RETENTION", Kind: kindDuration, Default: "720h", Uses: serveCmds, Positive: true, Help: "events older than this are purged"},
 	{Env: "PAM_LEASE_TTL", Kind: kindDuration, Default: "5m", Uses: serveCmds, Positive: true, Help: "attach lease TTL without activity"},
-	{Env: "PAM_CAPTURE_INTERVAL", Kind: kindDuration, Default: "1s", Uses: workerCmds, Positive: true, Help: "capture-pane polling interval"},
-	{Env: "PAM_IDLE_AFTER", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "no change this long: slower polling"},
-	{Env: "PAM_LIVENESS_INTERVAL", Kind: kindDuration, Default: "10s", Uses: workerCmds, Positive: true, Help: "pane/session liveness poll"},
-	{Env: "PAM_RECONCILE_INTERVAL", Kind: kindDuration, Default: "30s", Uses: workerCmds, Positive: true, Help: "host reconciliation loop"},
-	{Env: "PAM_ORPHAN_HOLD", Kind: kindDuration, Default: "1h", Uses: workerCmds, Positive: true, Help: "orphan inspection hold"},
-	{Env: "PAM_STOP_GRACE", Kind: kindDuration, Default: "10s", Uses: workerCmds, Positive: true, Help: "SIGTERM to SIGKILL wait"},
+	{Env: "PAM_CAPTURE_INTERVAL", Kind: kindDuration, Default: "1s", Uses: localWorkerCmds, Positive: true, Help: "capture-pane polling interval"},
+	{Env: "PAM_IDLE_AFTER", Kind: kindDuration, Default: "30s", Uses: localWorkerCmds, Positive: true, Help: "no change this long: slower polling"},
+	{Env: "PAM_LIVENESS_INTERVAL", Kind: kindDuration, Default: "10s", Uses: localWorkerCmds, Positive: true, Help: "pane/session liveness poll"},
+	{Env: "PAM_RECONCILE_INTERVAL", Kind: kindDuration, Default: "30s", Uses: localWorkerCmds, Positive: true, Help: "host reconciliation loop"},
+	{Env: "PAM_ORPHAN_HOLD", Kind: kindDuration, Default: "1h", Uses: localWorkerCmds, Positive: true, Help: "orphan inspection hold"},
+	{Env: "PAM_STOP_GRACE", Kind: kindDuration, Default: "10s", Uses: localWorkerCmds, Positive: true, Help: "SIGTERM to SIGKILL wait"},
 	{Env: "PAM_HOLD_OPEN", Kind: kindDuration, Default: "5m", Uses: []string{"exec"}, Positive: true, Help: "session kept after the CLI exits"},
 	{Env: "PAM_SPAWN_TIMEOUT", Kind: kindDuration, Default: "60s", Uses: serveCmds, Positive: true, Help: "spawning this long without started: run fails spawn_failed"},
 	{Env: "PAM_TLS_CERT", Default: "", Uses: serveCmds, Help: "TLS certificate file (serve HTTPS natively; needs --tls-key)"},

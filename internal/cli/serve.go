@@ -4,8 +4,14 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 
+	"pam/internal/datadir"
 	"pam/internal/serve"
+	"pam/internal/wire"
 )
 
 // runServe is serve.Run; tests replace it to see the Options a command
@@ -23,7 +29,7 @@ var serveCmd = &command{
 
 var upCmd = &command{
 	name:    "up",
-	summary: "all-in-one quickstart on this machine: serve on 127.0.0.1 with the embedded database",
+	summary: "all-in-one quickstart on this machine: serve on 127.0.0.1 with the embedded database, and a worker for this machine",
 	group:   "up",
 	reg: registerOpts{
 		defaults: map[string]string{"PAM_BIND": "127.0.0.1"},
@@ -32,7 +38,7 @@ var upCmd = &command{
 		flagOnly: map[string]bool{"PAM_DATABASE_URL": true},
 	},
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
-		return func(x *invocation) error { return startServe(x, true) }
+		return func(x *invocation) error { return startUp(x) }
 	},
 }
 
@@ -90,4 +96,108 @@ func startServe(x *invocation, up bool) error {
 		return nil
 	}
 	return err
+}
+
+// startUp is pam up: serve with the embedded database and, once it
+// listens, a worker for this machine in the same process, registered as a
+// host named after the machine (provisioned on first start; its token kept
+// in <data>/worker/token). Ctrl-C stops both; sessions stay with tmux.
+func startUp(x *invocation) error {
+	o, err := serveOptions(x, true)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(x.ctx)
+	defer cancel()
+	type ready struct{ base, token string }
+	readyc := make(chan ready, 1)
+	o.Ready = func(base, token string) { readyc <- ready{base, token} }
+	servec := make(chan error, 1)
+	go func() { servec <- runServe(ctx, o) }()
+	var r ready
+	select {
+	case err := <-servec:
+		if errors.Is(err, context.Canceled) && x.ctx.Err() != nil {
+			return nil
+		}
+		return err
+	case r = <-readyc:
+	}
+	hostName := x.cfg.str("PAM_HOST_NAME")
+	if hostName == "" {
+		if hostName, err = os.Hostname(); err != nil {
+			return fmt.Errorf("host name: %w", err)
+		}
+	}
+	dataDir := o.DataDir
+	if dataDir == "" {
+		dataDir = datadir.DefaultDataDir()
+	}
+	token, err := localHostToken(ctx, r.base, r.token, hostName, dataDir)
+	if err != nil {
+		cancel()
+		<-servec
+		return fmt.Errorf("provision the local host %s: %w", hostName, err)
+	}
+	wo, err := localWorkerOptions(x, r.base, token)
+	if err != nil {
+		cancel()
+		<-servec
+		return err
+	}
+	wo.HostName, wo.DataDir = hostName, dataDir
+	fmt.Fprintf(x.stdout, "worker: this machine runs agents as host %s\n", hostName)
+	workerc := make(chan error, 1)
+	go func() { workerc <- runWorker(ctx, wo) }()
+	var first error
+	select {
+	case first = <-servec:
+		cancel()
+		<-workerc
+	case first = <-workerc:
+		cancel()
+		if err := <-servec; first == nil {
+			first = err
+		}
+	}
+	if errors.Is(first, context.Canceled) && x.ctx.Err() != nil {
+		return nil
+	}
+	return first
+}
+
+// localHostToken returns the worker token of the host named hostName,
+// creating the host on first start. The token is kept in
+// <data>/worker/token (0600); if the host exists but the file is gone,
+// the token is rotated (the operator may, and only the new one is kept).
+func localHostToken(ctx context.Context, base, operatorToken, hostName, dataDir string) (string, error) {
+	path := workerTokenPath(dataDir)
+	if b, err := os.ReadFile(path); err == nil {
+		if tok := strings.TrimSpace(string(b)); len(tok) == 64 {
+			return tok, nil
+		}
+	}
+	client, err := wire.NewClient(base, operatorToken, "")
+	if err != nil {
+		return "", err
+	}
+	var tok string
+	created, err := client.CreateHost(ctx, wire.CreateHost{Name: hostName})
+	switch {
+	case err == nil:
+		tok = created.WorkerToken
+	case wire.HasCode(err, wire.CodeConflict):
+		if tok, err = client.RotateToken(ctx, hostName); err != nil {
+			return "", err
+		}
+	default:
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", err
+	}
+	return tok, nil
 }

@@ -64,13 +64,6 @@ func workerOptions(x *invocation) (worker.Options, error) {
 	if err := checkURL(base); err != nil {
 		return worker.Options{}, err
 	}
-	executor := c.str("PAM_EXECUTOR")
-	if executor != "tmux" && executor != "pty" {
-		return worker.Options{}, usagef("PAM_EXECUTOR %q: want tmux or pty", executor)
-	}
-	if executor != "tmux" {
-		return worker.Options{}, fmt.Errorf("PAM_EXECUTOR=%s is not available in this build yet; use tmux", executor)
-	}
 	dataDir := c.str("PAM_DATA_DIR")
 	token := strings.TrimSpace(c.str("PAM_WORKER_TOKEN"))
 	if token == "" {
@@ -86,6 +79,23 @@ func workerOptions(x *invocation) (worker.Options, error) {
 	if token == "" {
 		return worker.Options{}, fmt.Errorf("no worker token: set PAM_WORKER_TOKEN (or --worker-token), or put the token `pam host add` printed into %s (mode 0600)", workerTokenPath(dataDir))
 	}
+	o, err := localWorkerOptions(x, base, token)
+	o.CAFile = c.str("PAM_CA_FILE")
+	return o, err
+}
+
+// localWorkerOptions resolves the settings every worker has (pam worker
+// and the one pam up runs in-process) for the given orchestrator and token.
+func localWorkerOptions(x *invocation, base, token string) (worker.Options, error) {
+	c := x.cfg
+	executor := c.str("PAM_EXECUTOR")
+	if executor != "tmux" && executor != "pty" {
+		return worker.Options{}, usagef("PAM_EXECUTOR %q: want tmux or pty", executor)
+	}
+	if executor != "tmux" {
+		return worker.Options{}, fmt.Errorf("PAM_EXECUTOR=%s is not available in this build yet; use tmux", executor)
+	}
+	dataDir := c.str("PAM_DATA_DIR")
 	configDir := c.str("PAM_CONFIG_DIR")
 	if configDir == "" {
 		configDir = datadir.DefaultConfigDir()
@@ -118,7 +128,6 @@ func workerOptions(x *invocation) (worker.Options, error) {
 		IdleAfter:         c.dur("PAM_IDLE_AFTER"),
 		LivenessInterval:  c.dur("PAM_LIVENESS_INTERVAL"),
 		StopGrace:         c.dur("PAM_STOP_GRACE"),
-		CAFile:            c.str("PAM_CA_FILE"),
 		PamBinary:         self,
 		Version:           versionString(),
 		Logger:            log,

@@ -319,3 +319,105 @@ func TestStopLongRun(t *testing.T) {
 
 func isActive(s string) bool { return s == "pending" || s == "spawning" || s == "running" }
 
+
+// TestUpQuickstart is the README's promise: `pam up`, then a shell run
+// started with the CLI ends exited with its output in `pam run logs`.
+func TestUpQuickstart(t *testing.T) {
+	t.Parallel()
+	data := shortDir(t, "pamu-")
+	tmuxDir := shortDir(t, "pamut-")
+	env := []string{"PAM_DATA_DIR=" + data, "PAM_CONFIG_DIR=" + data, "TMUX_TMPDIR=" + tmuxDir, "PAM_PORT=0", "PAM_HOLD_OPEN=1s", "PAM_CAPTURE_INTERVAL=200ms"}
+	_, out, _ := start(t, "up", env, "up")
+	t.Cleanup(func() {
+		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
+		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+tmuxDir)
+		_ = cmd.Run()
+	})
+	var url string
+	deadline := time.Now().Add(90 * time.Second)
+	for !strings.Contains(out.String(), "worker:") {
+		if time.Now().After(deadline) {
+			t.Fatalf("pam up did not come up: %s", out.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	url = listenRe.FindStringSubmatch(out.String())[1]
+	if !regexp.MustCompile(`dashboard: http://127\.0\.0\.1:\d+/#token=[0-9a-f]{32}`).MatchString(out.String()) {
+		t.Fatalf("no dashboard URL with the token: %s", out.String())
+	}
+	pam := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(pamBin, args...)
+		cmd.Env = append(os.Environ(), append(env, "PAM_URL="+url)...)
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("pam %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	pam("project", "create", "--name", "Quick")
+	var item wire.WorkItem
+	if err := json.Unmarshal([]byte(pam("item", "add", "quick", "--kind", "task", "--title", "Greet", "--json")), &item); err != nil {
+		t.Fatal(err)
+	}
+	// The local host must be online before the run can be placed quickly.
+	var run wire.Run
+	if err := json.Unmarshal([]byte(pam("run", "start", "--task", item.ID, "--provider", "shell", "--prompt", "echo hello; exit 0", "--json")), &run); err != nil {
+		t.Fatal(err)
+	}
+	deadline = time.Now().Add(60 * time.Second)
+	for {
+		var r wire.Run
+		_ = json.Unmarshal([]byte(pam("run", "show", run.ID, "--json")), &r)
+		if r.Status == "exited" {
+			break
+		}
+		if !isActive(r.Status) || time.Now().After(deadline) {
+			t.Fatalf("run ended %s (%v)", r.Status, r.FailureReason)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The log is the pane captured at PAM_CAPTURE_INTERVAL: give it one.
+	deadline = time.Now().Add(10 * time.Second)
+	for logs := ""; !strings.Contains(logs, "\nhello\n"); logs = pam("run", "logs", run.ID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pam run logs lacks hello: %q", logs)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestLogsFollow streams a run's log while it runs and ends with the run.
+func TestLogsFollow(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("e2e-logs")
+	task := s.task()
+	var r wire.Run
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell",
+		"prompt": "for i in 1 2 3 4; do echo line-$i; sleep 0.5; done"}, &r)
+	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
+	req, _ := http.NewRequest("GET", s.url+"/api/v1/runs/"+r.ID+"/logs?follow=true", nil)
+	req.Header.Set("Authorization", "Bearer "+s.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("logs follow: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	done := make(chan []byte)
+	go func() { b, _ := io.ReadAll(resp.Body); done <- b }()
+	select {
+	case b := <-done:
+		if !strings.Contains(string(b), "line-4") {
+			t.Fatalf("the followed log ended without the last line: %q", b)
+		}
+		if got := s.waitRun(r.ID, "ended", time.Second, func(r wire.Run) bool { return true }); isActive(got.Status) {
+			t.Fatalf("the follow ended while the run is %s", got.Status)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("logs?follow=true did not end after the run ended")
+	}
+}

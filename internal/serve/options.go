@@ -35,6 +35,9 @@ type Options struct {
 	// DashboardURL makes serve print the dashboard URL with the token in
 	// the fragment once it listens (pam up).
 	DashboardURL bool
+	// Ready, if set, is called once serve listens, with its base URL and
+	// the operator token (pam up starts its local worker from it).
+	Ready func(baseURL, token string)
 
 	Logger *slog.Logger
 	// Stdout receives the one line that says where serve listens.

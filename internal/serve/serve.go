@@ -141,6 +141,9 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.DashboardURL {
 		fmt.Fprintf(o.Stdout, "dashboard: %s/#token=%s\n", base, token)
 	}
+	if o.Ready != nil {
+		o.Ready(base, token)
+	}
 
 	var runErr error
 	select {

@@ -456,18 +456,15 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	a := e.worker("slow-a", 4, "shell")
 	r := e.start(map[string]any{"max_attempts": 3})
 	d1 := a.expect(wire.FrameRunDispatch) // a does not ack in time
-	b := e.worker("fast-b", 4, "shell")   // b comes online meanwhile
-	e.waitRun(r.ID, "offer withdrawn", func(r wire.Run) bool { return r.HostID == nil || *r.HostID != a.hostID })
-	var d2 wire.Frame
-	select {
-	case d2 = <-b.frames:
-	case <-time.After(10 * time.Second):
-		// The run may be re-offered to a again; accept either host.
+	// Drain a (disable is drain-only) so the re-offer must go to b.
+	e.must(200, "POST", "/api/v1/hosts/slow-a/disable", nil, nil)
+	b := e.worker("fast-b", 4, "shell")
+	d2 := b.expect(wire.FrameRunDispatch)
+	if d2.RunID != r.ID || *d2.Attempt != 1 {
+		t.Fatalf("re-offer %+v", d2)
 	}
-	_ = d2
-	cur := e.waitRun(r.ID, "re-offered", func(r wire.Run) bool { return r.HostID != nil })
-	if *cur.HostID == a.hostID {
-		t.Skip("re-offered to the same host; the stale-offer path needs another host")
+	if ts := e.topics(r.ID); !strings.Contains(ts, "run.dispatch_withdrawn") {
+		t.Fatalf("no dispatch_withdrawn before the re-offer: %s", ts)
 	}
 	// a acks late: it is told to stop, and its signals are stale_offer.
 	a.ack(d1, true)
