@@ -319,7 +319,6 @@ func TestStopLongRun(t *testing.T) {
 
 func isActive(s string) bool { return s == "pending" || s == "spawning" || s == "running" }
 
-
 // TestUpQuickstart is the README's promise: `pam up`, then a shell run
 // started with the CLI ends exited with its output in `pam run logs`.
 func TestUpQuickstart(t *testing.T) {
