@@ -63,14 +63,14 @@ func (w *buffer) String() string {
 
 // system is one serve and its workers.
 type system struct {
-	t      *testing.T
+	t      testing.TB
 	url    string
 	token  string
 	tmpdir string // TMUX_TMPDIR shared by the workers of this system
 	procs  []*exec.Cmd
 }
 
-func shortDir(t *testing.T, prefix string) string {
+func shortDir(t testing.TB, prefix string) string {
 	t.Helper()
 	d, err := os.MkdirTemp("", prefix)
 	if err != nil {
@@ -81,7 +81,7 @@ func shortDir(t *testing.T, prefix string) string {
 	return d
 }
 
-func start(t *testing.T, name string, env []string, args ...string) (*exec.Cmd, *buffer, *buffer) {
+func start(t testing.TB, name string, env []string, args ...string) (*exec.Cmd, *buffer, *buffer) {
 	t.Helper()
 	cmd := exec.Command(pamBin, args...)
 	cmd.Env = append(os.Environ(), env...)
@@ -109,7 +109,7 @@ func start(t *testing.T, name string, env []string, args ...string) (*exec.Cmd, 
 
 var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
 
-func newSystem(t *testing.T, extraEnv ...string) *system {
+func newSystem(t testing.TB, extraEnv ...string) *system {
 	t.Helper()
 	data := shortDir(t, "pams-")
 	env := append([]string{"PAM_DATA_DIR=" + data, "PAM_DATABASE_URL=" + storetest.URL(t), "PAM_BIND=127.0.0.1", "PAM_PORT=0",
@@ -145,7 +145,7 @@ func newSystem(t *testing.T, extraEnv ...string) *system {
 func (s *system) worker(name string, extraEnv ...string) (string, *buffer) {
 	s.t.Helper()
 	var created wire.HostCreated
-	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name}, &created)
+	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name, "max_runs": 100}, &created)
 	data := shortDir(s.t, "pamw-")
 	env := append([]string{"PAM_URL=" + s.url, "PAM_WORKER_TOKEN=" + created.WorkerToken, "PAM_HOST_NAME=" + name,
 		"PAM_DATA_DIR=" + data, "TMUX_TMPDIR=" + s.tmpdir, "PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms",
