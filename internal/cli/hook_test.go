@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"pam/internal/spool"
+	"pam/internal/wire"
+)
+
+// `pam hook` posts for the run of its environment, reads and ignores the
+// provider's stdin JSON and codex's extra argument, and exits 0 whatever
+// happens — also when nothing can be delivered or its environment is bad.
+func TestHook(t *testing.T) {
+	dir := isolate(t)
+	var mu sync.Mutex
+	var got []wire.Signal
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var sig wire.Signal
+		json.NewDecoder(r.Body).Decode(&sig)
+		mu.Lock()
+		got = append(got, sig)
+		mu.Unlock()
+		w.WriteHeader(http.StatusAccepted)
+		w.Write([]byte(`{"result":"applied"}`))
+	}))
+	defer srv.Close()
+	workerDir := filepath.Join(dir, "worker")
+	runID := "0a0a0a0a-1111-4111-8111-111111111111"
+	t.Setenv("PAM_RUN_ID", runID)
+	t.Setenv("PAM_ATTEMPT", "1")
+	t.Setenv("PAM_API_URL", srv.URL)
+	t.Setenv("PAM_SIGNAL_TOKEN", "pst1.x")
+	t.Setenv("PAM_WORKER_DATA_DIR", workerDir)
+	old := hookStdin
+	t.Cleanup(func() { hookStdin = old })
+
+	hookStdin = strings.NewReader(`{"session_id":"abc","hook_event_name":"PostToolUse"}`)
+	if r := pam(t, "hook", "progress"); r.code != 0 || r.stderr != "" {
+		t.Errorf("progress: %v", r)
+	}
+	hookStdin = strings.NewReader("")
+	if r := pam(t, "hook", "completed", `{"type":"agent-turn-complete","turn-id":"1"}`); r.code != 0 || r.stderr != "" {
+		t.Errorf("completed with codex's argument: %v", r)
+	}
+	mu.Lock()
+	if len(got) != 2 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
+		t.Errorf("posted %+v", got)
+	}
+	mu.Unlock()
+
+	// Nobody listening: spooled, still 0, still quick.
+	srv.Close()
+	start := time.Now()
+	if r := pam(t, "hook", "failed"); r.code != 0 || !strings.Contains(r.stderr, "spooled") {
+		t.Errorf("failed while down: %v", r)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("took %s", d)
+	}
+	if files, _, _ := spool.List(spool.Dir(workerDir)); len(files) != 1 || files[0].Signal.Kind != "failed" {
+		t.Errorf("spool %+v", files)
+	}
+	for _, args := range [][]string{{"hook"}, {"hook", "finished"}} {
+		if r := pam(t, args...); r.code != 0 || r.stderr == "" {
+			t.Errorf("pam %s: %v", strings.Join(args, " "), r)
+		}
+	}
+	t.Setenv("PAM_RUN_ID", "")
+	if r := pam(t, "hook", "completed"); r.code != 0 || !strings.Contains(r.stderr, "PAM_RUN_ID") {
+		t.Errorf("outside a session: %v", r)
+	}
+}

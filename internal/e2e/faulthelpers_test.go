@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"pam/internal/store/storetest"
+	"pam/internal/wire"
+)
+
+// Helpers of the fault-injection tests: a serve that can be killed and
+// restarted on its port, workers that can be killed and restarted on
+// their data dir (each with its own tmux socket directory), and a TCP
+// proxy that can cut a worker off from serve.
+
+// serveProc is one `pam serve` that a test may kill -9 and start again.
+type serveProc struct {
+	t    testing.TB
+	env  []string
+	port int
+	cmd  *exec.Cmd
+	errb *buffer
+}
+
+// newFaultSystem starts serve on the database at dbURL (a storetest clone
+// when empty) with the given extra environment.
+func newFaultSystem(t *testing.T, dbURL string, extraEnv ...string) (*system, *serveProc) {
+	t.Helper()
+	if dbURL == "" {
+		dbURL = storetest.URL(t)
+	}
+	data := shortDir(t, "pams-")
+	env := append([]string{"PAM_DATA_DIR=" + data, "PAM_DATABASE_URL=" + dbURL, "PAM_BIND=127.0.0.1",
+		"PAM_LOG_LEVEL=debug", "PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)
+	sp := &serveProc{t: t, env: env}
+	base := sp.start()
+	u, _ := url.Parse(base)
+	sp.port, _ = strconv.Atoi(u.Port())
+	b, err := os.ReadFile(filepath.Join(data, "token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &system{t: t, url: base, token: strings.TrimSpace(string(b))}, sp
+}
+
+// start runs serve (on its first port after the first start) and waits
+// until it listens; it returns the base URL.
+func (sp *serveProc) start() string {
+	sp.t.Helper()
+	env := append(append([]string{}, sp.env...), "PAM_PORT="+strconv.Itoa(sp.port))
+	cmd, out, errb := start(sp.t, "serve", env, "serve")
+	sp.cmd, sp.errb = cmd, errb
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
+			return m[1]
+		}
+		if time.Now().After(deadline) {
+			sp.t.Fatalf("serve did not start: %s", errb.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// kill9 kills serve with SIGKILL and reaps it.
+func (sp *serveProc) kill9() {
+	sp.t.Helper()
+	kill9(sp.t, sp.cmd)
+}
+
+func kill9(t testing.TB, cmd *exec.Cmd) {
+	t.Helper()
+	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 %d: %v", cmd.Process.Pid, err)
+	}
+	_ = cmd.Wait()
+}
+
+// workerProc is one host's `pam worker`, restartable on its data dir.
+type workerProc struct {
+	s                      *system
+	name, data, tmux, pamu string
+	env                    []string
+	cmd                    *exec.Cmd
+	errb                   *buffer
+}
+
+// faultWorker provisions a host and starts its worker against pamURL (the
+// system's URL, or a proxy in front of it), with its own tmux socket dir.
+func (s *system) faultWorker(name, pamURL string, extraEnv ...string) *workerProc {
+	s.t.Helper()
+	var created wire.HostCreated
+	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name}, &created)
+	w := &workerProc{s: s, name: name, data: shortDir(s.t, "pamw-"), tmux: shortDir(s.t, "pamx-"), pamu: pamURL}
+	w.env = append([]string{"PAM_URL=" + pamURL, "PAM_WORKER_TOKEN=" + created.WorkerToken, "PAM_HOST_NAME=" + name,
+		"PAM_DATA_DIR=" + w.data, "TMUX_TMPDIR=" + w.tmux, "PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=300ms",
+		"PAM_RECONCILE_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=500ms", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s",
+		"PAM_LOG_LEVEL=debug", "PAM_CONFIG_DIR=" + w.data}, extraEnv...)
+	s.t.Cleanup(func() {
+		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
+		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+w.tmux)
+		_ = cmd.Run()
+	})
+	w.start()
+	s.waitHost(name, "online", 30*time.Second)
+	return w
+}
+
+// start runs the worker process (again).
+func (w *workerProc) start() {
+	w.s.t.Helper()
+	w.cmd, _, w.errb = start(w.s.t, "worker "+w.name, w.env, "worker")
+}
+
+// kill9 kills the worker with SIGKILL: no cleanup of any kind.
+func (w *workerProc) kill9() { kill9(w.s.t, w.cmd) }
+
+// waitLog waits until the current process's log has a line with all of
+// the given strings.
+func (w *workerProc) waitLog(d time.Duration, parts ...string) {
+	w.s.t.Helper()
+	waitUntil(w.s.t, d, "worker log line with "+strings.Join(parts, " "), func() bool {
+		for _, line := range strings.Split(w.errb.String(), "\n") {
+			all := true
+			for _, p := range parts {
+				all = all && strings.Contains(line, p)
+			}
+			if all {
+				return true
+			}
+		}
+		return false
+	})
+}
+
+// tmuxCmd runs tmux on this worker's socket.
+func (w *workerProc) tmuxCmd(args ...string) (string, error) {
+	cmd := exec.Command("tmux", append([]string{"-L", "pam"}, args...)...)
+	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+w.tmux)
+	out, err := cmd.CombinedOutput()
+	return strings.TrimSpace(string(out)), err
+}
+
+// panePID is the pid of the session's pane process (the wrapper).
+func (w *workerProc) panePID(session string) int {
+	w.s.t.Helper()
+	out, err := w.tmuxCmd("list-panes", "-t", "="+session+":", "-F", "#{pane_pid}")
+	if err != nil {
+		w.s.t.Fatalf("pane of %s: %v %s", session, err, out)
+	}
+	pid, _ := strconv.Atoi(out)
+	return pid
+}
+
+func (w *workerProc) hasSession(session string) bool {
+	_, err := w.tmuxCmd("has-session", "-t", "="+session)
+	return err == nil
+}
+
+// spooled lists the signal files in the worker's spool.
+func (w *workerProc) spooled() []string {
+	ents, _ := os.ReadDir(filepath.Join(w.data, "worker", "spool"))
+	var out []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// waitUntil polls cond every 20ms until it holds or d passes.
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *system) waitHost(name, status string, d time.Duration) {
+	s.t.Helper()
+	waitUntil(s.t, d, "host "+name+" "+status, func() bool {
+		var h wire.Host
+		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
+		return h.Status == status
+	})
+}
+
+func (s *system) host(name string) wire.Host {
+	s.t.Helper()
+	var h wire.Host
+	s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
+	return h
+}
+
+// events is the run's journal with payloads.
+func (s *system) events(runID string) []wire.Event {
+	s.t.Helper()
+	var l wire.EventList
+	s.must(200, "GET", "/api/v1/runs/"+runID+"/events", nil, &l)
+	return l.Events
+}
+
+// hostEvents lists the journal's events of a host with a topic matching glob.
+func (s *system) hostEvents(hostID, glob string) []wire.Event {
+	s.t.Helper()
+	var l wire.EventList
+	s.must(200, "GET", "/api/v1/events?limit=1000&topic="+url.QueryEscape(glob), nil, &l)
+	var out []wire.Event
+	for _, e := range l.Events {
+		if e.HostID != nil && *e.HostID == hostID {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func countTopic(evs []wire.Event, topic string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Topic == topic {
+			n++
+		}
+	}
+	return n
+}
+
+func eventPayload(e wire.Event) map[string]any {
+	var p map[string]any
+	_ = json.Unmarshal(e.Payload, &p)
+	return p
+}
+
+// progressSeqs is the seqs of the run's applied progress signals, in
+// journal order.
+func progressSeqs(evs []wire.Event) []int {
+	var out []int
+	for _, e := range evs {
+		if e.Topic == "run.progress" {
+			if f, ok := eventPayload(e)["seq"].(float64); ok {
+				out = append(out, int(f))
+			}
+		}
+	}
+	return out
+}
+
+func (s *system) runShell(taskID, prompt string, extra map[string]any) wire.Run {
+	s.t.Helper()
+	body := map[string]any{"task_id": taskID, "provider": "shell", "prompt": prompt}
+	for k, v := range extra {
+		body[k] = v
+	}
+	var r wire.Run
+	s.must(202, "POST", "/api/v1/runs", body, &r)
+	return r
+}
+
+// gate is a folder of files a run's prompt waits for, so that a test
+// decides when the agent moves on.
+type gate string
+
+func newGate(t *testing.T) gate { return gate(shortDir(t, "pamg-")) }
+
+// wait is the shell text that waits for the file name in the gate.
+func (g gate) wait(name string) string {
+	return fmt.Sprintf("while [ ! -e %s/%s ]; do sleep 0.05; done", g, name)
+}
+
+func (g gate) open(t *testing.T, name string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(string(g), name), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hook is the shell text that calls `pam hook kind` the way a provider's
+// hook does, with a JSON event on stdin.
+func hookCall(kind string) string {
+	return fmt.Sprintf(`echo '{"hook_event_name":"PostToolUse"}' | %s hook %s`, pamBin, kind)
+}
+
+// proxy is a TCP proxy between a worker and serve that a test can cut
+// (every connection closed, new ones accepted and closed at once: the
+// worker sees its uplink and every request fail) and heal.
+type proxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+	wg     sync.WaitGroup
+}
+
+func newProxy(t *testing.T, targetURL string) *proxy {
+	t.Helper()
+	u, err := url.Parse(targetURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: u.Host, conns: map[net.Conn]bool{}}
+	p.wg.Go(p.serve)
+	t.Cleanup(func() {
+		ln.Close()
+		p.Cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) URL() string { return "http://" + p.ln.Addr().String() }
+
+func (p *proxy) serve() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		cut := p.cut
+		p.mu.Unlock()
+		if cut {
+			c.Close()
+			continue
+		}
+		up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		p.mu.Lock()
+		if p.cut {
+			p.mu.Unlock()
+			c.Close()
+			up.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		pipe := func(dst, src net.Conn) {
+			_, _ = io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+			p.mu.Lock()
+			delete(p.conns, dst)
+			delete(p.conns, src)
+			p.mu.Unlock()
+		}
+		p.wg.Go(func() { pipe(up, c) })
+		p.wg.Go(func() { pipe(c, up) })
+	}
+}
+
+// Cut closes every connection and refuses new ones until Heal.
+func (p *proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	for c := range p.conns {
+		c.Close()
+	}
+}
+
+// Heal lets connections through again.
+func (p *proxy) Heal() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = false
+}

@@ -1,0 +1,89 @@
+package e2e
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/wire"
+)
+
+// fakeClaude finds the --settings flag the wrapper passes and runs its
+// hook commands the way Claude Code does (through sh, with a JSON event
+// on stdin): PostToolUse twice, then Stop.
+const fakeClaude = `#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = --settings ] && S="$2"; shift; done
+P=$(printf %s "$S" | sed -n 's/.*"command":"\([^"]*hook progress\)".*/\1/p')
+C=$(printf %s "$S" | sed -n 's/.*"command":"\([^"]*hook completed\)".*/\1/p')
+[ -n "$P" ] && [ -n "$C" ] || { echo "no hooks in --settings: $S"; exit 9; }
+echo '{"hook_event_name":"PostToolUse"}' | sh -c "$P"
+echo '{"hook_event_name":"PostToolUse"}' | sh -c "$P"
+echo '{"hook_event_name":"Stop"}' | sh -c "$C"
+echo fake-claude-done
+`
+
+// fakeCodex runs its notify program (-c notify=[...]) with the JSON event
+// as an extra argument, as codex does.
+const fakeCodex = `#!/bin/sh
+while [ $# -gt 0 ]; do [ "$1" = -c ] && N="$2"; shift; done
+PAMP=$(printf %s "$N" | sed -n 's/^notify=\["\([^"]*\)","hook","completed"\]$/\1/p')
+[ -n "$PAMP" ] || { echo "no notify: $N"; exit 9; }
+"$PAMP" hook completed '{"type":"agent-turn-complete","turn-id":"1"}' </dev/null
+`
+
+// Provider hooks end to end: Claude Code's Stop and PostToolUse hooks
+// through its --settings flag and codex's notify reach the run as
+// provider-hook signals (completion, item done, progress in order); the
+// session then stays for PAM_HOLD_OPEN with a line saying how the run
+// ended, and is cleaned up.
+func TestProviderHooks(t *testing.T) {
+	t.Parallel()
+	s, _ := newFaultSystem(t, "")
+	conf := shortDir(t, "pamc-")
+	bin := shortDir(t, "pamb-")
+	for name, text := range map[string]string{"claude": fakeClaude, "codex": fakeCodex} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	toml := "[providers.claude]\nbinary = \"" + filepath.Join(bin, "claude") + "\"\n[providers.codex]\nbinary = \"" + filepath.Join(bin, "codex") + "\"\n"
+	if err := os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(toml), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := s.faultWorker("hooks-host", s.url, "PAM_CONFIG_DIR="+conf, "PAM_HOLD_OPEN=3s")
+	for _, prov := range []string{"claude", "codex"} {
+		task := s.task()
+		var r wire.Run
+		s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": prov, "prompt": "do the thing"}, &r)
+		got := s.waitRun(r.ID, "exited and completed", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) && r.CompletedAt != nil })
+		if got.Status != "exited" || got.CompletionSource == nil || *got.CompletionSource != wire.SourceProviderHook {
+			t.Fatalf("%s: run %s, completion %v; events %v", prov, got.Status, got.CompletionSource, s.topics(r.ID))
+		}
+		evs := s.events(r.ID)
+		want := []int(nil)
+		if prov == "claude" {
+			want = []int{1, 2}
+		}
+		if countTopic(evs, "run.completed") != 1 || !slices.Equal(progressSeqs(evs), want) {
+			t.Errorf("%s: progress %v; events %v", prov, progressSeqs(evs), s.topics(r.ID))
+		}
+		var item wire.WorkItem
+		s.must(200, "GET", "/api/v1/work-items/"+task.ID, nil, &item)
+		if item.Status != "done" {
+			t.Errorf("%s: the item is %s after completion (auto_done)", prov, item.Status)
+		}
+		if prov != "claude" {
+			continue
+		}
+		// Hold-open: the closing line says how and until when; then the
+		// session goes (PAM_HOLD_OPEN=3s).
+		waitUntil(t, 10*time.Second, "the closing line in the pane", func() bool {
+			out, _ := w.tmuxCmd("capture-pane", "-p", "-t", "="+r.SessionName+":")
+			return strings.Contains(out, "finished with exit code 0 (exited) — this session stays open until")
+		})
+		waitUntil(t, 15*time.Second, "the session cleaned up after hold-open", func() bool { return !w.hasSession(r.SessionName) })
+	}
+}

@@ -1,0 +1,206 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"pam/internal/wire"
+)
+
+// The central fleet duties of §11 that need more than a heartbeat: the
+// host-lost bound (T_dead), the CLI-hang timer and the journal entry of a
+// session no run owns. The dispatcher calls them on every pass.
+//
+// Both timers count from the latest of the last sign of life (output for a
+// hang, heartbeat for T_dead), the start of this serve and the host's last
+// transition to online: a long outage of serve itself, or of the network
+// before a host came back, never counts against a run.
+
+// Hang is a run failed cli_hang whose host must stop its session.
+type Hang struct {
+	RunID   string
+	Attempt int // the attempt that hung
+	HostID  string
+}
+
+// tombstoned reports whether the run's current attempt ended host_lost
+// and stayed failed (no requeue followed): its late signals are journaled
+// but never applied.
+func tombstoned(r wire.Run) bool {
+	return r.Status == wire.RunFailed && r.FailureReason != nil && *r.FailureReason == wire.FailHostLost
+}
+
+// MarkHostsLost fails, with failure_reason host_lost and through the
+// restart policy, the non-terminal runs of every host that is not online
+// and has been silent for lostAfter, counted from the latest of its
+// last_seen_at, its last online transition and serveStart. It journals
+// worker.lost once per host it acted on and returns how many runs failed.
+func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serveStart time.Time) (int, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT h.id::text FROM hosts h
+		WHERE h.status <> 'online' AND greatest(h.last_seen_at, h.last_online_at, $2::timestamptz) < now() - $1::interval
+		AND EXISTS (SELECT 1 FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
+		LIMIT 100`, lostAfter, serveStart)
+	if err != nil {
+		return 0, translate(err)
+	}
+	var hosts []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		hosts = append(hosts, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, translate(err)
+	}
+	failed := 0
+	for _, host := range hosts {
+		n, err := s.loseHost(ctx, host, lostAfter, serveStart)
+		if err != nil {
+			return failed, err
+		}
+		failed += n
+	}
+	return failed, nil
+}
+
+// loseHost is MarkHostsLost for one host, in one transaction with the
+// host row locked, so that a heartbeat racing it either comes first (and
+// the host is not lost) or after (and finds the runs already failed).
+func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Duration, serveStart time.Time) (int, error) {
+	failed := 0
+	err := s.InTx(ctx, func(tx *Tx) error {
+		failed = 0
+		var lost bool
+		var seen *time.Time
+		if err := tx.QueryRow(ctx, `SELECT status <> 'online' AND greatest(last_seen_at, last_online_at, $2::timestamptz) < now() - $3::interval, last_seen_at
+			FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, serveStart, lostAfter).Scan(&lost, &seen); err != nil {
+			return err
+		}
+		if !lost {
+			return nil
+		}
+		rows, err := tx.Query(ctx, `SELECT id::text FROM runs WHERE host_id = $1 AND status IN ('pending', 'spawning', 'running') ORDER BY created_at`, hostID)
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		var runs []string
+		for _, id := range ids {
+			r, err := runByID(ctx, tx, id, true)
+			if err != nil {
+				return err
+			}
+			if !Active(r.Status) || r.HostID == nil || *r.HostID != hostID {
+				continue
+			}
+			if _, err := s.failRun(ctx, tx, r, wire.FailHostLost, nil, ""); err != nil {
+				return err
+			}
+			runs = append(runs, r.ID)
+		}
+		failed = len(runs)
+		if failed == 0 {
+			return nil
+		}
+		return tx.Journal(ctx, NewEvent{Topic: "worker.lost", HostID: hostID,
+			Payload: map[string]any{"host_id": hostID, "last_seen_at": seen, "lost_after": lostAfter.String(), "run_ids": runs}})
+	})
+	return failed, err
+}
+
+// FailHungRuns fails, with failure_reason cli_hang and through the restart
+// policy, every running run whose pane has not changed for hangTimeout
+// while its host is online (an online host, or a disabled one whose
+// heartbeat is within offlineAfter). The timer counts from the latest of
+// the run's last output, its start, its host's last online transition and
+// serveStart. It returns the runs whose sessions must be stopped.
+func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
+	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
+		WHERE r.status = 'running'
+		AND (h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $2::interval))
+		AND greatest(r.last_output_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
+		LIMIT 500`, hangTimeout, offlineAfter, serveStart)
+	if err != nil {
+		return nil, translate(err)
+	}
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, translate(err)
+	}
+	var hung []Hang
+	for _, id := range ids {
+		var h *Hang
+		err := s.InTx(ctx, func(tx *Tx) error {
+			h = nil
+			r, err := runByID(ctx, tx, id, true)
+			if err != nil {
+				return err
+			}
+			// Decided again under the row lock: output or a signal may
+			// have come since the scan.
+			var still bool
+			if err := tx.QueryRow(ctx, `SELECT r.status = 'running' AND r.attempt = $2
+				AND (h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $4::interval))
+				AND greatest(r.last_output_at, r.started_at, h.last_online_at, $5::timestamptz) < now() - $3::interval
+				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, r.Attempt, hangTimeout, offlineAfter, serveStart).Scan(&still); err != nil {
+				return err
+			}
+			if !still {
+				return nil
+			}
+			if _, err := s.failRun(ctx, tx, r, wire.FailCLIHang, nil, ""); err != nil {
+				return err
+			}
+			h = &Hang{RunID: r.ID, Attempt: r.Attempt, HostID: *r.HostID}
+			return nil
+		})
+		if errors.Is(err, errGuardLost) || wire.HasCode(err, wire.CodeNotFound) {
+			continue
+		}
+		if err != nil {
+			return hung, err
+		}
+		if h != nil {
+			hung = append(hung, *h)
+		}
+	}
+	return hung, nil
+}
+
+// journalOrphan records a session on a host's tmux socket that maps to no
+// run the host was ever given (run.orphan_detected without a run).
+func (s *Store) journalOrphan(ctx context.Context, hostID, detail string) error {
+	if len(detail) > 1000 {
+		detail = detail[:1000]
+	}
+	return s.InTx(ctx, func(tx *Tx) error {
+		return tx.Journal(ctx, NewEvent{Topic: "run.orphan_detected", HostID: hostID,
+			Payload: map[string]any{"host_id": hostID, "detail": detail}})
+	})
+}

@@ -1,0 +1,141 @@
+package wrap
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pam/internal/spool"
+	"pam/internal/wire"
+)
+
+func hookOptions(apiURL, dir, runID, kind string) HookOptions {
+	return HookOptions{Kind: kind, RunID: runID, Attempt: "2", APIURL: apiURL, Token: "pst1.sig", WorkerDataDir: dir,
+		RetryDelays: []time.Duration{10 * time.Millisecond}, TryTimeout: time.Second}
+}
+
+// Hooks post provider-hook signals with the run's token; progress seqs
+// are distinct and increasing across hooks running at once.
+func TestHookPosts(t *testing.T) {
+	t.Parallel()
+	orch := newOrchestrator(t)
+	dir := t.TempDir()
+	runID := uuid.NewString()
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if out, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalProgress)); err != nil || out.Result != wire.ResultApplied {
+				t.Errorf("progress hook: %+v %v", out, err)
+			}
+		})
+	}
+	wg.Wait()
+	for _, kind := range []string{wire.SignalCompleted, wire.SignalFailed} {
+		if _, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, kind)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var seqs []int
+	kinds := map[string]int{}
+	for _, r := range orch.signals() {
+		if r.Path != "/api/internal/runs/"+runID+"/signals" || r.Auth != "Bearer pst1.sig" || r.Signal.Source != wire.SourceProviderHook ||
+			r.Signal.Attempt == nil || *r.Signal.Attempt != 2 || r.Signal.Timestamp == nil {
+			t.Errorf("posted %+v", r)
+		}
+		kinds[r.Signal.Kind]++
+		if r.Signal.Kind == wire.SignalProgress {
+			seqs = append(seqs, int(*r.Signal.Seq))
+		} else if r.Signal.Seq != nil {
+			t.Errorf("%s with a seq", r.Signal.Kind)
+		}
+	}
+	slices.Sort(seqs)
+	for i, s := range seqs {
+		if s != i+1 {
+			t.Fatalf("progress seqs %v, want 1..20 each once", seqs)
+		}
+	}
+	if kinds[wire.SignalCompleted] != 1 || kinds[wire.SignalFailed] != 1 {
+		t.Errorf("kinds %v", kinds)
+	}
+	// The counter is per attempt.
+	if seq, _ := NextProgressSeq(dir, runID, 3); seq != 1 {
+		t.Errorf("attempt 3 starts at %d", seq)
+	}
+}
+
+// Undeliverable hook signals are spooled, and once one is, the later ones
+// of that attempt follow it into the spool.
+func TestHookSpools(t *testing.T) {
+	t.Parallel()
+	orch := newOrchestrator(t)
+	down := true
+	var mu sync.Mutex
+	orch.answer = func(n int, sig wire.Signal) (int, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return http.StatusServiceUnavailable, `{"error":{"code":"unavailable","message":"down"}}`
+		}
+		return http.StatusAccepted, `{"result":"applied"}`
+	}
+	dir := t.TempDir()
+	runID := uuid.NewString()
+	start := time.Now()
+	out, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalProgress))
+	if err != nil || out.Spooled == "" {
+		t.Fatalf("not spooled: %+v %v", out, err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Errorf("a failing hook took %s", d)
+	}
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	if out, _ := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalCompleted)); out.Spooled == "" {
+		t.Errorf("a signal behind a spooled one was posted: %+v", out)
+	}
+	files, _, _ := spool.List(spool.Dir(dir))
+	if len(files) != 2 || files[0].Signal.Kind != wire.SignalProgress || *files[0].Signal.Seq != 1 || files[1].Signal.Kind != wire.SignalCompleted ||
+		files[0].Token != "pst1.sig" || files[0].Signal.Source != wire.SourceProviderHook {
+		t.Errorf("spool %+v", files)
+	}
+}
+
+func TestHookRefusesBadEnvironment(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	good := hookOptions("http://127.0.0.1:1", dir, uuid.NewString(), wire.SignalCompleted)
+	for name, mod := range map[string]func(*HookOptions){
+		"kind":    func(o *HookOptions) { o.Kind = "finished" },
+		"run id":  func(o *HookOptions) { o.RunID = "nope" },
+		"attempt": func(o *HookOptions) { o.Attempt = "0" },
+		"url":     func(o *HookOptions) { o.APIURL = "" },
+		"token":   func(o *HookOptions) { o.Token = "" },
+		"dir":     func(o *HookOptions) { o.WorkerDataDir = "relative" },
+	} {
+		o := good
+		mod(&o)
+		if _, err := Hook(context.Background(), o); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	// A damaged counter never goes backwards.
+	runID := uuid.NewString()
+	if _, err := NextProgressSeq(dir, runID, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hooks", runID+"-1.seq"), []byte("garbage"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if seq, _ := NextProgressSeq(dir, runID, 1); seq <= 1 {
+		t.Errorf("after damage: %d", seq)
+	}
+}
