@@ -17,7 +17,7 @@ import (
 
 var runCmd = &command{
 	name:    "run",
-	summary: "start, list, show, stop, retry and complete agent runs; send keys; read logs",
+	summary: "start, list, show, stop, retry and complete agent runs; send keys; read logs; watch or attach a pane",
 	subs: []*command{
 		{
 			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
@@ -219,6 +219,8 @@ var runCmd = &command{
 				}
 			},
 		},
+		runWatchCmd,
+		runAttachCmd,
 	},
 }
 

@@ -78,6 +78,7 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 		RestartMaxDelay:     c.dur("PAM_RESTART_MAX_DELAY"),
 		MaxAttempts:         c.int("PAM_MAX_ATTEMPTS"),
 		LeaseTTL:            c.dur("PAM_LEASE_TTL"),
+		CaptureInterval:     c.dur("PAM_CAPTURE_INTERVAL"),
 		SpawnTimeout:        c.dur("PAM_SPAWN_TIMEOUT"),
 		DashboardURL:        up,
 		Logger:              log,

@@ -48,7 +48,8 @@ func TestWorkerOptions(t *testing.T) {
 	if got.Token != "file-token" || got.URL != "http://orch.example:7898" || got.MaxRuns != 3 || got.StopGrace != 2*time.Second ||
 		got.HostName != "h1" || got.DataDir != dir || got.Executor != "tmux" || got.HeartbeatInterval != 30*time.Second ||
 		got.CaptureInterval != time.Second || got.IdleAfter != 30*time.Second || got.LivenessInterval != 10*time.Second ||
-		!filepath.IsAbs(got.PamBinary) || got.Providers == nil || got.Reconcile == nil || got.Logger == nil {
+		!filepath.IsAbs(got.PamBinary) || got.Providers == nil || got.Reconcile == nil || got.Logger == nil ||
+		got.ReconcileInterval != 30*time.Second || got.OrphanHold != time.Hour || got.HoldOpen != 5*time.Minute {
 		t.Errorf("options = %+v", *got)
 	}
 	t.Setenv("PAM_WORKER_TOKEN", "env-token")

@@ -13,7 +13,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
+	"time"
 
 	"github.com/gofrs/flock"
 )
@@ -127,17 +130,35 @@ type Lock struct{ fl *flock.Flock }
 // ErrLocked is returned when another process holds the lock.
 var ErrLocked = errors.New("locked by another process")
 
-// TryLock takes the flock at path without waiting, writing our pid into
-// the file for the operator's benefit (the flock, not the pid, is the proof).
+// lockSettle bounds how long TryLock waits for a lock whose recorded
+// holder is gone (see TryLock).
+const lockSettle = 3 * time.Second
+
+// TryLock takes the flock at path without waiting for a live holder,
+// writing our pid into the file for the operator's benefit (the flock, not
+// the pid, is the proof).
+//
+// A holder killed with SIGKILL releases the lock when its last descriptor
+// closes, and for a moment that may be a child it was starting (a forked
+// child keeps the descriptor until its exec closes it). So when the pid
+// in the file is not a running process the lock is tried again for up to
+// lockSettle; a running holder is reported at once.
 func TryLock(path string) (*Lock, error) {
 	fl := flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDWR), flock.SetPermissions(0o600))
-	ok, err := fl.TryLock()
-	if err != nil {
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	if !ok {
-		holder, _ := os.ReadFile(path)
-		return nil, fmt.Errorf("%s is %w (pid %s)", path, ErrLocked, strings.TrimSpace(string(holder)))
+	deadline := time.Now().Add(lockSettle)
+	for {
+		ok, err := fl.TryLock()
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w", path, err)
+		}
+		if ok {
+			break
+		}
+		pid := holderPID(path)
+		if running(pid) || time.Now().After(deadline) {
+			return nil, fmt.Errorf("%s is %w (pid %s)", path, ErrLocked, pid)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	// A flock belongs to its open file description, so writing the pid
 	// through another descriptor leaves the lock in place.
@@ -145,5 +166,29 @@ func TryLock(path string) (*Lock, error) {
 	return &Lock{fl: fl}, nil
 }
 
+// running reports whether pid names a process that exists.
+func running(pid string) bool {
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return false
+	}
+	err = syscall.Kill(n, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}
+
 // Unlock releases the lock.
 func (l *Lock) Unlock() error { return l.fl.Unlock() }
+
+// holderPID reads the pid the lock's holder wrote. A holder that has just
+// taken the lock may not have written it yet: wait for it briefly, so
+// that two processes started together still name each other.
+func holderPID(path string) string {
+	for range 50 {
+		b, _ := os.ReadFile(path)
+		if pid := strings.TrimSpace(string(b)); pid != "" {
+			return pid
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return "unknown"
+}

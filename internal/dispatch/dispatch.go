@@ -28,6 +28,8 @@ type Options struct {
 	DispatchTimeout  time.Duration // PAM_DISPATCH_TIMEOUT
 	SpawnTimeout     time.Duration // PAM_SPAWN_TIMEOUT
 	HostOfflineAfter time.Duration // PAM_HOST_OFFLINE_AFTER
+	HostLostAfter    time.Duration // PAM_HOST_LOST_AFTER; default 24h
+	CLIHangTimeout   time.Duration // PAM_CLI_HANG_TIMEOUT; default 30m
 	Tick             time.Duration // fallback pass interval; default 1s
 	Batch            int           // runs claimed per pass; default 100
 	Logger           *slog.Logger
@@ -64,6 +66,12 @@ func New(s *store.Store, f Sender, o Options) *Dispatcher {
 	}
 	if o.HostOfflineAfter <= 0 {
 		o.HostOfflineAfter = 90 * time.Second
+	}
+	if o.HostLostAfter <= 0 {
+		o.HostLostAfter = 24 * time.Hour
+	}
+	if o.CLIHangTimeout <= 0 {
+		o.CLIHangTimeout = 30 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -111,16 +119,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // pass runs the duties once and reports whether it should run again at
 // once (the batch was full).
 func (d *Dispatcher) pass(ctx context.Context) bool {
-	changed := 0
-	// Restart grace: no host goes offline until PAM_HOST_OFFLINE_AFTER has
-	// passed since this server started (§11).
-	if time.Since(d.started) > d.o.HostOfflineAfter {
-		if n, err := d.store.MarkOffline(ctx, d.o.HostOfflineAfter); err != nil {
-			d.logErr(ctx, "mark hosts offline", err)
-		} else {
-			changed += n
-		}
-	}
+	changed := d.fleetDuties(ctx)
 	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
 	if err != nil {
 		d.logErr(ctx, "sweep timeouts", err)

@@ -35,8 +35,12 @@ type Fleet struct {
 	mu    sync.Mutex
 	conns map[string]*Conn
 
-	panes *lru.Cache[string, *pane]
+	panes *lru.Cache[string, *Snapshot]
 	pmu   sync.Mutex
+	subs  map[string]map[*PaneSub]struct{} // pane viewers by run (panesubs.go)
+	nsubs int
+
+	attaches map[string]*AttachRoute // relays by attach id (attach.go), under mu
 
 	logs sync.Map // request id → chan wire.Frame
 }
@@ -44,7 +48,7 @@ type Fleet struct {
 // New returns an empty fleet whose pane cache holds up to maxPanes runs
 // (1000 by the contract).
 func New(maxPanes int) *Fleet {
-	c, _ := lru.New[string, *pane](maxPanes)
+	c, _ := lru.New[string, *Snapshot](maxPanes)
 	return &Fleet{conns: map[string]*Conn{}, panes: c}
 }
 
@@ -70,6 +74,7 @@ func (f *Fleet) Detach(c *Conn) {
 	}
 	f.mu.Unlock()
 	c.Close()
+	f.dropAttaches(c)
 }
 
 // Connected reports whether hostID has an uplink in this process.
@@ -102,27 +107,23 @@ func (f *Fleet) Send(hostID string, fr wire.Frame) error {
 	}
 }
 
-type pane struct {
-	seq     int64
-	capture string
-	at      time.Time
-}
-
 // PutSnapshot stores a run's latest capture. It returns the new seq and
 // whether the capture differed from the previous one (seq grows by one per
-// distinct snapshot).
+// distinct snapshot). A change is published to the run's pane viewers.
 func (f *Fleet) PutSnapshot(runID, capture string, at time.Time) (int64, bool) {
 	f.pmu.Lock()
 	defer f.pmu.Unlock()
 	p, ok := f.panes.Get(runID)
-	if ok && p.capture == capture {
-		return p.seq, false
+	if ok && p.Capture == capture {
+		return p.Seq, false
 	}
 	var seq int64 = 1
 	if ok {
-		seq = p.seq + 1
+		seq = p.Seq + 1
 	}
-	f.panes.Add(runID, &pane{seq: seq, capture: capture, at: at})
+	snap := &Snapshot{RunID: runID, Seq: seq, Capture: capture, At: at}
+	f.panes.Add(runID, snap)
+	f.publish(snap)
 	return seq, true
 }
 
@@ -132,8 +133,8 @@ func (f *Fleet) Pane(runID string) wire.Pane {
 	defer f.pmu.Unlock()
 	out := wire.Pane{RunID: runID}
 	if p, ok := f.panes.Get(runID); ok {
-		at := p.at.UTC()
-		out.Seq, out.Capture, out.Timestamp = p.seq, p.capture, &at
+		at := p.At.UTC()
+		out.Seq, out.Capture, out.Timestamp = p.Seq, p.Capture, &at
 	}
 	return out
 }

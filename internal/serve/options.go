@@ -31,6 +31,9 @@ type Options struct {
 	MaxAttempts         int           // PAM_MAX_ATTEMPTS
 	LeaseTTL            time.Duration // PAM_LEASE_TTL
 	SpawnTimeout        time.Duration // PAM_SPAWN_TIMEOUT
+	// CaptureInterval is the workers' PAM_CAPTURE_INTERVAL: a keys
+	// request is observed when the pane changes within two of them.
+	CaptureInterval time.Duration
 
 	// DashboardURL makes serve print the dashboard URL with the token in
 	// the fragment once it listens (pam up).

@@ -90,10 +90,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	workers := fleet.New(1000)
 	dispatcher := dispatch.New(st, workers, dispatch.Options{
 		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
-		HostOfflineAfter: o.HostOfflineAfter, Logger: o.Logger,
+		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout, Logger: o.Logger,
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
-		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher})
+		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval})
 
 	ln, err := net.Listen("tcp", net.JoinHostPort(o.Bind, strconv.Itoa(o.Port)))
 	if err != nil {

@@ -22,6 +22,10 @@ func hostOf(r *http.Request) wire.Host { return r.Context().Value(hostKey).(wire
 func (s *Server) workerAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		host, ok := s.workerFrom(r)
+		if !ok && s.databaseDown(r) {
+			writeError(w, store.ErrUnavailable)
+			return
+		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam-worker"`)
 			writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid worker token"))
@@ -40,6 +44,16 @@ func (s *Server) workerFrom(r *http.Request) (wire.Host, bool) {
 	}
 	host, err := s.store.HostByToken(r.Context(), tok)
 	return host, err == nil
+}
+
+// databaseDown tells a token that could not be checked from one that is
+// wrong: while the database is unreachable a worker or a spooled signal
+// must hear 503 (try again), never 401 (which a replay keeps, but a
+// wrapper would report as a refusal).
+func (s *Server) databaseDown(r *http.Request) bool {
+	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
+	defer cancel()
+	return s.store.Ping(ctx) != nil
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +100,9 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 		hostID = host.ID
 	} else if h, att, ok := s.store.VerifySignalToken(r.Context(), runID, bearer(r)); ok {
 		hostID, tokenAttempt = h, att
+	} else if s.databaseDown(r) {
+		writeError(w, store.ErrUnavailable)
+		return
 	} else {
 		writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid worker or signal token"))
 		return

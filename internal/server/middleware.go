@@ -57,7 +57,7 @@ func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
 			Name: "pam_http_requests_total", Help: "HTTP requests by route pattern, method and status code.",
 		}, []string{"route", "method", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "pam_http_request_duration_seconds", Help: "HTTP request latency by route pattern (streams excluded).",
+			Name: "pam_http_request_duration_seconds", Help: "HTTP request latency by route pattern (streams and sockets excluded).",
 			Buckets: prometheus.DefBuckets,
 		}, []string{"route"}),
 	}
@@ -152,7 +152,7 @@ func (s *Server) instrument(next http.HandlerFunc) http.Handler {
 			}
 			elapsed := time.Since(start)
 			s.metrics.requests.WithLabelValues(route, r.Method, strconv.Itoa(rec.status)).Inc()
-			if !strings.HasSuffix(route, "/stream") {
+			if !strings.HasSuffix(route, "/stream") && !strings.HasSuffix(route, "/ws") && !strings.HasSuffix(route, "/uplink") {
 				s.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 			}
 			s.log.Info("http request", "method", r.Method, "path", r.URL.Path, "route", route,

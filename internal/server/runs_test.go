@@ -295,6 +295,9 @@ func TestRestartPolicyRequeuesThenFailsForGood(t *testing.T) {
 			t.Fatalf("dispatch attempt %d, want %d", *d.Attempt, attempt)
 		}
 		w.ack(d, true)
+		// The ack travels on the uplink, the signals over HTTP: let the ack
+		// land first, or a late ack of attempt 1 draws a run_stop.
+		e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == "spawning" && r.Attempt == attempt })
 		e.signal(d.SignalToken, r.ID, sig("started", attempt))
 		if code, res, body := e.signal(d.SignalToken, r.ID, sig("finished", attempt, "payload", map[string]any{"exit_code": 3})); code != 202 || res.Result != "applied" {
 			t.Fatalf("finished: %d %s", code, body)
@@ -422,7 +425,10 @@ func TestSignalIngestTable(t *testing.T) {
 				if code != 401 {
 					t.Errorf("signal token for attempt 1 used for attempt 2: %d", code)
 				}
-				code, _, _ = e.signal(d.SignalToken[:len(d.SignalToken)-2]+"00", r.ID, sig("started", 1))
+				// One hex digit changed (never to itself: "00" would be the
+				// token again once in 256 runs).
+				forged := d.SignalToken[:len(d.SignalToken)-1] + map[bool]string{true: "1", false: "0"}[strings.HasSuffix(d.SignalToken, "0")]
+				code, _, _ = e.signal(forged, r.ID, sig("started", 1))
 				if code != 401 {
 					t.Errorf("forged signal token: %d", code)
 				}

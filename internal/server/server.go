@@ -51,6 +51,9 @@ type Options struct {
 	// CaptureInterval is PAM_CAPTURE_INTERVAL as workers use it: a keys
 	// request is "observed" when the pane changes within two of them.
 	CaptureInterval time.Duration
+	// LeaseTTL is PAM_LEASE_TTL (0 = 5m): an attach lease whose holder
+	// sent nothing and answered no ping for this long expires.
+	LeaseTTL time.Duration
 }
 
 // Server holds the handlers' dependencies.
@@ -63,6 +66,7 @@ type Server struct {
 	metrics   *metrics
 	streamCtx context.Context
 	stopAll   context.CancelFunc
+	term      *terminal // pane and attach sockets, tickets, leases
 }
 
 // New builds the server and its routes.
@@ -79,9 +83,13 @@ func New(o Options) *Server {
 	if o.CaptureInterval <= 0 {
 		o.CaptureInterval = time.Second
 	}
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = 5 * time.Minute
+	}
 	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: http.NewServeMux()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
+	s.term = newTerminal(s)
 	s.routes()
 	return s
 }
@@ -130,6 +138,7 @@ func (s *Server) routes() {
 	api("GET /runs/{id}/pane", s.getPane)
 	api("GET /runs/{id}/logs", s.runLogs)
 	api("GET /runs/{id}/events", s.runEvents)
+	s.terminalRoutes(api)
 
 	internal := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

@@ -173,7 +173,9 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		}
 
 	case wire.FrameAttachOutput, wire.FrameAttachClosed:
-		// Interactive attach arrives with the live-terminal issue.
+		// To the attach socket whose relay this host opened; anything
+		// else (a relay already let go, or another host's) is dropped.
+		s.opts.Fleet.DeliverAttach(u.host.ID, f)
 
 	default:
 		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})

@@ -181,7 +181,7 @@ func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.Worke
 		return wire.WorkerRun{}, wire.NotFound("run")
 	}
 	w := wire.WorkerRun{RunID: r.ID, Attempt: r.Attempt, Status: r.Status, SessionName: r.SessionName, TaskID: r.TaskID,
-		Provider: r.Provider, Cwd: r.Cwd, FailureReason: r.FailureReason, HostID: r.HostID, Attempts: []wire.RunAttempt{}}
+		Provider: r.Provider, Cwd: r.Cwd, FailureReason: r.FailureReason, HostID: r.HostID, FinishedAt: r.FinishedAt, Attempts: []wire.RunAttempt{}}
 	rows, err := s.Pool.Query(ctx, `SELECT attempt, host_id::text, outcome, failure_reason FROM run_attempts WHERE run_id = $1 ORDER BY attempt`, runID)
 	if err != nil {
 		return w, translate(err)

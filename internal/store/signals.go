@@ -96,6 +96,12 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 		return Ingest{Result: wire.ResultStaleOffer, Run: r, StopSender: true}, tx.Journal(ctx, runEvent("run.signal_received", r,
 			map[string]any{"kind": sig.Kind, "source": sig.Source, "result": wire.ResultStaleOffer, "from_host_id": sender}))
 	}
+	if tombstoned(r) {
+		// A late signal of an attempt that host_lost ended is journaled
+		// and nothing else: the tombstone wins (§11).
+		return Ingest{Result: wire.ResultIgnored, Run: r}, tx.Journal(ctx, runEvent("run.signal_received", r,
+			map[string]any{"kind": sig.Kind, "source": sig.Source, "result": wire.ResultIgnored, "status": r.Status, "failure_reason": wire.FailHostLost}))
+	}
 	if sig.Kind == wire.SignalProgress {
 		if *sig.Seq <= 0 || *sig.Seq <= s.lastProgressSeq(ctx, tx, r.ID) {
 			return Ingest{Result: wire.ResultOutOfOrder, Run: r}, nil
@@ -248,11 +254,15 @@ func (s *Store) markSpawning(ctx context.Context, tx *Tx, r wire.Run) (wire.Run,
 }
 
 // RunStateReport applies a worker's run_state frame about its own run:
-// spawn_failed and session_lost/tmux_crash fail the current attempt (with
-// the restart policy); stale_session and orphan_detected are journaled.
+// spawn_failed, session_lost, tmux_crash and wrapper_died fail the current
+// attempt (with the restart policy); stale_session and orphan_detected are
+// journaled (an orphan_detected without run_id names no run at all).
 func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
+	if f.State == wire.StateOrphanDetected && f.RunID == "" {
+		return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.Detail)
+	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, f.RunID, true)
 		if err != nil {
@@ -276,6 +286,8 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 			reason = wire.FailSessionLost
 		case wire.StateTmuxCrash:
 			reason = wire.FailTmuxCrash
+		case wire.StateWrapperDied:
+			reason = wire.FailWrapperDied
 		case wire.StateStaleSession:
 			return tx.Journal(ctx, runEvent("run.stale_session", r, map[string]any{"detail": f.Detail, "host_id": hostID}))
 		case wire.StateOrphanDetected:

@@ -169,7 +169,16 @@ func translate(err error) error {
 		return nil
 	}
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.As(err, &pgErr) {
+		// Class 57 (the server shutting down, crashed or starting up; not
+		// 57014, a cancelled query) and class 08 (connection exceptions)
+		// mean the database is away, not that the query was wrong.
+		if (strings.HasPrefix(pgErr.Code, "57") && pgErr.Code != "57014") || strings.HasPrefix(pgErr.Code, "08") {
+			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		return err
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err // the caller gave up: not the database's fault
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isConnError(err) {

@@ -128,6 +128,7 @@ func TestInvalidNameNeverRunsTmux(t *testing.T) {
 		_, calls["Pane"] = tm.Pane(c, n)
 		_, calls["Alive"] = tm.Alive(c, n)
 		_, calls["Capture"] = tm.Capture(c, n)
+		_, calls["AttachCommand"] = tm.AttachCommand(n)
 		for op, err := range calls {
 			if !errors.Is(err, ErrInvalidName) {
 				t.Errorf("%s(%q): err = %v, want ErrInvalidName", op, s, err)

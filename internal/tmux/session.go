@@ -2,6 +2,8 @@ package tmux
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -220,8 +222,13 @@ func (t *Tmux) Capture(ctx context.Context, name SessionName) (string, error) {
 }
 
 // SendKeys types keys into the session after checking them against the
-// allowlist again (wire.ValidateKeys): named keys as tmux key names, text
-// always literally (send-keys -l … -- TEXT), in one tmux invocation.
+// allowlist again (wire.ValidateKeys), in one tmux invocation. Named keys
+// go as tmux key names. Text always goes in literally, as a paste: it is
+// put in a buffer of its own (set-buffer -- TEXT, so it is never read as
+// a key name or a flag) and pasted with paste-buffer -p, which wraps it
+// in ESC[200~ … ESC[201~ exactly when the pane's program has asked for
+// bracketed-paste mode. An agent's prompt thus takes a pasted line as
+// text, not as typing that could trigger its key bindings.
 func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) error {
 	if err := name.check(); err != nil {
 		return err
@@ -229,15 +236,27 @@ func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) 
 	if err := wire.ValidateKeys(keys); err != nil {
 		return fmt.Errorf("send keys to %s: %w", name, err)
 	}
-	cmds := make([][]string, 0, len(keys))
+	cmds := make([][]string, 0, 2*len(keys))
+	var buffers []string
 	for _, k := range keys {
 		if k.Key != "" {
 			cmds = append(cmds, []string{"send-keys", "-t", name.target(), k.Key})
-		} else {
-			cmds = append(cmds, []string{"send-keys", "-l", "-t", name.target(), "--", k.Text})
+			continue
 		}
+		buf := pasteBuffer(name)
+		buffers = append(buffers, buf)
+		cmds = append(cmds,
+			[]string{"set-buffer", "-b", buf, "--", k.Text},
+			[]string{"paste-buffer", "-p", "-d", "-b", buf, "-t", name.target()})
 	}
 	_, err := t.run(ctx, cmds...)
+	if err != nil {
+		// A failed sequence stops at the failing command: remove the
+		// buffers it left behind (best effort; they hold no secret).
+		for _, b := range buffers {
+			_, _ = t.run(ctx, []string{"delete-buffer", "-b", b})
+		}
+	}
 	if gone(err) {
 		return fmt.Errorf("send keys to %s: %w", name, ErrNoSession)
 	}
@@ -245,6 +264,14 @@ func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) 
 		return fmt.Errorf("send keys to %s: %w", name, err)
 	}
 	return nil
+}
+
+// pasteBuffer is a fresh buffer name for one text entry: concurrent
+// requests never paste each other's text.
+func pasteBuffer(name SessionName) string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return "pam-keys-" + name.String()[4:] + "-" + hex.EncodeToString(b[:])
 }
 
 // KillSession removes the session (kill-session). A session already gone

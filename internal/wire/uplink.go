@@ -43,6 +43,11 @@ const (
 	StateTmuxCrash      = "tmux_crash"
 	StateStaleSession   = "stale_session"
 	StateOrphanDetected = "orphan_detected"
+	// StateWrapperDied: the session's pane is dead (its process, the
+	// wrapper, exited) and no finished signal came; the run fails
+	// wrapper_died (§6). An orphan_detected without run_id reports a
+	// session that maps to no run of this host.
+	StateWrapperDied = "wrapper_died"
 )
 
 // Frame is the union of every uplink frame: Type says which fields mean

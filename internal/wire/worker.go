@@ -40,6 +40,9 @@ type WorkerRun struct {
 	FailureReason *string      `json:"failure_reason,omitempty"`
 	HostID        *string      `json:"host_id,omitempty"`
 	Attempts      []RunAttempt `json:"attempts,omitempty"`
+	// FinishedAt is when the current attempt ended, so that a worker can
+	// tell a session within its hold-open from one past it (§12).
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
 // WorkerRunList is the body of GET /api/internal/worker/runs.

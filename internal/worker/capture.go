@@ -82,8 +82,8 @@ func (w *agent) captureDue(ctx context.Context, base time.Duration) {
 		}
 		out, err := w.tm.Capture(ctx, d.name)
 		if errors.Is(err, tmux.ErrNoSession) {
-			w.log.Info("session vanished", "run_id", d.r.id, "session", d.name.String())
-			w.forget(d.r, d.gen, false)
+			// The liveness check decides what it means (and reports it).
+			w.pokeLiveness()
 			continue
 		}
 		if err != nil {

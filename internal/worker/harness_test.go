@@ -37,6 +37,8 @@ type fakeOrch struct {
 	frames        []wire.Frame
 	bad           []string // frames the worker sent that do not decode
 	signals       []postedSignal
+	// runs is what GET /api/internal/worker/runs[/{id}] answer (reconcile_test.go).
+	runs fakeRuns
 }
 
 // postedSignal is a signal the wrapper posted over HTTP.
@@ -51,6 +53,8 @@ func newFakeOrch(t *testing.T) *fakeOrch {
 	mux.HandleFunc("POST /api/internal/worker/register", o.register)
 	mux.HandleFunc("GET /api/internal/worker/uplink", o.uplink)
 	mux.HandleFunc("POST /api/internal/runs/{id}/signals", o.signal)
+	mux.HandleFunc("GET /api/internal/worker/runs", o.workerRuns)
+	mux.HandleFunc("GET /api/internal/worker/runs/{id}", o.workerRun)
 	o.srv = httptest.NewServer(mux)
 	t.Cleanup(func() {
 		o.srv.Close()
@@ -102,7 +106,14 @@ func (o *fakeOrch) signal(w http.ResponseWriter, r *http.Request) {
 	}
 	o.mu.Lock()
 	o.signals = append(o.signals, postedSignal{RunID: r.PathValue("id"), Auth: r.Header.Get("Authorization"), Body: sig})
+	answer := o.runs.signalAnswer
 	o.mu.Unlock()
+	if answer != nil {
+		if status := answer(postedSignal{RunID: r.PathValue("id"), Auth: r.Header.Get("Authorization"), Body: sig}); status != http.StatusAccepted {
+			http.Error(w, `{"error":{"code":"test","message":"test answer"}}`, status)
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	json.NewEncoder(w).Encode(wire.SignalResult{Result: wire.ResultApplied})

@@ -39,11 +39,13 @@ func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 	case wire.FrameError:
 		w.log.Warn("orchestrator reported an error", "code", f.Code, "message", f.Message)
 	case wire.FrameAttachOpen:
-		// Interactive attach is a later issue: say so rather than leave
-		// the viewer waiting.
-		_ = w.sendOn(conn, wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: "attach is not supported by this worker yet"})
-	case wire.FrameAttachInput, wire.FrameAttachResize, wire.FrameAttachClose:
-		w.log.Debug("attach frame ignored", "type", f.Type)
+		w.openRelay(f)
+	case wire.FrameAttachInput:
+		w.relayInput(f)
+	case wire.FrameAttachResize:
+		w.relayResize(f)
+	case wire.FrameAttachClose:
+		w.closeRelay(f)
 	default:
 		w.log.Warn("unexpected frame type from the orchestrator dropped", "type", f.Type)
 	}
@@ -114,7 +116,7 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 				return
 			}
 		}
-		if n := len(w.runs); n >= w.o.MaxRuns {
+		if n := w.activeCount(); n >= w.o.MaxRuns {
 			w.mu.Unlock()
 			refuse(fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns))
 			return
@@ -216,11 +218,11 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 }
 
 // command is the session's foreground command: pam exec run, pointed at
-// this worker's data and config dirs (the tmux server's clean environment
-// does not carry PAM_DATA_DIR). Nothing secret: the signal token and the
-// prompt are in the dispatch file.
+// this worker's data and config dirs and given its hold-open (the tmux
+// server's clean environment carries no PAM_* variable). Nothing secret:
+// the signal token and the prompt are in the dispatch file.
 func (w *agent) command(runID string) []string {
-	cmd := []string{w.o.PamBinary, "exec", "run", "--data-dir=" + w.o.DataDir}
+	cmd := []string{w.o.PamBinary, "exec", "run", "--data-dir=" + w.o.DataDir, "--hold-open=" + w.o.HoldOpen.String()}
 	if w.o.ConfigDir != "" {
 		cmd = append(cmd, "--config-dir="+w.o.ConfigDir)
 	}
@@ -347,54 +349,5 @@ func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
 	w.mu.Unlock()
 	if err := w.tm.SendKeys(ctx, name, f.Keys); err != nil {
 		w.log.Warn("send_keys", "run_id", f.RunID, "err", err)
-	}
-}
-
-// livenessLoop looks every LivenessInterval (and when asked to
-// reconcile) whether the sessions of live runs still exist, and forgets
-// those that vanished. What that means for the run is the orchestrator's
-// call (it has the wrapper's signals); full reconciliation is a later
-// step.
-func (w *agent) livenessLoop(ctx context.Context) {
-	t := time.NewTicker(w.o.LivenessInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		case <-w.o.Reconcile:
-			w.log.Info("reconcile requested")
-		}
-		w.checkLiveness(ctx)
-	}
-}
-
-func (w *agent) checkLiveness(ctx context.Context) {
-	list, err := w.tm.ListSessions(ctx)
-	if err != nil {
-		w.log.Warn("liveness: list sessions", "err", err)
-		return
-	}
-	present := map[tmux.SessionName]tmux.Session{}
-	for _, s := range list {
-		present[s.Name] = s
-	}
-	type gone struct {
-		r   *run
-		gen uint64
-	}
-	var vanished []gone
-	w.mu.Lock()
-	for _, r := range w.runs {
-		s, ok := present[r.name]
-		if r.state == stateLive && (!ok || s.RunID != r.id || s.Attempt != r.attempt) {
-			vanished = append(vanished, gone{r, r.gen})
-		}
-	}
-	w.mu.Unlock()
-	for _, g := range vanished {
-		w.log.Info("session vanished", "run_id", g.r.id, "session", g.r.name.String())
-		w.forget(g.r, g.gen, false)
 	}
 }

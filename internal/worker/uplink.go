@@ -97,6 +97,8 @@ func (w *agent) connect(ctx context.Context) (connected bool, err error) {
 			w.conn = nil
 		}
 		w.mu.Unlock()
+		// The orchestrator dropped its end of every relay with the uplink.
+		w.closeRelays("the uplink went away")
 	}()
 	// Closing is what ends the read below, whoever asks for it.
 	wg.Go(func() {
@@ -222,6 +224,7 @@ func (w *agent) greet(conn *websocket.Conn, hostID string) error {
 	w.mu.Lock()
 	w.conn = conn
 	w.mu.Unlock()
+	w.afterConnect()
 	return nil
 }
 

@@ -50,12 +50,18 @@ type Options struct {
 	// MaxRuns is how many runs this host takes at once.
 	MaxRuns int
 	// Timers (PAM_HEARTBEAT_INTERVAL, PAM_CAPTURE_INTERVAL,
-	// PAM_IDLE_AFTER, PAM_LIVENESS_INTERVAL, PAM_STOP_GRACE).
+	// PAM_IDLE_AFTER, PAM_LIVENESS_INTERVAL, PAM_STOP_GRACE,
+	// PAM_RECONCILE_INTERVAL, PAM_ORPHAN_HOLD).
 	HeartbeatInterval time.Duration
 	CaptureInterval   time.Duration
 	IdleAfter         time.Duration
 	LivenessInterval  time.Duration
 	StopGrace         time.Duration
+	ReconcileInterval time.Duration
+	OrphanHold        time.Duration
+	// HoldOpen (PAM_HOLD_OPEN) is handed to each session's wrapper, and
+	// tells reconciliation when a finished run's session is past it.
+	HoldOpen time.Duration
 	// CAFile is an extra CA bundle to trust for URL (PAM_CA_FILE).
 	CAFile string
 	// PamBinary is the absolute path of pam, the sessions' foreground
@@ -127,6 +133,9 @@ func (o *Options) defaults() error {
 	def(&o.IdleAfter, 30*time.Second)
 	def(&o.LivenessInterval, 10*time.Second)
 	def(&o.StopGrace, 10*time.Second)
+	def(&o.ReconcileInterval, 30*time.Second)
+	def(&o.OrphanHold, time.Hour)
+	def(&o.HoldOpen, 5*time.Minute)
 	def(&o.BackoffMin, time.Second)
 	def(&o.BackoffMax, 30*time.Second)
 	if o.MaxRuns <= 0 {
@@ -164,7 +173,11 @@ type agent struct {
 	snapMu sync.Mutex
 	snaps  *lru.Cache[string, snapshot]
 
-	ops sync.WaitGroup // spawn, stop and log goroutines
+	ops sync.WaitGroup // spawn, stop, log and relay goroutines
+
+	relays relaySet // interactive attach relays (attach.go)
+
+	rs reliability // reconciliation, liveness and spool replay (reconcile.go)
 }
 
 // runState is where a run is in this worker's hands.
@@ -192,6 +205,9 @@ type run struct {
 	next       time.Time
 	interval   time.Duration
 	lastChange time.Time
+	// ended: the orchestrator says the run is over and its session is in
+	// hold-open; it no longer counts against MaxRuns.
+	ended bool
 }
 
 // Run starts the worker and runs it until ctx ends. It fails at once if
@@ -243,6 +259,8 @@ func Run(ctx context.Context, o Options) error {
 		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
 		runs: map[string]*run{}, snaps: snaps,
 	}
+	w.rs.init(dir)
+	w.checkNote()
 	if err := writeNote(dir, Note{
 		PID: os.Getpid(), HostName: o.HostName, InstanceID: instanceID, Executor: o.Executor,
 		StartedAt: time.Now().UTC(), Version: o.Version,
@@ -250,12 +268,14 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	w.log.Info("worker starting", "host", o.HostName, "instance_id", instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
-	w.adopt(ctx)
+	w.startReconcile(ctx)
 
 	var loops sync.WaitGroup
 	loops.Go(func() { w.uplinkLoop(ctx) })
 	loops.Go(func() { w.captureLoop(ctx) })
 	loops.Go(func() { w.livenessLoop(ctx) })
+	loops.Go(func() { w.reconcileLoop(ctx) })
+	loops.Go(func() { w.replayLoop(ctx) })
 	loops.Wait()
 	w.ops.Wait()
 	w.log.Info("worker stopped; sessions left running", "sessions", w.count())

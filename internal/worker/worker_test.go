@@ -93,8 +93,9 @@ func TestDispatchSpawnsSession(t *testing.T) {
 	if snap.Attempt == nil || *snap.Attempt != 2 || snap.Timestamp == nil {
 		t.Errorf("snapshot = %+v", snap)
 	}
-	// The session's command is pam exec run, pointed at the data dir.
-	wantCmd := "fake pam: exec run --data-dir=" + h.opts.DataDir + " -- " + runA
+	// The session's command is pam exec run, pointed at the data dir and
+	// given the hold-open (the tmux server's environment carries neither).
+	wantCmd := "fake pam: exec run --data-dir=" + h.opts.DataDir + " --hold-open=5m0s -- " + runA
 	if !strings.Contains(snap.Capture, wantCmd) {
 		t.Errorf("pane does not show %q:\n%s", wantCmd, snap.Capture)
 	}

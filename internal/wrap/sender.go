@@ -147,6 +147,11 @@ func (s *Sender) Send(ctx context.Context, sig wire.Signal) Outcome {
 	return s.spool(sig, oneLine(last.Error()))
 }
 
+// Post makes one try of sig, without retry or spool: the worker replays
+// spooled signals with it. A non-2xx answer comes back as a *wire.Error
+// with its status; anything else that fails is a transport error.
+func (s *Sender) Post(ctx context.Context, sig wire.Signal) (string, error) { return s.post(ctx, sig) }
+
 func (s *Sender) write(sig wire.Signal) (string, error) {
 	return spool.Write(s.SpoolDir, spool.Entry{RunID: s.RunID, Signal: sig, Token: s.Token, APIURL: s.APIURL})
 }

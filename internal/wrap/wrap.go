@@ -204,7 +204,8 @@ func (w *wrapper) run(ctx context.Context) int {
 		w.send(sendCtx, wire.SignalStarted, nil)
 	}()
 
-	stopped := false
+	tty := paneTerminal(w.o.Stdin)
+	stopped, hungUp := false, false
 	done := ctx.Done()
 	var waitErr error
 wait:
@@ -225,7 +226,21 @@ wait:
 				stopped = true
 				_ = cmd.Process.Signal(syscall.SIGTERM)
 			case syscall.SIGHUP:
-				stopped = true // the terminal is gone; the CLI had it too
+				stopped = true
+				if !hungUp {
+					// The terminal hung up (kill-session, or the tmux server
+					// died). The kernel tells only the session leader, the
+					// wrapper: pass it on to the whole process group, as a
+					// shell does for its jobs, so that no CLI outlives its
+					// session unseen. The wrapper's own copy comes back here.
+					// A wrapper that leads no group (tests) tells its CLI.
+					hungUp = true
+					if pg := syscall.Getpgrp(); pg == os.Getpid() {
+						_ = syscall.Kill(-pg, syscall.SIGHUP)
+					} else {
+						_ = cmd.Process.Signal(syscall.SIGHUP)
+					}
+				}
 			default:
 				// SIGINT, SIGQUIT: typed at the terminal, meant for the CLI,
 				// which is in the same process group and has it already.
@@ -234,6 +249,15 @@ wait:
 	}
 	<-startedSent
 	code, how := exitCode(cmd.ProcessState, waitErr)
+	if tty != nil && !isTerminal(tty) {
+		// The session went with its terminal (kill-session, or the tmux
+		// server died) and took the CLI with it: that is not the CLI's exit
+		// to report. The worker sees the session vanish and reports it
+		// (session_lost or tmux_crash); a finished now would read as the
+		// CLI failing by itself. Nobody is left to read a closing line.
+		w.o.Logger.Debug("terminal hung up; no finished signal", "run_id", w.runID, "exit_code", code)
+		return code
+	}
 	w.send(sendCtx, wire.SignalFinished, map[string]any{"exit_code": code})
 	w.holdOpen(ctx, fmt.Sprintf("run %s attempt %d finished with exit code %d (%s)", w.runID, d.Attempt, code, how), stopped)
 	return code

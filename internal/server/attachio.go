@@ -1,0 +1,252 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/fleet"
+	"pam/internal/wire"
+)
+
+// The attach socket's two byte paths. Input: the reader queues it, the
+// pump paces it onto the uplink. Output: the relay's sink appends it on
+// the uplink's reader (never blocking), the writer coalesces it into at
+// most one data frame per outputInterval.
+
+// queueInput hands input to the pump, waiting while too much is pending.
+func (c *attachClient) queueInput(b []byte) bool {
+	for {
+		c.mu.Lock()
+		if len(c.in) < maxPendingInput {
+			c.in = append(c.in, b...)
+			c.mu.Unlock()
+			signal(c.inReady)
+			return true
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.drained:
+		case <-c.done:
+			return false
+		}
+	}
+}
+
+// pump sends pending input to the relay as attach_input frames, paced to
+// inputRate and held back while the host's uplink is busy.
+func (c *attachClient) pump(route *fleet.AttachRoute, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	tokens, refilled := float64(inputRate), time.Now()
+	wait := func(d time.Duration) bool {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return true
+		case <-stop:
+		case <-c.done:
+		}
+		return false
+	}
+	for {
+		select {
+		case <-stop:
+			return
+		case <-c.done:
+			return
+		case <-c.inReady:
+		}
+		for {
+			c.mu.Lock()
+			n := min(len(c.in), inputChunk)
+			chunk := append([]byte(nil), c.in[:n]...)
+			c.in = c.in[n:]
+			if len(c.in) == 0 {
+				c.in = nil
+			}
+			c.mu.Unlock()
+			if n == 0 {
+				break
+			}
+			signal(c.drained)
+			now := time.Now()
+			tokens = min(float64(inputRate), tokens+now.Sub(refilled).Seconds()*inputRate)
+			refilled = now
+			if short := float64(n) - tokens; short > 0 {
+				if !wait(time.Duration(short / inputRate * float64(time.Second))) {
+					return
+				}
+				tokens, refilled = float64(n), time.Now()
+			}
+			tokens -= float64(n)
+			for {
+				if route.Backlog() <= uplinkSoftBacklog {
+					err := route.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: chunk})
+					if err == nil {
+						break
+					}
+					if err != fleet.ErrUplinkBusy {
+						return // the uplink is gone; the route's sink hears of it
+					}
+				}
+				if !wait(5 * time.Millisecond) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// sink receives the relay's frames on the uplink's reader: it appends
+// output and never blocks.
+func (c *attachClient) sink(attachID string) func(wire.Frame) {
+	return func(fr wire.Frame) {
+		c.mu.Lock()
+		if c.attachID != attachID {
+			c.mu.Unlock()
+			return // a relay this client has let go
+		}
+		switch fr.Type {
+		case wire.FrameAttachOutput:
+			if len(c.out)+len(fr.Bytes) > maxPendingOutput {
+				c.mu.Unlock()
+				c.end(wire.CodeTooSlow, "the client fell too far behind its terminal's output")
+				return
+			}
+			c.out = append(c.out, fr.Bytes...)
+			c.mu.Unlock()
+			signal(c.outReady)
+		case wire.FrameAttachClosed:
+			c.mu.Unlock()
+			go c.relayEnded(fr.Reason)
+		default:
+			c.mu.Unlock()
+		}
+	}
+}
+
+// send queues a frame for the writer; a client that lets control frames
+// pile up loses the excess.
+func (c *attachClient) send(f wire.TermFrame) {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	select {
+	case c.ctrl <- b:
+	default:
+	}
+}
+
+// end ends the socket once: with code, a final error frame is written
+// before the close. It never blocks.
+func (c *attachClient) end(code, message string) {
+	c.endOnce.Do(func() {
+		c.endCode = code
+		if code != "" && code != codeStopping {
+			c.final, _ = json.Marshal(wire.TermFrame{Type: wire.WSError, Code: code, Message: message})
+		}
+		close(c.done)
+	})
+}
+
+// writer is the socket's only writer: control frames as they come,
+// output coalesced to at most one data frame per outputInterval, and
+// on the end the final frame and the close.
+func (c *attachClient) writer() {
+	ctx := context.Background()
+	var last time.Time
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	armed := false
+	for {
+		select {
+		case <-c.done:
+			c.finish(ctx)
+			return
+		case b := <-c.ctrl:
+			if writeFrame(ctx, c.ws, b) != nil {
+				c.end("", "")
+			}
+		case <-c.outReady:
+			if wait := outputInterval - time.Since(last); wait > 0 {
+				if !armed {
+					timer.Reset(wait)
+					armed = true
+				}
+				continue
+			}
+			last = time.Now()
+			c.flushOutput(ctx)
+		case <-timer.C:
+			armed = false
+			last = time.Now()
+			c.flushOutput(ctx)
+		}
+	}
+}
+
+// flushOutput writes one data frame of pending output; what is left is
+// signalled for the next interval. Control frames queued before it go
+// first, so lease_acquired always precedes the relay's output.
+func (c *attachClient) flushOutput(ctx context.Context) {
+	for pending := true; pending; {
+		select {
+		case b := <-c.ctrl:
+			if writeFrame(ctx, c.ws, b) != nil {
+				c.end("", "")
+				return
+			}
+		default:
+			pending = false
+		}
+	}
+	c.mu.Lock()
+	n := min(len(c.out), maxDataChunk)
+	chunk := c.out[:n:n]
+	c.out = c.out[n:]
+	if len(c.out) == 0 {
+		c.out = nil
+	} else {
+		signal(c.outReady)
+	}
+	c.mu.Unlock()
+	if n == 0 {
+		return
+	}
+	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSData, Bytes: chunk})
+	if writeFrame(ctx, c.ws, b) != nil {
+		c.end("", "")
+	}
+}
+
+// finish writes what the end left to say and closes the socket.
+func (c *attachClient) finish(ctx context.Context) {
+	for {
+		select {
+		case b := <-c.ctrl:
+			if writeFrame(ctx, c.ws, b) != nil {
+				_ = c.ws.CloseNow()
+				return
+			}
+			continue
+		default:
+		}
+		break
+	}
+	switch {
+	case c.endCode == codeStopping:
+		_ = c.ws.Close(websocket.StatusGoingAway, "server shutting down")
+	case c.final != nil:
+		if writeFrame(ctx, c.ws, c.final) != nil {
+			_ = c.ws.CloseNow()
+			return
+		}
+		_ = c.ws.Close(websocket.StatusNormalClosure, c.endCode)
+	default:
+		_ = c.ws.Close(websocket.StatusNormalClosure, "")
+	}
+}

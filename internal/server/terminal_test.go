@@ -1,0 +1,221 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/google/uuid"
+
+	"pam/internal/server"
+	"pam/internal/store/storetest"
+	"pam/internal/wire"
+)
+
+// runningRun starts a run pinned to a simulated worker and brings it to
+// running.
+func (e *runEnv) runningRun(w *fakeWorker) wire.Run {
+	e.t.Helper()
+	r := e.start(map[string]any{"host_id": w.hostID})
+	d := w.expect(wire.FrameRunDispatch)
+	w.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == "spawning" })
+	if code, _, body := e.signal(d.SignalToken, r.ID, sig("started", 1)); code != 202 {
+		e.t.Fatalf("started: %d %s", code, body)
+	}
+	return e.run(r.ID)
+}
+
+func (e *runEnv) dialAttach(runID string) *websocket.Conn {
+	e.t.Helper()
+	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+runID+"/attach/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	c.SetReadLimit(4 << 20)
+	e.t.Cleanup(func() { c.CloseNow() })
+	return c
+}
+
+func readTerm(t testing.TB, c *websocket.Conn, d time.Duration) (wire.TermFrame, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, b, err := c.Read(ctx)
+	if err != nil {
+		return wire.TermFrame{}, err
+	}
+	var f wire.TermFrame
+	if err := json.Unmarshal(b, &f); err != nil {
+		t.Fatalf("frame %s: %v", b, err)
+	}
+	return f, nil
+}
+
+// The attach relay through a simulated worker: attach_open names the
+// run's session; output is coalesced to at most 10 data frames a second
+// and arrives whole and in order; input is paced into bounded
+// attach_input frames; another host cannot forge output; a relay the
+// worker ends closes the socket with relay_closed and is journaled.
+func TestAttachRelayThroughUplink(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-term", 4, "shell")
+	other := e.worker("host-other", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+		t.Fatalf("first frame %+v %v", f, err)
+	}
+	if f, _ := readTerm(t, c, 5*time.Second); f.Type != wire.WSResize || f.Rows != 24 || f.Cols != 80 {
+		t.Fatalf("second frame %+v", f)
+	}
+	open := w.expect(wire.FrameAttachOpen)
+	if _, err := uuid.Parse(open.AttachID); err != nil || open.RunID != r.ID || open.SessionName != r.SessionName || open.Rows != 24 || open.Cols != 80 {
+		t.Fatalf("attach_open %+v", open)
+	}
+
+	// 200 output frames over a second: the client gets them all, in
+	// order, in at most ~10 data frames a second.
+	var want bytes.Buffer
+	go func() {
+		for i := range 200 {
+			chunk := []byte(strings.Repeat(string(rune('a'+i%26)), 100))
+			w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: chunk})
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for i := range 200 {
+		want.WriteString(strings.Repeat(string(rune('a'+i%26)), 100))
+	}
+	other.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("FORGED")})
+	var got bytes.Buffer
+	var times []time.Time
+	for got.Len() < want.Len() {
+		f, err := readTerm(t, c, 5*time.Second)
+		if err != nil {
+			t.Fatalf("after %d of %d bytes: %v", got.Len(), want.Len(), err)
+		}
+		if f.Type != wire.WSData {
+			t.Fatalf("unexpected %+v", f)
+		}
+		got.Write(f.Bytes)
+		times = append(times, time.Now())
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Fatalf("output differs (forged bytes: %v)", bytes.Contains(got.Bytes(), []byte("FORGED")))
+	}
+	span := times[len(times)-1].Sub(times[0])
+	if rate := float64(len(times)-1) / span.Seconds(); len(times) > 15 || rate > 11 {
+		t.Errorf("%d data frames over %s (%.1f/s), want at most 10 a second", len(times), span, rate)
+	}
+	for i := 1; i < len(times); i++ {
+		if gap := times[i].Sub(times[i-1]); gap < 70*time.Millisecond {
+			t.Errorf("data frames %d and %d only %s apart", i-1, i, gap)
+		}
+	}
+
+	// 512 KiB of input in 64 KiB frames: bounded attach_input frames, in
+	// order, paced (256 KiB/s after a 256 KiB burst), the uplink intact.
+	input := bytes.Repeat([]byte("0123456789abcdef"), 32<<10)
+	t0 := time.Now()
+	go func() {
+		for off := 0; off < len(input); off += 64 << 10 {
+			b, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: input[off : off+64<<10]})
+			if err := c.Write(context.Background(), websocket.MessageText, b); err != nil {
+				return
+			}
+		}
+	}()
+	var relayed bytes.Buffer
+	for relayed.Len() < len(input) {
+		f := w.expect(wire.FrameAttachInput)
+		if f.AttachID != open.AttachID || len(f.Bytes) > 32<<10 {
+			t.Fatalf("attach_input of %d bytes for %s", len(f.Bytes), f.AttachID)
+		}
+		relayed.Write(f.Bytes)
+	}
+	if !bytes.Equal(relayed.Bytes(), input) {
+		t.Fatal("input relayed out of order")
+	}
+	if d := time.Since(t0); d < 800*time.Millisecond {
+		t.Errorf("512 KiB of input went through in %s: not paced", d)
+	}
+
+	// Resize reaches the worker.
+	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSResize, Rows: 50, Cols: 132})
+	_ = c.Write(context.Background(), websocket.MessageText, b)
+	if f := w.expect(wire.FrameAttachResize); f.AttachID != open.AttachID || f.Rows != 50 || f.Cols != 132 {
+		t.Fatalf("attach_resize %+v", f)
+	}
+
+	// The worker ends the relay: relay_closed with its reason, then close.
+	w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: open.AttachID, Reason: "the tmux client exited"})
+	var last wire.TermFrame
+	for {
+		f, err := readTerm(t, c, 5*time.Second)
+		if err != nil {
+			break
+		}
+		last = f
+	}
+	if last.Code != wire.CodeRelayClosed || !strings.Contains(last.Message, "tmux client exited") {
+		t.Fatalf("last frame %+v", last)
+	}
+	waitEvents := func() string { return e.topics(r.ID) }
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(waitEvents(), "run.lease_released") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no lease_released: %s", waitEvents())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(waitEvents(), "run.started run.lease_acquired run.lease_released") {
+		t.Fatalf("events %s", waitEvents())
+	}
+}
+
+// Tokens and tickets in a socket URL never reach the log, whether the
+// handshake is refused or accepted.
+func TestSocketCredentialsNotLogged(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	var logs safeLog
+	srv := server.New(server.Options{Store: st, Token: testToken,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	defer srv.CloseStreams()
+	e := &env{t: t, url: ts.URL, store: st}
+	p := e.project("Logs")
+	task := e.item(p.Slug, "task", "Log nothing secret", nil)
+	var r wire.Run
+	e.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell"}, &r)
+	var tk wire.WSTicket
+	e.must(201, "POST", "/api/v1/ws-tickets", map[string]any{"run_id": r.ID, "purpose": "pane"}, &tk)
+	secret := "feedfacefeedfacefeedfacefeedface"
+	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/v1/runs/" + r.ID + "/pane/ws"
+	for _, q := range []string{"?token=" + secret, "?ticket=" + secret, "?token=" + testToken, "?ticket=" + tk.Ticket} {
+		c, _, err := websocket.Dial(context.Background(), base+q, nil)
+		if err == nil {
+			c.Close(websocket.StatusNormalClosure, "")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the accepted sockets' log lines
+	out := logs.String()
+	if !strings.Contains(out, "/pane/ws") {
+		t.Fatalf("socket requests were not logged: %s", out)
+	}
+	for _, s := range []string{secret, testToken, tk.Ticket, "token=", "ticket="} {
+		if strings.Contains(out, s) {
+			t.Fatalf("%q reached the log:\n%s", s, out)
+		}
+	}
+}

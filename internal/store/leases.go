@@ -1,0 +1,46 @@
+package store
+
+import "context"
+
+// Attach lease topics (§5): the audit trail of who typed into which run.
+const (
+	TopicLeaseAcquired = "run.lease_acquired"
+	TopicLeaseReleased = "run.lease_released"
+)
+
+// JournalLease journals a lease change of a run with the run's common
+// payload (run_id, attempt, task_id) plus extra: who held the lease and,
+// on release, for how long and why. The lease itself lives in the active
+// server's memory (§11); only its history is durable.
+func (s *Store) JournalLease(ctx context.Context, topic, runID string, extra map[string]any) error {
+	return s.InTx(ctx, func(tx *Tx) error {
+		r, err := runByID(ctx, tx, runID, false)
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, runEvent(topic, r, extra))
+	})
+}
+
+// RunStatuses returns the status of each of the given runs that exists,
+// in one query: the attach sockets' watcher asks it for all their runs
+// at once.
+func (s *Store) RunStatuses(ctx context.Context, ids []string) (map[string]string, error) {
+	out := make(map[string]string, len(ids))
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT id::text, status FROM runs WHERE id = ANY($1::uuid[])`, ids)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id, st string
+		if err := rows.Scan(&id, &st); err != nil {
+			return nil, translate(err)
+		}
+		out[id] = st
+	}
+	return out, translate(rows.Err())
+}

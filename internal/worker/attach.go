@@ -1,0 +1,249 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"github.com/google/uuid"
+
+	"pam/internal/tmux"
+	"pam/internal/wire"
+)
+
+// Interactive attach relays (§10 attach_* frames, seed 010 "PTY Relay"):
+// for each attach_open the worker runs `tmux -L pam attach-session` on a
+// PTY sized to the remote terminal and bridges bytes both ways over the
+// uplink. Relays belong to the uplink they were opened on: when it drops,
+// they are torn down (the orchestrator has dropped its end too).
+
+const (
+	// maxRelays bounds the relays of one worker (one per attached run).
+	maxRelays = 32
+	// relayReadBuf is the most PTY output one attach_output frame carries.
+	relayReadBuf = 32 << 10
+	// relayInputQueue bounds the input frames waiting for the PTY; the
+	// orchestrator paces input, so a full queue means a stuck relay.
+	relayInputQueue = 64
+	// relayExitWait is how long a detached tmux client may take to exit
+	// before it is killed.
+	relayExitWait = 5 * time.Second
+)
+
+// relaySet is the worker's open relays, by attach id.
+type relaySet struct {
+	mu sync.Mutex
+	m  map[string]*relay
+}
+
+// relay is one attach client on a PTY.
+type relay struct {
+	id    string
+	runID string
+	cmd   *exec.Cmd
+	pty   *os.File
+	input chan []byte
+
+	once   sync.Once
+	reason string
+	stop   chan struct{}
+}
+
+// openRelay answers attach_open. It checks that the run is one of this
+// worker's live sessions and that the session name is that run's, then
+// starts the tmux client; any refusal is an attach_closed with the reason.
+func (w *agent) openRelay(f wire.Frame) {
+	refuse := func(reason string) {
+		w.log.Warn("attach refused", "attach_id", f.AttachID, "run_id", f.RunID, "reason", reason)
+		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: reason})
+	}
+	if _, err := uuid.Parse(f.AttachID); err != nil {
+		if f.AttachID != "" && len(f.AttachID) <= 64 {
+			refuse("attach_id is not a UUID")
+		}
+		return
+	}
+	if !tmux.ValidRunID(f.RunID) {
+		refuse("run_id is not a lowercase UUID")
+		return
+	}
+	name, _ := tmux.SessionForRun(f.RunID)
+	if f.SessionName != name.String() {
+		refuse(fmt.Sprintf("session_name %q is not %s, the session of this run", f.SessionName, name))
+		return
+	}
+	rows, cols := f.Rows, f.Cols
+	if rows == 0 && cols == 0 {
+		rows, cols = 24, 80
+	}
+	if !wire.ValidTermSize(rows, cols) {
+		refuse(fmt.Sprintf("size %dx%d is out of bounds", rows, cols))
+		return
+	}
+	w.mu.Lock()
+	r := w.runs[f.RunID]
+	live := r != nil && r.state == stateLive && r.name == name
+	w.mu.Unlock()
+	if !live {
+		refuse("the run has no live session on this host")
+		return
+	}
+	w.relays.mu.Lock()
+	if w.relays.m == nil {
+		w.relays.m = map[string]*relay{}
+	}
+	if _, dup := w.relays.m[f.AttachID]; dup {
+		w.relays.mu.Unlock()
+		refuse("attach_id already open")
+		return
+	}
+	if len(w.relays.m) >= maxRelays {
+		w.relays.mu.Unlock()
+		refuse(fmt.Sprintf("this host already relays %d terminals", maxRelays))
+		return
+	}
+	cmd, err := w.tm.AttachCommand(name)
+	if err != nil {
+		w.relays.mu.Unlock()
+		refuse(err.Error())
+		return
+	}
+	p, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
+	if err != nil {
+		w.relays.mu.Unlock()
+		refuse("start the tmux client: " + err.Error())
+		return
+	}
+	rl := &relay{id: f.AttachID, runID: f.RunID, cmd: cmd, pty: p,
+		input: make(chan []byte, relayInputQueue), stop: make(chan struct{})}
+	w.relays.m[rl.id] = rl
+	w.relays.mu.Unlock()
+	w.log.Info("attach relay opened", "attach_id", rl.id, "run_id", rl.runID, "rows", rows, "cols", cols)
+	w.ops.Go(func() { w.runRelay(rl) })
+}
+
+// runRelay bridges one relay until either side ends, then tears it down
+// and reports attach_closed.
+func (w *agent) runRelay(rl *relay) {
+	outDone := make(chan struct{})
+	go func() {
+		defer close(outDone)
+		buf := make([]byte, relayReadBuf)
+		for {
+			n, err := rl.pty.Read(buf)
+			if n > 0 {
+				f := wire.Frame{Type: wire.FrameAttachOutput, AttachID: rl.id, Bytes: append([]byte(nil), buf[:n]...)}
+				if serr := w.send(f); serr != nil {
+					rl.end("the uplink is gone")
+					return
+				}
+			}
+			if err != nil {
+				// EIO once the tmux client has exited: the session ended,
+				// or the client was detached.
+				rl.end("the tmux client exited (the session may have ended)")
+				return
+			}
+		}
+	}()
+	inDone := make(chan struct{})
+	go func() {
+		defer close(inDone)
+		for {
+			select {
+			case <-rl.stop:
+				return
+			case b := <-rl.input:
+				if _, err := rl.pty.Write(b); err != nil {
+					rl.end("write to the terminal: " + err.Error())
+					return
+				}
+			}
+		}
+	}()
+	<-rl.stop
+	// Hang the client up, as a terminal going away would: tmux detaches
+	// it and never ends the session. (Closing the PTY alone leaves the
+	// client waiting for seconds.)
+	_ = rl.cmd.Process.Signal(syscall.SIGHUP)
+	_ = rl.pty.Close()
+	exited := make(chan struct{})
+	go func() { _ = rl.cmd.Wait(); close(exited) }()
+	select {
+	case <-exited:
+	case <-time.After(relayExitWait):
+		_ = rl.cmd.Process.Kill()
+		<-exited
+	}
+	<-outDone
+	<-inDone
+	w.relays.mu.Lock()
+	delete(w.relays.m, rl.id)
+	w.relays.mu.Unlock()
+	w.log.Info("attach relay closed", "attach_id", rl.id, "run_id", rl.runID, "reason", rl.reason)
+	if err := w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: rl.id, Reason: rl.reason}); err != nil && !errors.Is(err, errNotConnected) {
+		w.log.Debug("attach_closed not sent", "attach_id", rl.id, "err", err)
+	}
+}
+
+// end stops the relay once, keeping the first reason.
+func (rl *relay) end(reason string) {
+	rl.once.Do(func() {
+		rl.reason = reason
+		close(rl.stop)
+	})
+}
+
+func (w *agent) relay(id string) *relay {
+	w.relays.mu.Lock()
+	defer w.relays.mu.Unlock()
+	return w.relays.m[id]
+}
+
+// relayInput answers attach_input without blocking the uplink: a relay
+// whose PTY does not keep up is closed rather than waited for.
+func (w *agent) relayInput(f wire.Frame) {
+	rl := w.relay(f.AttachID)
+	if rl == nil || len(f.Bytes) == 0 {
+		return
+	}
+	select {
+	case rl.input <- f.Bytes:
+	case <-rl.stop:
+	default:
+		rl.end("input overflow: the terminal does not take input")
+	}
+}
+
+// relayResize answers attach_resize: the PTY takes the new size and tmux
+// resizes the window to it.
+func (w *agent) relayResize(f wire.Frame) {
+	rl := w.relay(f.AttachID)
+	if rl == nil || !wire.ValidTermSize(f.Rows, f.Cols) {
+		return
+	}
+	if err := pty.Setsize(rl.pty, &pty.Winsize{Rows: uint16(f.Rows), Cols: uint16(f.Cols)}); err != nil {
+		w.log.Debug("attach resize", "attach_id", rl.id, "err", err)
+	}
+}
+
+// closeRelay answers attach_close.
+func (w *agent) closeRelay(f wire.Frame) {
+	if rl := w.relay(f.AttachID); rl != nil {
+		rl.end("closed by the orchestrator")
+	}
+}
+
+// closeRelays ends every relay: their uplink is gone.
+func (w *agent) closeRelays(reason string) {
+	w.relays.mu.Lock()
+	defer w.relays.mu.Unlock()
+	for _, rl := range w.relays.m {
+		rl.end(reason)
+	}
+}
