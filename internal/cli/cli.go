@@ -414,3 +414,26 @@ func optionalString(s *string) string {
 	}
 	return *s
 }
+
+// showSetup is the setup of a `show ID|REF [--json]` leaf: fetch one
+// object with get and print it as a table with print, or as the API's JSON.
+func showSetup[T any](get func(*wire.Client, context.Context, string) (T, error), print func(io.Writer, T)) func(*flag.FlagSet) func(*invocation) error {
+	return func(fs *flag.FlagSet) func(*invocation) error {
+		asJSON := fs.Bool("json", false, "print the API's JSON")
+		return func(x *invocation) error {
+			c, err := x.client()
+			if err != nil {
+				return err
+			}
+			v, err := get(c, x.ctx, x.args[0])
+			if err != nil {
+				return err
+			}
+			if *asJSON {
+				return printJSON(x.stdout, v)
+			}
+			print(x.stdout, v)
+			return nil
+		}
+	}
+}

@@ -72,24 +72,7 @@ var hostCmd = &command{
 		},
 		{
 			name: "show", args: "REF", nargs: 1, summary: "show a host (by id or name) with its active runs", group: clientGroup,
-			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				asJSON := fs.Bool("json", false, "print the API's JSON")
-				return func(x *invocation) error {
-					c, err := x.client()
-					if err != nil {
-						return err
-					}
-					h, err := c.GetHost(x.ctx, x.args[0])
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return printJSON(x.stdout, h)
-					}
-					printHost(x.stdout, h)
-					return nil
-				}
-			},
+			setup: showSetup((*wire.Client).GetHost, printHost),
 		},
 		hostAction("disable", "stop dispatching new runs to a host (running ones continue; sticky until enable)",
 			(*wire.Client).DisableHost, func(w io.Writer, h *wire.Host) {

@@ -84,24 +84,7 @@ var itemCmd = &command{
 		},
 		{
 			name: "show", args: "ID", nargs: 1, summary: "show a work item", group: "item",
-			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				asJSON := fs.Bool("json", false, "print the API's JSON")
-				return func(x *invocation) error {
-					c, err := x.client()
-					if err != nil {
-						return err
-					}
-					w, err := c.GetWorkItem(x.ctx, x.args[0])
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return printJSON(x.stdout, w)
-					}
-					printItem(x.stdout, w)
-					return nil
-				}
-			},
+			setup: showSetup((*wire.Client).GetWorkItem, printItem),
 		},
 		{
 			name: "move", args: "ID", nargs: 1, summary: "change a work item's status, parent or position", group: "item",

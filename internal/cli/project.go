@@ -76,24 +76,7 @@ var projectCmd = &command{
 		},
 		{
 			name: "show", args: "REF", nargs: 1, summary: "show a project (by id or slug)", group: "project",
-			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				asJSON := fs.Bool("json", false, "print the API's JSON")
-				return func(x *invocation) error {
-					c, err := x.client()
-					if err != nil {
-						return err
-					}
-					p, err := c.GetProject(x.ctx, x.args[0])
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return printJSON(x.stdout, p)
-					}
-					printProject(x.stdout, p)
-					return nil
-				}
-			},
+			setup: showSetup((*wire.Client).GetProject, printProject),
 		},
 		{
 			name: "update", args: "REF", nargs: 1, summary: "change a project's name, description or auto-done (only the flags given)", group: "project",

@@ -110,24 +110,7 @@ var runCmd = &command{
 		},
 		{
 			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
-			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				asJSON := fs.Bool("json", false, "print the API's JSON")
-				return func(x *invocation) error {
-					c, err := x.client()
-					if err != nil {
-						return err
-					}
-					r, err := c.GetRun(x.ctx, x.args[0])
-					if err != nil {
-						return err
-					}
-					if *asJSON {
-						return printJSON(x.stdout, r)
-					}
-					printRun(x.stdout, r)
-					return nil
-				}
-			},
+			setup: showSetup((*wire.Client).GetRun, printRun),
 		},
 		{
 			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,

@@ -27,6 +27,7 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/google/uuid"
 
+	"pam/internal/datadir"
 	"pam/internal/wire"
 )
 
@@ -178,7 +179,7 @@ func WriteCap(dir string, e Entry, limit int) (string, error) {
 	}
 	n := name{seq: seq, runID: runID, attempt: *e.Signal.Attempt, kind: e.Signal.Kind}
 	path := filepath.Join(dir, n.String())
-	if err := writeAtomic(dir, path, data); err != nil {
+	if err := datadir.WriteFileAtomic(path, data, 0o600); err != nil {
 		return "", fmt.Errorf("spool: %w", err)
 	}
 	return path, nil
@@ -234,49 +235,10 @@ func nextSeq(dir string, names []name) (uint64, error) {
 		cur = max(cur, n.seq)
 	}
 	next := cur + 1
-	if err := writeAtomic(dir, seqPath, []byte(strconv.FormatUint(next, 10)+"\n")); err != nil {
+	if err := datadir.WriteFileAtomic(seqPath, []byte(strconv.FormatUint(next, 10)+"\n"), 0o600); err != nil {
 		return 0, fmt.Errorf("spool counter: %w", err)
 	}
 	return next, nil
-}
-
-// writeAtomic writes data to path through a temp file in dir: write, fsync,
-// rename, fsync dir.
-func writeAtomic(dir, path string, data []byte) error {
-	f, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(0o600); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // readNames lists the signal files of dir in seq order; other names (the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/datadir"
 	"pam/internal/tmux"
 )
 
@@ -34,46 +35,6 @@ type Note struct {
 	Version    string    `json:"version"`
 }
 
-// writeFileAtomic replaces path with data: a temp file in the same
-// folder, fsync, rename, fsync of the folder. Readers see the old or the
-// new content, never a mix.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	ok := false
-	defer func() {
-		if !ok {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if err := f.Chmod(perm); err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	ok = true
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
-	}
-	return nil
-}
-
 // loadInstanceID returns the worker's instance id, generating it on first
 // start; it is reused forever after (§10). A file holding anything but a
 // UUID is an error, never silently replaced: a new id would make the
@@ -92,7 +53,7 @@ func loadInstanceID(dir string) (string, error) {
 		return "", fmt.Errorf("instance id: %w", err)
 	}
 	id := uuid.NewString()
-	if err := writeFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
+	if err := datadir.WriteFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("instance id: %w", err)
 	}
 	return id, nil
@@ -104,7 +65,7 @@ func writeNote(dir string, n Note) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, noteFile), append(b, '\n'), 0o600); err != nil {
+	if err := datadir.WriteFileAtomic(filepath.Join(dir, noteFile), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("worker.json: %w", err)
 	}
 	return nil

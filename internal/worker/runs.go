@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/datadir"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -189,7 +190,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		fail("encode dispatch: " + err.Error())
 		return
 	}
-	if err := writeFileAtomic(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
+	if err := datadir.WriteFileAtomic(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
 		fail("write dispatch file: " + err.Error())
 		return
 	}

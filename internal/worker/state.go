@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"pam/internal/datadir"
 	"pam/internal/wire"
 )
 
@@ -177,7 +178,7 @@ func (w *agent) saveRunCache(c runCache) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(w.dir, runCacheFile), append(b, '\n'), 0o600); err != nil {
+	if err := datadir.WriteFileAtomic(filepath.Join(w.dir, runCacheFile), append(b, '\n'), 0o600); err != nil {
 		return fmt.Errorf("runcache.json: %w", err)
 	}
 	return nil
