@@ -314,9 +314,10 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // 500 whose detail is logged by the caller, never sent.
 func writeError(w http.ResponseWriter, err error) {
 	if e, ok := wire.AsError(err); ok {
-		if e.Details == nil {
-			e = e.With("_", nil)
-			delete(e.Details, "_")
+		if e.Details == nil { // the envelope always carries details
+			c := *e
+			c.Details = map[string]any{}
+			e = &c
 		}
 		writeJSON(w, e.Status, wire.Envelope{Error: e})
 		return
