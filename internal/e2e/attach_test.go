@@ -333,15 +333,3 @@ func TestKeysDeliveryBracketedPaste(t *testing.T) {
 		t.Errorf("a pane that does not change: delivery %s", d)
 	}
 }
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}

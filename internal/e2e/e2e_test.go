@@ -116,16 +116,12 @@ func newSystem(t testing.TB, extraEnv ...string) *system {
 		"PAM_LOG_LEVEL=debug", "PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)
 	_, out, _ := start(t, "serve", env, "serve")
 	s := &system{t: t, tmpdir: shortDir(t, "pamx-")}
-	deadline := time.Now().Add(60 * time.Second)
-	for s.url == "" {
+	waitFor(t, 60*time.Second, "serve to listen", func() bool {
 		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
 			s.url = m[1]
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("serve did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return s.url != ""
+	})
 	b, err := os.ReadFile(filepath.Join(data, "token"))
 	if err != nil {
 		t.Fatal(err)
@@ -152,18 +148,12 @@ func (s *system) worker(name string, extraEnv ...string) (string, *buffer) {
 		"PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s", "PAM_LOG_LEVEL=debug",
 		"PAM_CONFIG_DIR=" + data}, extraEnv...)
 	_, _, errb := start(s.t, "worker "+name, env, "worker")
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	waitFor(s.t, 30*time.Second, "worker "+name+" to come online", func() bool {
 		var h wire.Host
 		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
-		if h.Status == "online" {
-			return data, errb
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("worker %s never came online: %s", name, errb.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return h.Status == "online"
+	})
+	return data, errb
 }
 
 func (s *system) call(method, path string, body any) (int, []byte) {
@@ -208,18 +198,13 @@ func (s *system) task() wire.WorkItem {
 
 func (s *system) waitRun(id, what string, d time.Duration, cond func(wire.Run) bool) wire.Run {
 	s.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		var r wire.Run
+	var r wire.Run
+	waitFor(s.t, d, "run "+id+": "+what, func() bool {
+		r = wire.Run{}
 		s.must(200, "GET", "/api/v1/runs/"+id, nil, &r)
-		if cond(r) {
-			return r
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("run %s: no %s within %s; now %+v", id, what, d, r)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return cond(r)
+	})
+	return r
 }
 
 func (s *system) tmux(args ...string) (string, error) {
@@ -301,15 +286,10 @@ func TestStopLongRun(t *testing.T) {
 		if stopped.Status != "stopped" {
 			t.Fatalf("stop: %+v", stopped)
 		}
-		for {
-			if _, err := s.tmux("has-session", "-t", r.SessionName); err != nil {
-				break
-			}
-			if time.Since(t0) > 15*time.Second {
-				t.Fatalf("force=%v: session %s still alive after 15s", force, r.SessionName)
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		waitFor(t, 15*time.Second, "session "+r.SessionName+" to end", func() bool {
+			_, err := s.tmux("has-session", "-t", r.SessionName)
+			return err != nil
+		})
 		t.Logf("force=%v: session gone after %s", force, time.Since(t0).Round(time.Millisecond))
 		if got := s.waitRun(r.ID, "stopped", 5*time.Second, func(r wire.Run) bool { return true }); got.Status != "stopped" {
 			t.Fatalf("after the session ended the run is %s", got.Status)
@@ -333,13 +313,7 @@ func TestUpQuickstart(t *testing.T) {
 		_ = cmd.Run()
 	})
 	var url string
-	deadline := time.Now().Add(90 * time.Second)
-	for !strings.Contains(out.String(), "worker:") {
-		if time.Now().After(deadline) {
-			t.Fatalf("pam up did not come up: %s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitFor(t, 90*time.Second, "pam up to start its worker", func() bool { return strings.Contains(out.String(), "worker:") })
 	url = listenRe.FindStringSubmatch(out.String())[1]
 	if !regexp.MustCompile(`dashboard: http://127\.0\.0\.1:\d+/#token=[0-9a-f]{32}`).MatchString(out.String()) {
 		t.Fatalf("no dashboard URL with the token: %s", out.String())
@@ -364,26 +338,19 @@ func TestUpQuickstart(t *testing.T) {
 	if err := json.Unmarshal([]byte(pam("run", "start", "--task", item.ID, "--provider", "shell", "--prompt", "echo hello; exit 0", "--json")), &run); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(60 * time.Second)
-	for {
-		var r wire.Run
+	var r wire.Run
+	waitFor(t, 60*time.Second, "the run to end", func() bool {
+		r = wire.Run{}
 		_ = json.Unmarshal([]byte(pam("run", "show", run.ID, "--json")), &r)
-		if r.Status == "exited" {
-			break
-		}
-		if !isActive(r.Status) || time.Now().After(deadline) {
-			t.Fatalf("run ended %s (%v)", r.Status, r.FailureReason)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return r.Status != "" && !isActive(r.Status)
+	})
+	if r.Status != "exited" {
+		t.Fatalf("run ended %s (%v)", r.Status, r.FailureReason)
 	}
 	// The log is the pane captured at PAM_CAPTURE_INTERVAL: give it one.
-	deadline = time.Now().Add(10 * time.Second)
-	for logs := ""; !strings.Contains(logs, "\nhello\n"); logs = pam("run", "logs", run.ID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pam run logs lacks hello: %q", logs)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "pam run logs to show hello", func() bool {
+		return strings.Contains(pam("run", "logs", run.ID), "\nhello\n")
+	})
 }
 
 // TestLogsFollow streams a run's log while it runs and ends with the run.
@@ -418,5 +385,17 @@ func TestLogsFollow(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("logs?follow=true did not end after the run ended")
+	}
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -204,16 +204,20 @@ func (e *runEnv) run(id string) wire.Run {
 
 func (e *runEnv) waitRun(id, what string, cond func(wire.Run) bool) wire.Run {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		r := e.run(id)
-		if cond(r) {
-			return r
-		}
+	var r wire.Run
+	waitFor(e.t, 15*time.Second, "run "+id+": "+what, func() bool { r = e.run(id); return cond(r) })
+	return r
+}
+
+// waitFor polls cond until it holds or d passes.
+func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
 		if time.Now().After(deadline) {
-			e.t.Fatalf("run %s: timed out waiting for %s; now %+v", id, what, r)
+			t.Fatalf("timed out after %s waiting for %s", d, what)
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -257,18 +261,11 @@ func TestRunLifecycleWithSimulatedWorker(t *testing.T) {
 	}
 	now := time.Now()
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: d.Attempt, Capture: "hello\n", Timestamp: &now})
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitFor(t, 5*time.Second, "the pane to show the snapshot", func() bool {
 		var p wire.Pane
 		e.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
-		if p.Capture == "hello\n" && p.Seq == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pane never showed the snapshot: %+v", p)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return p.Capture == "hello\n" && p.Seq == 1
+	})
 	// finished over the uplink this time: both transports are one path.
 	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: "finished", Attempt: wire.IntPtr(1), Source: "wrapper", Payload: json.RawMessage(`{"exit_code":0}`)})
 	ack := w.expect(wire.FrameSignalAck)
@@ -727,18 +724,11 @@ func TestDispatcherCapacityAcrossDispatchers(t *testing.T) {
 			}
 		})
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	waitFor(t, 60*time.Second, "all 200 runs to exit", func() bool {
 		var l wire.RunList
 		e.must(200, "GET", "/api/v1/runs?status=exited&limit=1000", nil, &l)
-		if len(l.Runs) == 200 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("only %d of 200 runs exited", len(l.Runs))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return len(l.Runs) == 200
+	})
 	close(stop)
 	wg.Wait()
 	if maxActive > 5 {
