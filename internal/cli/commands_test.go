@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -294,10 +295,7 @@ func TestEventsFollowReconnects(t *testing.T) {
 			args = append(args, "--json")
 		}
 		go func() { done <- Main(ctx, args, &out, &errb) }()
-		deadline := time.Now().Add(10 * time.Second)
-		for strings.Count(out.String(), "\n") < 3 && time.Now().Before(deadline) {
-			time.Sleep(5 * time.Millisecond)
-		}
+		eventually.Within(10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 })
 		cancel()
 		if code := <-done; code != 0 {
 			t.Fatalf("exit %d after interrupt; stderr:\n%s", code, errb.String())

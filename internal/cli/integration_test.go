@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/journal"
 	"pam/internal/server"
 	"pam/internal/store/storetest"
@@ -104,10 +105,7 @@ func TestAgainstRealServer(t *testing.T) {
 	}
 
 	// The follower saw the work_item events live, as raw Event JSON lines.
-	deadline := time.Now().Add(15 * time.Second)
-	for strings.Count(followOut.String(), "\n") < 4 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Within(15*time.Second, func() bool { return strings.Count(followOut.String(), "\n") >= 4 })
 	stopFollow()
 	if code := <-followDone; code != 0 {
 		t.Fatalf("events --follow exit %d: %s", code, followErr.String())

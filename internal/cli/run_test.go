@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -129,10 +130,7 @@ func TestRunLogs(t *testing.T) {
 	var out, errb syncBuffer
 	done := make(chan int)
 	go func() { done <- Main(ctx, []string{"run", "logs", "-f", runID}, &out, &errb) }()
-	deadline := time.Now().Add(10 * time.Second)
-	for out.String() == "" && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Within(10*time.Second, func() bool { return out.String() != "" })
 	if out.String() != "line one\n" {
 		t.Fatalf("followed output %q", out.String())
 	}

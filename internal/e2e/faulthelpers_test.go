@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
@@ -62,16 +63,16 @@ func (sp *serveProc) start() string {
 	env := append(append([]string{}, sp.env...), "PAM_PORT="+strconv.Itoa(sp.port))
 	cmd, out, errb := start(sp.t, "serve", env, "serve")
 	sp.cmd, sp.errb = cmd, errb
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	var url string
+	if !eventually.Within(60*time.Second, func() bool {
 		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
-			return m[1]
+			url = m[1]
 		}
-		if time.Now().After(deadline) {
-			sp.t.Fatalf("serve did not start: %s", errb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
+		return url != ""
+	}) {
+		sp.t.Fatalf("serve did not start: %s", errb.String())
 	}
+	return url
 }
 
 // kill9 kills serve with SIGKILL and reaps it.
@@ -184,13 +185,7 @@ func (w *workerProc) spooled() []string {
 // waitUntil polls cond every 20ms until it holds or d passes.
 func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.Wait(t, d, what, cond)
 }
 
 func (s *system) waitHost(name, status string, d time.Duration) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -218,18 +219,15 @@ func (s *system) startRun(task wire.WorkItem, prompt string) wire.Run {
 // waitPane waits until the run's cached pane contains want.
 func (s *system) waitPane(runID, want string) wire.Pane {
 	s.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var p wire.Pane
+	var p wire.Pane
+	if !eventually.Within(20*time.Second, func() bool {
+		p = wire.Pane{}
 		s.must(200, "GET", "/api/v1/runs/"+runID+"/pane", nil, &p)
-		if strings.Contains(p.Capture, want) {
-			return p
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("pane of %s never showed %q:\n%s", runID, want, p.Capture)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(p.Capture, want)
+	}) {
+		s.t.Fatalf("pane of %s never showed %q:\n%s", runID, want, p.Capture)
 	}
+	return p
 }
 
 // events returns the run's events of one topic.

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"pam/internal/eventually"
 )
 
 // parentDir makes a short folder for one test's clusters and removes it when
@@ -166,13 +168,7 @@ func children(pid int) []int {
 
 func waitGone(t *testing.T, pid int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("process %d still alive after %s", pid, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.Wait(t, timeout, fmt.Sprintf("process %d to end", pid), func() bool { return !alive(pid) })
 }
 
 func TestStartInitialisesThenReuses(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -272,11 +273,5 @@ func eventSeqs(evs []wire.Event) []int64 {
 // waitFor polls cond until it holds or testTimeout passes.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(testTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Wait(t, testTimeout, what, cond)
 }

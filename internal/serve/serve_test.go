@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
@@ -253,13 +254,7 @@ func TestServeStandbyTakesOver(t *testing.T) {
 
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.Wait(t, d, what, cond)
 }
 
 // TestSSEResumeAcrossRestart: events journaled by one serve process are

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pam/internal/dispatch"
+	"pam/internal/eventually"
 	"pam/internal/fleet"
 	"pam/internal/server"
 	"pam/internal/store"
@@ -212,13 +213,7 @@ func (e *runEnv) waitRun(id, what string, cond func(wire.Run) bool) wire.Run {
 // waitFor polls cond until it holds or d passes.
 func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Wait(t, d, what, cond)
 }
 
 func (e *runEnv) topics(runID string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
 
+	"pam/internal/eventually"
 	"pam/internal/server"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -170,12 +171,8 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 		t.Fatalf("last frame %+v", last)
 	}
 	waitEvents := func() string { return e.topics(r.ID) }
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(waitEvents(), "run.lease_released") {
-		if time.Now().After(deadline) {
-			t.Fatalf("no lease_released: %s", waitEvents())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !eventually.Within(5*time.Second, func() bool { return strings.Contains(waitEvents(), "run.lease_released") }) {
+		t.Fatalf("no lease_released: %s", waitEvents())
 	}
 	if !strings.Contains(waitEvents(), "run.started run.lease_acquired run.lease_released") {
 		t.Fatalf("events %s", waitEvents())
@@ -208,11 +205,11 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 			c.Close(websocket.StatusNormalClosure, "")
 		}
 	}
-	time.Sleep(100 * time.Millisecond) // the accepted sockets' log lines
-	out := logs.String()
-	if !strings.Contains(out, "/pane/ws") {
-		t.Fatalf("socket requests were not logged: %s", out)
+	// The accepted sockets' log lines are written when their handlers end.
+	if !eventually.Within(5*time.Second, func() bool { return strings.Count(logs.String(), "/pane/ws") >= 4 }) {
+		t.Fatalf("socket requests were not logged: %s", logs.String())
 	}
+	out := logs.String()
 	for _, s := range []string{secret, testToken, tk.Ticket, "token=", "ticket="} {
 		if strings.Contains(out, s) {
 			t.Fatalf("%q reached the log:\n%s", s, out)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pam/internal/eventually"
 )
 
 // server is a private tmux server for one test: its own TMUX_TMPDIR
@@ -59,34 +61,25 @@ func ctx(t *testing.T) context.Context {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.Wait(t, d, what, cond)
 }
 
 // waitCapture waits until the pane shows want and returns the capture.
 func waitCapture(t *testing.T, tm *Tmux, name SessionName, want string) string {
 	t.Helper()
 	var last string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		out, err := tm.Capture(context.Background(), name)
-		if err != nil {
-			t.Fatalf("capture: %v (last capture:\n%s)", err, last)
+	var err error
+	if !eventually.Within(10*time.Second, func() bool {
+		var out string
+		if out, err = tm.Capture(context.Background(), name); err != nil {
+			return true
 		}
 		last = out
-		if strings.Contains(out, want) {
-			return out
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pane never showed %q:\n%s", want, last)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return strings.Contains(out, want)
+	}) || err != nil {
+		t.Fatalf("pane never showed %q (err %v):\n%s", want, err, last)
 	}
+	return last
 }
 
 func mustName(t *testing.T, s string) SessionName {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/eventually"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -252,13 +253,7 @@ func isType(typ, runID string) func(wire.Frame) bool {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	eventually.Wait(t, d, what, cond)
 }
 
 // fakePam is the sessions' foreground command in these tests: it prints

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/eventually"
 	"pam/internal/spool"
 	"pam/internal/wire"
 )
@@ -93,13 +94,7 @@ func (o *orchestrator) signals() []received {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	eventually.Wait(t, 10*time.Second, what, cond)
 }
 
 // fixture is a worker data dir with one dispatch in it.
