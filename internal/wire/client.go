@@ -76,11 +76,7 @@ func NewClient(baseURL, token, caFile string) (*Client, error) {
 // Health calls GET /healthz (no token needed). A 503 comes back as an
 // *Error with Status 503.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
-	var h Health
-	if err := c.Do(ctx, http.MethodGet, "/healthz", nil, nil, &h); err != nil {
-		return nil, err
-	}
-	return &h, nil
+	return decode[Health](c, ctx, http.MethodGet, "/healthz", nil, nil)
 }
 
 // ListProjects returns the projects, archived ones too when asked.
@@ -99,38 +95,22 @@ func (c *Client) ListProjects(ctx context.Context, includeArchived bool) ([]Proj
 // CreateProject creates a project; the server derives the slug from the
 // name when none is given.
 func (c *Client) CreateProject(ctx context.Context, body CreateProject) (*Project, error) {
-	var p Project
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/projects", nil, body, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decode[Project](c, ctx, http.MethodPost, "/api/v1/projects", nil, body)
 }
 
 // GetProject fetches a project by id or slug.
 func (c *Client) GetProject(ctx context.Context, ref string) (*Project, error) {
-	var p Project
-	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(ref), nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decode[Project](c, ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
 // UpdateProject changes the fields set in body.
 func (c *Client) UpdateProject(ctx context.Context, ref string, body UpdateProject) (*Project, error) {
-	var p Project
-	if err := c.Do(ctx, http.MethodPatch, "/api/v1/projects/"+url.PathEscape(ref), nil, body, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decode[Project](c, ctx, http.MethodPatch, "/api/v1/projects/"+url.PathEscape(ref), nil, body)
 }
 
 // ArchiveProject soft-deletes a project and returns it archived.
 func (c *Client) ArchiveProject(ctx context.Context, ref string) (*Project, error) {
-	var p Project
-	if err := c.Do(ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decode[Project](c, ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
 // ListWorkItems returns a project's work items in tree order (depth-first,
@@ -155,30 +135,18 @@ func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkIte
 
 // CreateWorkItem adds a work item to a project.
 func (c *Client) CreateWorkItem(ctx context.Context, projectRef string, body CreateWorkItem) (*WorkItem, error) {
-	var w WorkItem
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", nil, body, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return decode[WorkItem](c, ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", nil, body)
 }
 
 // GetWorkItem fetches one work item.
 func (c *Client) GetWorkItem(ctx context.Context, id string) (*WorkItem, error) {
-	var w WorkItem
-	if err := c.Do(ctx, http.MethodGet, "/api/v1/work-items/"+url.PathEscape(id), nil, nil, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return decode[WorkItem](c, ctx, http.MethodGet, "/api/v1/work-items/"+url.PathEscape(id), nil, nil)
 }
 
 // UpdateWorkItem changes the fields set in body; a set ParentID with a nil
 // Value moves the item to the project root.
 func (c *Client) UpdateWorkItem(ctx context.Context, id string, body UpdateWorkItem) (*WorkItem, error) {
-	var w WorkItem
-	if err := c.Do(ctx, http.MethodPatch, "/api/v1/work-items/"+url.PathEscape(id), nil, body, &w); err != nil {
-		return nil, err
-	}
-	return &w, nil
+	return decode[WorkItem](c, ctx, http.MethodPatch, "/api/v1/work-items/"+url.PathEscape(id), nil, body)
 }
 
 // DeleteWorkItem deletes a work item without children or runs.
@@ -437,11 +405,7 @@ func (c *Client) ListHosts(ctx context.Context) ([]Host, error) {
 // CreateHost registers a host; the answer holds its worker token, which
 // the server shows this once.
 func (c *Client) CreateHost(ctx context.Context, body CreateHost) (*HostCreated, error) {
-	var out HostCreated
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/hosts", nil, body, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decode[HostCreated](c, ctx, http.MethodPost, "/api/v1/hosts", nil, body)
 }
 
 // GetHost fetches a host by id or name, with its active_runs.
@@ -465,11 +429,7 @@ func (c *Client) ClearSuspect(ctx context.Context, ref string) (*Host, error) {
 }
 
 func (c *Client) hostCall(ctx context.Context, method, ref, action string) (*Host, error) {
-	var h Host
-	if err := c.Do(ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil, &h); err != nil {
-		return nil, err
-	}
-	return &h, nil
+	return decode[Host](c, ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil)
 }
 
 // RotateToken gives a host a new worker token (the old one stops working
@@ -507,11 +467,7 @@ type RunFilter struct {
 
 // CreateRun admits a run (202, pending); placement happens asynchronously.
 func (c *Client) CreateRun(ctx context.Context, body CreateRun) (*Run, error) {
-	var r Run
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/runs", nil, body, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return decode[Run](c, ctx, http.MethodPost, "/api/v1/runs", nil, body)
 }
 
 // ListRuns returns runs newest first.
@@ -554,31 +510,19 @@ func (c *Client) CompleteRun(ctx context.Context, id string) (*Run, error) {
 }
 
 func (c *Client) runCall(ctx context.Context, method, id, action string, body any) (*Run, error) {
-	var r Run
-	if err := c.Do(ctx, method, "/api/v1/runs/"+url.PathEscape(id)+action, nil, body, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return decode[Run](c, ctx, method, "/api/v1/runs/"+url.PathEscape(id)+action, nil, body)
 }
 
 // SendKeys types allowlisted keys and literal text into a running run's
 // pane and says whether the pane was seen to change.
 func (c *Client) SendKeys(ctx context.Context, id string, keys []Key) (*KeysResult, error) {
-	var out KeysResult
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, SendKeys{Keys: keys}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return decode[KeysResult](c, ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, SendKeys{Keys: keys})
 }
 
 // GetPane returns the latest pane snapshot of a run (seq 0 before the
 // first one).
 func (c *Client) GetPane(ctx context.Context, id string) (*Pane, error) {
-	var p Pane
-	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/pane", nil, nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return decode[Pane](c, ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/pane", nil, nil)
 }
 
 // RunEvents returns the journal events of one run.
@@ -631,4 +575,13 @@ func (f flushWriter) Write(p []byte) (int, error) {
 		err = fl.Flush()
 	}
 	return n, err
+}
+
+// decode sends a request and decodes the JSON answer into a new T.
+func decode[T any](c *Client, ctx context.Context, method, path string, q url.Values, body any) (*T, error) {
+	var v T
+	if err := c.Do(ctx, method, path, q, body, &v); err != nil {
+		return nil, err
+	}
+	return &v, nil
 }
