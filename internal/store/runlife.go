@@ -184,16 +184,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	out := []wire.Run{}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
-	}
-	return out, translate(rows.Err())
+	return collectRuns(rows)
 }
 
 func validRunStatus(s string) bool {

@@ -33,6 +33,11 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]wire.Run, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
+	return collectRuns(rows)
+}
+
+// collectRuns scans every row of a runColumns query.
+func collectRuns(rows pgx.Rows) ([]wire.Run, error) {
 	defer rows.Close()
 	out := []wire.Run{}
 	for rows.Next() {
