@@ -230,6 +230,14 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 	runs := []wire.Run{s.runShell(task.ID, prompt, map[string]any{"max_attempts": 2}), s.runShell(task.ID, prompt, map[string]any{"max_attempts": 2})}
 	for _, r := range runs {
 		s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
+		// "running" means the wrapper posted started, which it does as it
+		// spawns the CLI: the shell may not have written its pids yet.
+		// Killing the server before it did would leave nothing to check.
+		pids := filepath.Join(string(g), r.ID+".pids")
+		waitUntil(t, 30*time.Second, "attempt 1 of "+r.ID+" to record its pids", func() bool {
+			b, _ := os.ReadFile(pids)
+			return len(strings.Fields(string(b))) == 2
+		})
 	}
 	if out, err := w.tmuxCmd("kill-server"); err != nil {
 		t.Fatalf("kill-server: %v %s", err, out)

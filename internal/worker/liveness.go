@@ -23,6 +23,7 @@ func (w *agent) livenessLoop(ctx context.Context) {
 		case <-w.rs.livenessWake:
 		}
 		w.checkLiveness(ctx)
+		w.o.hooks.pass(func(h *hooks) func() { return h.livenessPass })
 	}
 }
 
@@ -35,38 +36,38 @@ func (w *agent) livenessLoop(ctx context.Context) {
 func (w *agent) checkLiveness(ctx context.Context) {
 	w.rs.judge.Lock()
 	defer w.rs.judge.Unlock()
+	// Which runs are live is read before the sessions are listed: a run
+	// whose spawn completes while the list is taken has a session the list
+	// may not show, and judging it from that list would report a healthy
+	// session lost (and have it run twice). A run live before the list
+	// started had its session before it, so its absence is real.
+	before := w.runMarks()
 	list, err := w.tm.ListSessions(ctx)
 	if err != nil {
 		w.log.Warn("liveness: list sessions", "err", err)
 		return
 	}
+	w.o.hooks.pass(func(h *hooks) func() { return h.livenessListed })
 	present := map[tmux.SessionName]tmux.Session{}
 	for _, s := range list {
 		present[s.Name] = s
 	}
-	type gone struct {
-		r       *run
-		gen     uint64
-		attempt int
-	}
-	var vanished []gone
+	var vanished []runMark
 	var dead []tmux.Session
 	live := 0
-	w.mu.Lock()
-	for _, r := range w.runs {
-		if r.state != stateLive {
+	for _, m := range before {
+		if m.state != stateLive {
 			continue
 		}
 		live++
-		s, ok := present[r.name]
+		s, ok := present[m.r.name]
 		switch {
-		case !ok || s.RunID != r.id || s.Attempt != r.attempt:
-			vanished = append(vanished, gone{r, r.gen, r.attempt})
+		case !ok || s.RunID != m.r.id || s.Attempt != m.attempt:
+			vanished = append(vanished, m)
 		case s.PaneDead:
 			dead = append(dead, s)
 		}
 	}
-	w.mu.Unlock()
 	if len(vanished) == 0 && len(dead) == 0 {
 		return
 	}
@@ -90,4 +91,24 @@ func (w *agent) checkLiveness(ctx context.Context) {
 	for _, s := range dead {
 		w.zombie(ctx, s, hostID)
 	}
+}
+
+// runMark is a run as it stood at one moment: the incarnation (gen),
+// attempt and state a judgement is made from.
+type runMark struct {
+	r       *run
+	gen     uint64
+	attempt int
+	state   runState
+}
+
+// runMarks reads every run's incarnation at once, by run id.
+func (w *agent) runMarks() map[string]runMark {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	m := make(map[string]runMark, len(w.runs))
+	for id, r := range w.runs {
+		m[id] = runMark{r: r, gen: r.gen, attempt: r.attempt, state: r.state}
+	}
+	return m
 }

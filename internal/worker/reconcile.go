@@ -150,6 +150,7 @@ func (w *agent) reconcileLoop(ctx context.Context) {
 			w.log.Info("reconcile requested")
 		}
 		w.reconcile(ctx)
+		w.o.hooks.pass(func(h *hooks) func() { return h.reconcilePass })
 	}
 }
 
@@ -164,6 +165,9 @@ func (w *agent) reconcile(ctx context.Context) {
 	}
 	w.rs.judge.Lock()
 	defer w.rs.judge.Unlock()
+	// Read before listing, as checkLiveness does: a spawn that completes
+	// during the list must read as in flight, not as a missing session.
+	before := w.runMarks()
 	sessions, err := w.tm.ListSessions(ctx)
 	if err != nil {
 		w.log.Warn("reconcile: list sessions", "err", err)
@@ -189,7 +193,7 @@ func (w *agent) reconcile(ctx context.Context) {
 		}
 	}
 	if fresh {
-		w.missingSessions(ctx, desired, present, hostID)
+		w.missingSessions(ctx, desired, present, before, hostID)
 	}
 }
 
@@ -416,16 +420,15 @@ func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 }
 
 // missingSessions reports the desired runs without a session, after
-// confirming each with the orchestrator.
-func (w *agent) missingSessions(ctx context.Context, desired []wire.WorkerRun, present map[string]tmux.Session, hostID string) {
+// confirming each with the orchestrator. before is this worker's runs as
+// they stood before the sessions were listed.
+func (w *agent) missingSessions(ctx context.Context, desired []wire.WorkerRun, present map[string]tmux.Session, before map[string]runMark, hostID string) {
 	for _, d := range desired {
 		if s, ok := present[d.RunID]; ok && s.Attempt >= d.Attempt {
 			continue
 		}
-		w.mu.Lock()
-		r := w.runs[d.RunID]
-		inFlight := r != nil && r.attempt >= d.Attempt && r.state != stateLive
-		w.mu.Unlock()
+		m, known := before[d.RunID]
+		inFlight := known && m.attempt >= d.Attempt && m.state != stateLive
 		if inFlight {
 			continue // being spawned (or stopped) right now
 		}

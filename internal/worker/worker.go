@@ -85,6 +85,29 @@ type Options struct {
 	// LogMaxBytes is the size past which a run log is rotated; default
 	// 64 MiB.
 	LogMaxBytes int64
+
+	// hooks are seams for this package's tests; nil elsewhere.
+	hooks *hooks
+}
+
+// hooks are called at fixed points of the worker's loops, so that a test
+// can wait for a number of passes instead of sleeping ("nothing happened"
+// proves something only after the loop ran), or act between two steps of
+// a pass to reproduce a race deterministically. A nil func is skipped.
+type hooks struct {
+	livenessListed func() // checkLiveness: sessions listed, nothing judged yet
+	livenessPass   func() // after each pass of the liveness loop
+	reconcilePass  func() // after each pass of the reconciliation loop
+}
+
+// pass calls the hook that pick returns, if there is one.
+func (h *hooks) pass(pick func(*hooks) func()) {
+	if h == nil {
+		return
+	}
+	if f := pick(h); f != nil {
+		f()
+	}
 }
 
 // Defaults of the options a caller may leave zero.
