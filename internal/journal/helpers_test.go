@@ -208,7 +208,7 @@ func journal1(t testing.TB, s *store.Store, evs ...store.NewEvent) {
 func journalN(t testing.TB, s *store.Store, topic string, n int) {
 	t.Helper()
 	for i := 0; i < n; i++ {
-		journal1(t, s, store.NewEvent{Topic: topic, Payload: map[string]int{"i": i}})
+		journal1(t, s, store.NewEvent{Topic: wire.Topic(topic), Payload: map[string]int{"i": i}})
 	}
 }
 

@@ -201,6 +201,6 @@ func writeUnavailable(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusServiceUnavailable)
 	_ = json.NewEncoder(w).Encode(wire.Envelope{
-		Error: wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "event stream is shutting down"),
+		Error: wire.Errorf(wire.CodeUnavailable, "event stream is shutting down"),
 	})
 }

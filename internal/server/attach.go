@@ -12,7 +12,6 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/fleet"
-	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -244,7 +243,7 @@ func (c *attachClient) tryAcquire() bool {
 			Message: "the run is attached by another client since " + h.AttachedAt.Format(time.RFC3339), Holder: &h})
 		return false
 	}
-	c.t.journal(store.TopicLeaseAcquired, c.runID, map[string]any{"holder": info, "attach_id": attachID})
+	c.t.journal(wire.TopicRunLeaseAcquired, c.runID, map[string]any{"holder": info, "attach_id": attachID})
 	c.mu.Lock()
 	c.le, c.attachID, c.out, c.in = le, attachID, nil, nil
 	rows, cols := c.rows, c.cols

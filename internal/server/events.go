@@ -77,7 +77,7 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.opts.Events == nil {
-		s.fail(w, r, wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "event stream not running"))
+		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "event stream not running"))
 		return
 	}
 	// Streams end on client hang-up or when the server shuts down.

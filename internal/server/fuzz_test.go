@@ -47,14 +47,14 @@ func checkDecode[T any](t *testing.T, body []byte, v *T) {
 			t.Fatalf("decode error is not a wire error: %v", err)
 		}
 		switch {
-		case e.Status == http.StatusBadRequest && e.Code == wire.CodeMalformedJSON:
-		case e.Status == http.StatusBadRequest && e.Code == wire.CodeValidationFailed:
+		case server.StatusOf(e) == http.StatusBadRequest && e.Code == wire.CodeMalformedJSON:
+		case server.StatusOf(e) == http.StatusBadRequest && e.Code == wire.CodeValidationFailed:
 			if f, _ := e.Details["field"].(string); f == "" {
 				t.Fatalf("validation_failed without a field: %+v", e)
 			}
-		case e.Status == http.StatusRequestEntityTooLarge && e.Code == wire.CodeBodyTooLarge:
+		case server.StatusOf(e) == http.StatusRequestEntityTooLarge && e.Code == wire.CodeBodyTooLarge:
 		default:
-			t.Fatalf("unexpected error %d %s", e.Status, e.Code)
+			t.Fatalf("unexpected error %d %s", server.StatusOf(e), e.Code)
 		}
 		return
 	}

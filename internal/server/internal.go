@@ -28,7 +28,7 @@ func (s *Server) workerAuth(h http.HandlerFunc) http.Handler {
 		}
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam-worker"`)
-			writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid worker token"))
+			writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid worker token"))
 			return
 		}
 		h(w, r.WithContext(context.WithValue(r.Context(), hostKey, host)))
@@ -104,7 +104,7 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, store.ErrUnavailable)
 		return
 	} else {
-		writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid worker or signal token"))
+		writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid worker or signal token"))
 		return
 	}
 	var sig wire.Signal
@@ -113,7 +113,7 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if tokenAttempt != 0 && (sig.Attempt == nil || *sig.Attempt != tokenAttempt) {
-		writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "this signal token is for attempt %d", tokenAttempt))
+		writeError(w, wire.Errorf(wire.CodeUnauthorized, "this signal token is for attempt %d", tokenAttempt))
 		return
 	}
 	res, err := s.ingest(r.Context(), runID, hostID, sig)

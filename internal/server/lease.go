@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -128,13 +127,13 @@ func (t *terminal) release(le *lease, reason string, extra map[string]any) bool 
 	for k, v := range extra {
 		payload[k] = v
 	}
-	t.journal(store.TopicLeaseReleased, le.runID, payload)
+	t.journal(wire.TopicRunLeaseReleased, le.runID, payload)
 	return true
 }
 
 // journal writes a lease event; the lease itself does not wait on the
 // database, so a failure is logged, not returned.
-func (t *terminal) journal(topic, runID string, payload map[string]any) {
+func (t *terminal) journal(topic wire.Topic, runID string, payload map[string]any) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := t.s.store.JournalLease(ctx, topic, runID, payload); err != nil {

@@ -36,7 +36,7 @@ func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !tokenEqual(bearer(r), s.opts.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
-			writeError(w, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid operator token"))
+			writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token"))
 			return
 		}
 		h(w, r)
@@ -140,7 +140,7 @@ func (s *Server) instrument(next http.HandlerFunc) http.Handler {
 			if p := recover(); p != nil {
 				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
 				if rec.status == 0 {
-					writeError(rec, wire.Errorf(http.StatusInternalServerError, wire.CodeInternal, "internal error"))
+					writeError(rec, wire.Errorf(wire.CodeInternal, "internal error"))
 				}
 			}
 			route := r.Pattern

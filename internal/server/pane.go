@@ -30,7 +30,7 @@ const (
 func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ string) {
 	sub, err := s.opts.Fleet.SubscribePane(run.ID)
 	if errors.Is(err, fleet.ErrTooManyViewers) {
-		s.fail(w, r, wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "too many pane viewers on this server"))
+		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "too many pane viewers on this server"))
 		return
 	}
 	defer sub.Close()

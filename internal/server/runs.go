@@ -140,7 +140,7 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	before := s.opts.Fleet.Pane(run.ID).Seq
 	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: in.Keys}); err != nil {
-		s.fail(w, r, wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "the run's host is not connected"))
+		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
 	delivery := "unconfirmed"
@@ -202,13 +202,13 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		host = s.store.LastHost(r.Context(), run.ID)
 	}
 	if host == nil {
-		s.fail(w, r, wire.Errorf(http.StatusConflict, wire.CodeConflict, "the run has not been placed on a host yet"))
+		s.fail(w, r, wire.Errorf(wire.CodeConflict, "the run has not been placed on a host yet"))
 		return
 	}
 	var offset int64
 	text, eof, err := s.fetchLog(r.Context(), *host, run.ID, &offset)
 	if err != nil {
-		s.fail(w, r, wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "the run's host did not answer: %v", err))
+		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host did not answer: %v", err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -280,4 +280,4 @@ func (s *Server) fetchLog(ctx context.Context, host, runID string, offset *int64
 	}
 }
 
-var errLogTimeout = wire.Errorf(http.StatusGatewayTimeout, wire.CodeUnavailable, "no answer from the host")
+var errLogTimeout = &wire.Error{Status: http.StatusGatewayTimeout, Code: wire.CodeUnavailable, Message: "no answer from the host"}

@@ -178,10 +178,10 @@ func (s *Server) envelopeMuxErrors(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", allow)
 	}
 	if rec.status == http.StatusMethodNotAllowed {
-		writeError(w, wire.Errorf(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
+		writeError(w, wire.Errorf(wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
 		return
 	}
-	writeError(w, wire.Errorf(http.StatusNotFound, wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	writeError(w, wire.Errorf(wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // noRoute answers an /api/v1 request no route took: 405 with Allow when
@@ -197,10 +197,10 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	if len(allow) > 0 {
 		w.Header().Set("Allow", strings.Join(allow, ", "))
-		writeError(w, wire.Errorf(http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
+		writeError(w, wire.Errorf(wire.CodeMethodNotAllowed, "method %s not allowed for %s", r.Method, r.URL.Path))
 		return
 	}
-	writeError(w, wire.Errorf(http.StatusNotFound, wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
+	writeError(w, wire.Errorf(wire.CodeNotFound, "no route %s %s", r.Method, r.URL.Path))
 }
 
 // statusOnly captures the status the mux's fallback handler would write.
@@ -254,7 +254,7 @@ func DecodeStrict(body io.Reader, v any) error {
 		if errors.As(err, &tooLarge) {
 			return jsonError(err)
 		}
-		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body must hold exactly one JSON object")
+		return wire.Errorf(wire.CodeMalformedJSON, "request body must hold exactly one JSON object")
 	}
 	return nil
 }
@@ -265,15 +265,15 @@ func jsonError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.As(err, &tooLarge):
-		return wire.Errorf(http.StatusRequestEntityTooLarge, wire.CodeBodyTooLarge, "request body exceeds %d bytes", MaxBody)
+		return wire.Errorf(wire.CodeBodyTooLarge, "request body exceeds %d bytes", MaxBody)
 	case errors.As(err, &typeErr):
 		field := typeErr.Field
 		if field == "" {
-			return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body must be a JSON object")
+			return wire.Errorf(wire.CodeMalformedJSON, "request body must be a JSON object")
 		}
 		return wire.Invalid(field, "field %s must be %s", field, jsonTypeName(typeErr.Type.Kind().String()))
 	case errors.As(err, &syntaxErr), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body is not valid JSON")
+		return wire.Errorf(wire.CodeMalformedJSON, "request body is not valid JSON")
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		field := strings.TrimPrefix(err.Error(), "json: unknown field ")
 		if unq, err := strconv.Unquote(field); err == nil && unq != "" {
@@ -281,7 +281,7 @@ func jsonError(err error) error {
 		}
 		return wire.Invalid(field, "unknown field %s", strconv.Quote(field))
 	default:
-		return wire.Errorf(http.StatusBadRequest, wire.CodeMalformedJSON, "request body is not valid JSON: %v", err)
+		return wire.Errorf(wire.CodeMalformedJSON, "request body is not valid JSON: %v", err)
 	}
 }
 
@@ -309,9 +309,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = enc.Encode(v)
 }
 
-// writeError maps any error to the envelope: wire errors carry their own
-// status; an unreachable database is 503 unavailable; anything else is a
-// 500 whose detail is logged by the caller, never sent.
+// writeError maps any error to the envelope: a wire error's status comes
+// from its code (StatusOf); an unreachable database is 503 unavailable;
+// anything else is a 500 whose detail is logged by the caller, never sent.
 func writeError(w http.ResponseWriter, err error) {
 	if e, ok := wire.AsError(err); ok {
 		if e.Details == nil { // the envelope always carries details
@@ -319,7 +319,7 @@ func writeError(w http.ResponseWriter, err error) {
 			c.Details = map[string]any{}
 			e = &c
 		}
-		writeJSON(w, e.Status, wire.Envelope{Error: e})
+		writeJSON(w, StatusOf(e), wire.Envelope{Error: e})
 		return
 	}
 	if errors.Is(err, store.ErrUnavailable) {
@@ -331,7 +331,7 @@ func writeError(w http.ResponseWriter, err error) {
 
 // fail writes err and logs it when it is not a client error.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	if e, ok := wire.AsError(err); !ok || e.Status >= 500 {
+	if e, ok := wire.AsError(err); !ok || StatusOf(e) >= 500 {
 		if !errors.Is(err, context.Canceled) {
 			s.log.Error("request failed", "method", r.Method, "route", r.Pattern, "err", err)
 		}

@@ -70,7 +70,7 @@ func (b *ticketBook) issue(runID, purpose string, now time.Time) (string, time.T
 			}
 		}
 		if len(b.m) >= maxTickets {
-			return "", time.Time{}, wire.Errorf(http.StatusServiceUnavailable, wire.CodeUnavailable, "too many WebSocket tickets outstanding; retry in %s", ticketTTL)
+			return "", time.Time{}, wire.Errorf(wire.CodeUnavailable, "too many WebSocket tickets outstanding; retry in %s", ticketTTL)
 		}
 	}
 	b.m[sha256.Sum256([]byte(tok))] = ticket{runID: runID, purpose: purpose, expires: exp}
@@ -126,13 +126,13 @@ func (s *Server) createWSTicket(w http.ResponseWriter, r *http.Request) {
 func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Request, run wire.Run, auth string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !sameOrigin(r) {
-			s.fail(w, r, wire.Errorf(http.StatusForbidden, wire.CodeForbidden, "WebSocket handshake from a foreign origin refused"))
+			s.fail(w, r, wire.Errorf(wire.CodeForbidden, "WebSocket handshake from a foreign origin refused"))
 			return
 		}
 		auth, ok := s.authenticateSocket(r, r.PathValue("id"), purpose)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
-			s.fail(w, r, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
+			s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
 			return
 		}
 		run, err := s.store.GetRun(r.Context(), r.PathValue("id"))

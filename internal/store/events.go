@@ -11,7 +11,7 @@ import (
 
 // NewEvent is an event to journal. Ids are UUID strings or empty.
 type NewEvent struct {
-	Topic     string
+	Topic     wire.Topic
 	RunID     string
 	ProjectID string
 	HostID    string

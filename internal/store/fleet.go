@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"net/http"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,10 +15,10 @@ import (
 // normal start, a reinstall and a suspected clone.
 func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, offlineAfter time.Duration) (wire.Registered, error) {
 	if in.HostName != host.Name {
-		return wire.Registered{}, wire.Errorf(http.StatusUnauthorized, wire.CodeUnauthorized, "this worker token belongs to another host")
+		return wire.Registered{}, wire.Errorf(wire.CodeUnauthorized, "this worker token belongs to another host")
 	}
 	if in.Protocol != wire.UplinkProtocol {
-		return wire.Registered{}, wire.Errorf(http.StatusBadRequest, "protocol_mismatch",
+		return wire.Registered{}, wire.Errorf(wire.CodeProtocolMismatch,
 			"this server speaks uplink protocol %d, the worker %d", wire.UplinkProtocol, in.Protocol).With("protocols", []int{wire.UplinkProtocol})
 	}
 	if _, err := uuid.Parse(in.InstanceID); err != nil {
@@ -72,7 +71,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2, instance_suspect = false, reported_instance_id = NULL WHERE id = $1`, host.ID, in.InstanceID); err != nil {
 				return err
 			}
-			events = append(events, NewEvent{Topic: "worker.instance_reinstalled", HostID: host.ID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkerInstanceReinstalled, HostID: host.ID,
 				Payload: map[string]any{"host_id": host.ID, "old_instance_id": *pinned, "instance_id": in.InstanceID}})
 		default:
 			// The pinned instance is live: a clone. Keep the pinned id.
@@ -80,7 +79,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 				return err
 			}
 			if !suspect {
-				events = append(events, NewEvent{Topic: "worker.instance_suspect", HostID: host.ID,
+				events = append(events, NewEvent{Topic: wire.TopicWorkerInstanceSuspect, HostID: host.ID,
 					Payload: map[string]any{"host_id": host.ID, "pinned_instance_id": *pinned, "instance_id": in.InstanceID}})
 			}
 		}
@@ -113,7 +112,7 @@ func (s *Store) Heartbeat(ctx context.Context, hostID string) (bool, error) {
 			return err
 		}
 		cameOnline = true
-		return tx.Journal(ctx, NewEvent{Topic: "worker.registered", HostID: hostID, Payload: map[string]any{"host_id": hostID, "from": status}})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerRegistered, HostID: hostID, Payload: map[string]any{"host_id": hostID, "from": status}})
 	})
 	return cameOnline, err
 }
@@ -137,7 +136,7 @@ func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (in
 				rows.Close()
 				return err
 			}
-			events = append(events, NewEvent{Topic: "worker.offline", HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}})
+			events = append(events, NewEvent{Topic: wire.TopicWorkerOffline, HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}})
 		}
 		rows.Close()
 		n = len(events)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -22,13 +23,6 @@ type Hang struct {
 	RunID   string
 	Attempt int // the attempt that hung
 	HostID  string
-}
-
-// tombstoned reports whether the run's current attempt ended host_lost
-// and stayed failed (no requeue followed): its late signals are journaled
-// but never applied.
-func tombstoned(r wire.Run) bool {
-	return r.Status == wire.RunFailed && r.FailureReason != nil && *r.FailureReason == wire.FailHostLost
 }
 
 // MarkHostsLost fails, with failure_reason host_lost and through the
@@ -107,10 +101,11 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 			if err != nil {
 				return err
 			}
-			if !Active(r.Status) || r.HostID == nil || *r.HostID != hostID {
+			d := lifecycle.Expired(lifecycle.FromWire(r), lifecycle.HostLost, false, hostID, s.Policy, s.now())
+			if !d.Changed() {
 				continue
 			}
-			if _, err := s.failRun(ctx, tx, r, wire.FailHostLost, nil, ""); err != nil {
+			if _, err := s.apply(ctx, tx, r, d); err != nil {
 				return err
 			}
 			runs = append(runs, r.ID)
@@ -119,7 +114,7 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 		if failed == 0 {
 			return nil
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "worker.lost", HostID: hostID,
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerLost, HostID: hostID,
 			Payload: map[string]any{"host_id": hostID, "last_seen_at": seen, "lost_after": lostAfter.String(), "run_ids": runs}})
 	})
 	return failed, err
@@ -174,7 +169,8 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 			if !still {
 				return nil
 			}
-			if _, err := s.failRun(ctx, tx, r, wire.FailCLIHang, nil, ""); err != nil {
+			d := lifecycle.Expired(lifecycle.FromWire(r), lifecycle.CLIHang, false, *r.HostID, s.Policy, s.now())
+			if _, err := s.apply(ctx, tx, r, d); err != nil {
 				return err
 			}
 			h = &Hang{RunID: r.ID, Attempt: r.Attempt, HostID: *r.HostID}
@@ -200,7 +196,7 @@ func (s *Store) journalOrphan(ctx context.Context, hostID, detail string) error 
 		detail = detail[:1000]
 	}
 	return s.InTx(ctx, func(tx *Tx) error {
-		return tx.Journal(ctx, NewEvent{Topic: "run.orphan_detected", HostID: hostID,
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicRunOrphanDetected, HostID: hostID,
 			Payload: map[string]any{"host_id": hostID, "detail": detail}})
 	})
 }

@@ -84,7 +84,7 @@ func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCr
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.created", HostID: h.ID, Payload: h})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostCreated, HostID: h.ID, Payload: h})
 	})
 	if IsUniqueViolation(err, "hosts_name_key") {
 		return wire.HostCreated{}, wire.Conflict(wire.CodeConflict, "a host named %q exists", in.Name).With("field", "name")
@@ -166,7 +166,7 @@ func (s *Store) DisableHost(ctx context.Context, ref string) (wire.Host, error) 
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.disabled", HostID: h.ID, Payload: out})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostDisabled, HostID: h.ID, Payload: out})
 	})
 	return out, err
 }
@@ -193,7 +193,7 @@ func (s *Store) EnableHost(ctx context.Context, ref string, offlineAfter time.Du
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.enabled", HostID: h.ID, Payload: out})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostEnabled, HostID: h.ID, Payload: out})
 	})
 	return out, err
 }
@@ -217,7 +217,7 @@ func (s *Store) ClearSuspect(ctx context.Context, ref string) (wire.Host, error)
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.updated", HostID: h.ID, Payload: map[string]any{
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostUpdated, HostID: h.ID, Payload: map[string]any{
 			"host_id":  h.ID,
 			"host":     out,
 			"changed":  map[string]any{"instance_suspect": false, "instance_id": out.InstanceID},
@@ -243,7 +243,7 @@ func (s *Store) RotateToken(ctx context.Context, ref string) (wire.WorkerToken, 
 		if _, err := tx.Exec(ctx, `UPDATE hosts SET worker_token_hash = $2, updated_at = now() WHERE id = $1`, h.ID, hash); err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.updated", HostID: h.ID, Payload: map[string]any{
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostUpdated, HostID: h.ID, Payload: map[string]any{
 			"host_id": h.ID, "rotated": "worker_token",
 		}})
 	})
@@ -287,7 +287,7 @@ func (s *Store) DeleteHost(ctx context.Context, ref string) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM hosts WHERE id = $1`, h.ID); err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "host.removed", HostID: h.ID, Payload: h})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostRemoved, HostID: h.ID, Payload: h})
 	})
 	// A run placed on the host between the count and the delete (a
 	// dispatcher that does not lock the host row) trips the foreign key:

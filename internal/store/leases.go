@@ -1,18 +1,16 @@
 package store
 
-import "context"
+import (
+	"context"
 
-// Attach lease topics (§5): the audit trail of who typed into which run.
-const (
-	TopicLeaseAcquired = "run.lease_acquired"
-	TopicLeaseReleased = "run.lease_released"
+	"pam/internal/wire"
 )
 
 // JournalLease journals a lease change of a run with the run's common
 // payload (run_id, attempt, task_id) plus extra: who held the lease and,
 // on release, for how long and why. The lease itself lives in the active
 // server's memory (§11); only its history is durable.
-func (s *Store) JournalLease(ctx context.Context, topic, runID string, extra map[string]any) error {
+func (s *Store) JournalLease(ctx context.Context, topic wire.Topic, runID string, extra map[string]any) error {
 	return s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, runID, false)
 		if err != nil {

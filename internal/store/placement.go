@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
+	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -113,22 +115,13 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 				continue
 			}
 			best.active++
-			out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = now(), updated_at = now()
-				WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt, best.id))
+			out, err := s.apply(ctx, tx, r, lifecycle.Offered(lifecycle.FromWire(r), best.id))
 			if err != nil {
-				return fmt.Errorf("offer run %s: %w", r.ID, err)
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
-				ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now()`, r.ID, r.Attempt, best.id); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, now())
-				ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = now()`, r.ID, r.Attempt, best.id); err != nil {
 				return err
 			}
 			var title string
 			if err := tx.QueryRow(ctx, `SELECT title FROM work_items WHERE id = $1`, r.TaskID).Scan(&title); err != nil {
-				return err
+				return fmt.Errorf("read title of task %s: %w", r.TaskID, err)
 			}
 			offers = append(offers, Offer{Run: out, HostID: best.id, TaskTitle: title})
 		}
@@ -137,11 +130,7 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 				return err
 			}
 		}
-		events := make([]NewEvent, 0, len(offers))
-		for _, o := range offers {
-			events = append(events, runEvent("run.dispatched", o.Run, map[string]any{"host_id": o.HostID}))
-		}
-		return tx.Journal(ctx, events...)
+		return nil
 	})
 	return offers, err
 }
@@ -171,41 +160,18 @@ func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckO
 		var offered bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND attempt = $2 AND host_id = $3)`,
 			r.ID, *f.Attempt, hostID).Scan(&offered); err != nil {
+			return fmt.Errorf("read offers of run %s: %w", r.ID, err)
+		}
+		d, err := lifecycle.Ack(lifecycle.FromWire(r), hostID, *f.Attempt, *f.Accepted, f.Reason, offered)
+		if err != nil {
 			return err
 		}
-		if !offered {
-			return wire.NotFound("run")
-		}
-		ours := r.Attempt == *f.Attempt && r.HostID != nil && *r.HostID == hostID
-		switch {
-		case !ours:
-			res.StopSender = *f.Accepted
-			return tx.Journal(ctx, runEvent("run.signal_received", r, map[string]any{"kind": "run_dispatch_ack",
-				"result": wire.ResultStaleOffer, "from_host_id": hostID, "acked_attempt": *f.Attempt}))
-		case r.Status != wire.RunPending:
-			return nil // a repeated ack of a run already spawning or running
-		case *f.Accepted:
-			res.Run, err = s.markSpawning(ctx, tx, r)
-			res.Changed = err == nil
-			return err
-		default:
-			res.Run, err = withdraw(ctx, tx, r, "refused: "+f.Reason)
-			res.Changed = err == nil
-			return err
-		}
+		res.StopSender = d.StopSender
+		res.Changed = d.Changed()
+		res.Run, err = s.apply(ctx, tx, r, d)
+		return err
 	})
 	return res, err
-}
-
-// withdraw takes an offer back from the host it was made to.
-func withdraw(ctx context.Context, tx *Tx, r wire.Run, reason string) (wire.Run, error) {
-	host := r.HostID
-	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET host_id = NULL, offered_at = NULL, updated_at = now()
-		WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt))
-	if err != nil {
-		return r, err
-	}
-	return out, tx.Journal(ctx, runEvent("run.dispatch_withdrawn", out, map[string]any{"host_id": host, "reason": reason}))
 }
 
 // Sweep applies the central timeouts (§6, §11) and returns how many runs
@@ -216,56 +182,44 @@ func withdraw(ctx context.Context, tx *Tx, r wire.Run, reason string) (wire.Run,
 func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTimeout time.Duration) (int, error) {
 	changed := 0
 	type due struct {
-		id, what string
+		ID    string
+		Timer lifecycle.Timer
 	}
 	rows, err := s.Pool.Query(ctx, `
-		SELECT id::text, 'ack' FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < now() - $1::interval
+		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < now() - $1::interval
 		UNION ALL
-		SELECT id::text, 'dispatch' FROM runs WHERE status = 'pending' AND host_id IS NULL AND pending_since < now() - $2::interval
+		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND host_id IS NULL AND pending_since < now() - $2::interval
 		UNION ALL
-		SELECT id::text, 'spawn' FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
-		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout)
+		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
+		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout)
 	if err != nil {
 		return 0, translate(err)
 	}
-	var list []due
-	for rows.Next() {
-		var d due
-		if err := rows.Scan(&d.id, &d.what); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		list = append(list, d)
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
+	if err != nil {
+		return 0, fmt.Errorf("scan due runs: %w", translate(err))
 	}
-	rows.Close()
 	for _, d := range list {
 		err := s.InTx(ctx, func(tx *Tx) error {
-			r, err := runByID(ctx, tx, d.id, true)
+			r, err := runByID(ctx, tx, d.ID, true)
 			if err != nil {
 				return err
 			}
-			switch {
-			case d.what == "ack" && r.Status == wire.RunPending && r.HostID != nil:
-				_, err = withdraw(ctx, tx, r, "ack_timeout")
-			case d.what == "dispatch" && r.Status == wire.RunPending && r.HostID == nil:
-				var ever bool
-				if err := tx.QueryRow(ctx, `SELECT ever_matched FROM runs WHERE id = $1`, r.ID).Scan(&ever); err != nil {
-					return err
-				}
-				reason := wire.FailNoEligibleHost
-				if ever {
-					reason = wire.FailDispatchTimeout
-				}
-				_, err = s.failRun(ctx, tx, r, reason, nil, "")
-			case d.what == "spawn" && r.Status == wire.RunSpawning:
-				_, err = s.failRun(ctx, tx, r, wire.FailSpawnFailed, nil, "")
-			default:
-				return nil // moved on since the scan
+			var ever bool
+			if err := tx.QueryRow(ctx, `SELECT ever_matched FROM runs WHERE id = $1`, r.ID).Scan(&ever); err != nil {
+				return fmt.Errorf("read ever_matched of run %s: %w", r.ID, err)
 			}
-			if err == nil {
-				changed++
+			// Decided again on the run as it is now: it may have moved on
+			// since the scan, and then nothing is decided.
+			dec := lifecycle.Expired(lifecycle.FromWire(r), d.Timer, ever, "", s.Policy, s.now())
+			if !dec.Changed() {
+				return nil
 			}
-			return err
+			if _, err := s.apply(ctx, tx, r, dec); err != nil {
+				return err
+			}
+			changed++
+			return nil
 		})
 		if err != nil && !errors.Is(err, errGuardLost) {
 			return changed, err

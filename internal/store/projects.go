@@ -106,7 +106,7 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 			if err != nil {
 				return err
 			}
-			return tx.Journal(ctx, NewEvent{Topic: "project.created", ProjectID: p.ID, Payload: p})
+			return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectCreated, ProjectID: p.ID, Payload: p})
 		})
 		if IsUniqueViolation(err, "projects_slug_key") {
 			if explicit {
@@ -210,7 +210,7 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "project.updated", ProjectID: p.ID, Payload: map[string]any{"project": out, "changed": changed}})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectUpdated, ProjectID: p.ID, Payload: map[string]any{"project": out, "changed": changed}})
 	})
 	return out, err
 }
@@ -233,7 +233,7 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "project.archived", ProjectID: p.ID, Payload: out})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectArchived, ProjectID: p.ID, Payload: out})
 	})
 	return out, err
 }

@@ -3,75 +3,26 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
-
-// Policy holds the central run settings of contract §3 that the store's
-// transitions apply (the restart policy is decided inside the transaction
-// that records a failure).
-type Policy struct {
-	MaxAttempts         int           // PAM_MAX_ATTEMPTS
-	RestartInitialDelay time.Duration // PAM_RESTART_INITIAL_DELAY
-	RestartMaxDelay     time.Duration // PAM_RESTART_MAX_DELAY
-}
-
-func (p Policy) withDefaults() Policy {
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = 3
-	}
-	if p.RestartInitialDelay <= 0 {
-		p.RestartInitialDelay = 10 * time.Second
-	}
-	if p.RestartMaxDelay <= 0 {
-		p.RestartMaxDelay = 60 * time.Second
-	}
-	return p
-}
-
-// backoff is min(initial × 2^(attempt−1), max) for the attempt that failed.
-func (p Policy) backoff(failedAttempt int) time.Duration {
-	d := p.RestartInitialDelay
-	for i := 1; i < failedAttempt && d < p.RestartMaxDelay; i++ {
-		d *= 2
-	}
-	return min(d, p.RestartMaxDelay)
-}
 
 var providerRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
 // MaxPrompt bounds a run's prompt (§5).
 const MaxPrompt = 64 << 10
 
-// runPayload is the common part of every run.* event payload.
-func runPayload(r wire.Run, extra map[string]any) map[string]any {
-	p := map[string]any{"run_id": r.ID, "attempt": r.Attempt, "task_id": r.TaskID}
-	for k, v := range extra {
-		p[k] = v
-	}
-	return p
-}
-
-func runEvent(topic string, r wire.Run, extra map[string]any) NewEvent {
-	host := ""
-	if r.HostID != nil {
-		host = *r.HostID
-	}
-	return NewEvent{Topic: topic, RunID: r.ID, ProjectID: r.ProjectID, HostID: host, Payload: runPayload(r, extra)}
-}
-
 // CreateRun admits a run in pending (§6). It never fails for lack of a
 // host: placement is the dispatcher's job.
 func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
-	pol := s.Policy.withDefaults()
+	pol := s.Policy.WithDefaults()
 	if _, err := uuid.Parse(in.TaskID); err != nil {
 		return wire.Run{}, wire.Invalid("task_id", "task_id must be the UUID of a task or subtask")
 	}
@@ -145,7 +96,8 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 			if err != nil {
 				return err
 			}
-			return tx.Journal(ctx, runEvent("run.created", out, map[string]any{"provider": out.Provider, "session_name": out.SessionName, "target_host_id": out.TargetHostID}))
+			_, err = s.apply(ctx, tx, out, lifecycle.Created(out.Provider, out.SessionName, out.TargetHostID))
+			return err
 		})
 		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
 			continue // the 8-hex prefix is taken: a new id
@@ -216,13 +168,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (wire.Run, error) {
 }
 
 // Active reports whether a status is not terminal.
-func Active(status string) bool {
-	return status == wire.RunPending || status == wire.RunSpawning || status == wire.RunRunning
-}
-
-func illegal(r wire.Run, action string) error {
-	return wire.Conflict(wire.CodeIllegalTransition, "cannot %s a run that is %s", action, r.Status).With("status", r.Status)
-}
+func Active(status string) bool { return lifecycle.Active(status) }
 
 // StopRun moves a pending, spawning or running run to stopped (a manual
 // stop wins over anything after it). It returns the run and the host that
@@ -235,27 +181,21 @@ func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, s
 		if err != nil {
 			return err
 		}
-		if !Active(r.Status) {
-			return illegal(r, "stop")
+		d, err := lifecycle.Stop(lifecycle.FromWire(r), force)
+		if err != nil {
+			return err
 		}
 		if r.HostID != nil {
 			host = *r.HostID
 		}
-		out, err = scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'stopped', finished_at = now(), status_source = 'manual', updated_at = now()
-			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, r.Status, r.Attempt))
-		if err != nil {
-			return err
-		}
-		if err := endAttempt(ctx, tx, r.ID, r.Attempt, "stopped", nil, nil); err != nil {
-			return err
-		}
-		return tx.Journal(ctx, runEvent("run.stopped", out, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}))
+		out, err = s.apply(ctx, tx, r, d)
+		return err
 	})
 	return out, host, err
 }
 
 // RetryRun requeues a run that ended failed with its attempts used up,
-// raising max_attempts by one (§6).
+// raising max_attempts by one.
 func (s *Store) RetryRun(ctx context.Context, id string) (wire.Run, error) {
 	var out wire.Run
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -263,30 +203,14 @@ func (s *Store) RetryRun(ctx context.Context, id string) (wire.Run, error) {
 		if err != nil {
 			return err
 		}
-		if r.Status != wire.RunFailed {
-			return illegal(r, "retry")
-		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET max_attempts = greatest(max_attempts, attempt + 1) WHERE id = $1`, r.ID); err != nil {
+		d, err := lifecycle.Retry(lifecycle.FromWire(r), s.now())
+		if err != nil {
 			return err
 		}
-		out, err = s.requeue(ctx, tx, r, 0)
+		out, err = s.apply(ctx, tx, r, d)
 		return err
 	})
 	return out, err
-}
-
-// requeue moves a failed run back to pending with attempt + 1 after delay
-// and journals run.requeued (§6). The caller has journaled run.failed.
-func (s *Store) requeue(ctx context.Context, tx *Tx, r wire.Run, delay time.Duration) (wire.Run, error) {
-	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'pending', attempt = attempt + 1,
-		next_attempt_at = now() + $3::interval, pending_since = now() + $3::interval, host_id = NULL,
-		failure_reason = NULL, exit_code = NULL, last_progress_seq = 0, ever_matched = false,
-		offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
-		WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, r.Attempt, delay))
-	if err != nil {
-		return wire.Run{}, fmt.Errorf("requeue run %s: %w", r.ID, err)
-	}
-	return out, tx.Journal(ctx, runEvent("run.requeued", out, map[string]any{"attempt": out.Attempt, "next_attempt_at": out.NextAttemptAt, "previous_attempt": r.Attempt}))
 }
 
 // CompleteRun is the manual completion mark: it does not stop the run.
@@ -297,7 +221,7 @@ func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
 		if err != nil {
 			return err
 		}
-		out, err = s.complete(ctx, tx, r, wire.SourceManual)
+		out, err = s.apply(ctx, tx, r, lifecycle.Complete(wire.SourceManual))
 		return err
 	})
 	return out, err
@@ -311,7 +235,7 @@ func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string)
 	if err != nil {
 		return out, err
 	}
-	if err := tx.Journal(ctx, runEvent("run.completed", out, map[string]any{"source": source})); err != nil {
+	if err := tx.Journal(ctx, runEvent(wire.TopicRunCompleted, out, map[string]any{"source": source})); err != nil {
 		return out, err
 	}
 	var autoDone bool
@@ -336,57 +260,6 @@ func moveItem(ctx context.Context, tx *Tx, itemID, to, from string) error {
 	if err != nil {
 		return err
 	}
-	return tx.Journal(ctx, NewEvent{Topic: "work_item.status_changed", ProjectID: w.ProjectID,
+	return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: w.ProjectID,
 		Payload: map[string]any{"work_item_id": w.ID, "from": old, "to": to, "work_item": w}})
-}
-
-// endAttempt records how an attempt ended in run_attempts.
-func endAttempt(ctx context.Context, tx *Tx, runID string, attempt int, outcome string, reason *string, exitCode *int) error {
-	_, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, ended_at, outcome, failure_reason, exit_code)
-		VALUES ($1, $2, now(), $3, $4, $5)
-		ON CONFLICT (run_id, attempt) DO UPDATE SET ended_at = now(), outcome = $3, failure_reason = $4, exit_code = $5`,
-		runID, attempt, outcome, reason, exitCode)
-	return err
-}
-
-// FailRun records a failure of the run's current attempt (guarded by the
-// status and attempt it was decided from) and applies the restart policy
-// in the same transaction: run.failed, then run.requeued while attempts
-// remain. It returns the run as it ends up.
-func (s *Store) failRun(ctx context.Context, tx *Tx, r wire.Run, reason string, exitCode *int, source string) (wire.Run, error) {
-	pol := s.Policy.withDefaults()
-	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET status = 'failed', failure_reason = $4, exit_code = $5,
-		finished_at = now(), status_source = $6, updated_at = now()
-		WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, r.Status, r.Attempt, reason, exitCode, nullStr(source)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return r, errGuardLost
-	}
-	if err != nil {
-		return r, err
-	}
-	if err := endAttempt(ctx, tx, r.ID, r.Attempt, "failed", &reason, exitCode); err != nil {
-		return out, err
-	}
-	extra := map[string]any{"failure_reason": reason, "from": r.Status}
-	if exitCode != nil {
-		extra["exit_code"] = *exitCode
-	}
-	if err := tx.Journal(ctx, runEvent("run.failed", out, extra)); err != nil {
-		return out, err
-	}
-	if out.Attempt < out.MaxAttempts {
-		return s.requeue(ctx, tx, out, pol.backoff(out.Attempt))
-	}
-	return out, nil
-}
-
-// errGuardLost means a guarded status write found the run no longer in
-// the status it was decided from: someone else moved it first.
-var errGuardLost = errors.New("run changed concurrently")
-
-func nullStr(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
 }

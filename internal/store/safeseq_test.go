@@ -11,6 +11,7 @@ import (
 
 	"pam/internal/store"
 	"pam/internal/store/storetest"
+	"pam/internal/wire"
 )
 
 // openJournalTx begins a transaction that journals one event and stays
@@ -26,7 +27,7 @@ func openJournalTx(t *testing.T, s *store.Store, topic string) (commit, rollback
 	// A failing test must not leave the connection busy: the pool's Close
 	// would wait for it forever.
 	t.Cleanup(func() { _ = ptx.Rollback(ctx) })
-	if err := tx.Journal(ctx, store.NewEvent{Topic: topic}); err != nil {
+	if err := tx.Journal(ctx, store.NewEvent{Topic: wire.Topic(topic)}); err != nil {
 		t.Fatal(err)
 	}
 	return func() {
@@ -41,7 +42,7 @@ func openJournalTx(t *testing.T, s *store.Store, topic string) (commit, rollback
 func journal(t *testing.T, s *store.Store, topic string) {
 	t.Helper()
 	ctx := context.Background()
-	if err := s.InTx(ctx, func(tx *store.Tx) error { return tx.Journal(ctx, store.NewEvent{Topic: topic}) }); err != nil {
+	if err := s.InTx(ctx, func(tx *store.Tx) error { return tx.Journal(ctx, store.NewEvent{Topic: wire.Topic(topic)}) }); err != nil {
 		t.Fatal(err)
 	}
 }

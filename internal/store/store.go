@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -39,6 +40,9 @@ type Store struct {
 	AfterCommit func()
 	// Policy is the restart policy and run defaults (§3, §6).
 	Policy Policy
+	// Clock is the time decisions are made at (next_attempt_at of a
+	// requeue); nil is time.Now.
+	Clock func() time.Time
 
 	secretMu     sync.Mutex
 	signalSecret []byte

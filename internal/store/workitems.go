@@ -125,7 +125,7 @@ func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.C
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "work_item.created", ProjectID: p.ID, Payload: out})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemCreated, ProjectID: p.ID, Payload: out})
 	})
 	return out, err
 }
@@ -307,15 +307,15 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 			}
 		}
 		if len(changed) > 0 {
-			events = append(events, NewEvent{Topic: "work_item.updated", ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID,
 				Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
 		}
 		if statusChanged {
-			events = append(events, NewEvent{Topic: "work_item.status_changed", ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID,
 				Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": status, "work_item": out}})
 		}
 		if reparent {
-			events = append(events, NewEvent{Topic: "work_item.reparented", ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID,
 				Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
 					"old_path": cur.Path, "path": out.Path, "work_item": out}})
 		}
@@ -366,6 +366,6 @@ func (s *Store) DeleteWorkItem(ctx context.Context, id string) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM work_items WHERE id = $1`, id); err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: "work_item.deleted", ProjectID: cur.ProjectID, Payload: map[string]any{"work_item_id": cur.ID, "work_item": cur}})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemDeleted, ProjectID: cur.ProjectID, Payload: map[string]any{"work_item_id": cur.ID, "work_item": cur}})
 	})
 }

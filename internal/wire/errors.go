@@ -3,7 +3,6 @@ package wire
 import (
 	"errors"
 	"fmt"
-	"net/http"
 )
 
 // Error codes of contract §7 and §10. Black-box tests match these strings.
@@ -23,12 +22,22 @@ const (
 	CodeInternal          = "internal"
 	CodeUnavailable       = "unavailable"
 	CodeMethodNotAllowed  = "method_not_allowed"
+	CodeMissingAttempt    = "missing_attempt"
+	CodeInvalidAttempt    = "invalid_attempt"
+	CodeMissingSeq        = "missing_seq"
+	CodeProtocolMismatch  = "protocol_mismatch"
 )
 
-// Error is a failure that knows its HTTP status and wire code. Domain code
-// returns it; the server writes it as the envelope and the client decodes
-// the envelope back into it, so both sides compare codes, not messages.
+// Error is a refusal in the contract's vocabulary: a code, a message and
+// details. Domain code (store, lifecycle) returns it without any notion of
+// HTTP; the server maps the code to a status in one place and writes the
+// envelope; the client decodes the envelope back into it, so both sides
+// compare codes, not messages.
 type Error struct {
+	// Status is the HTTP status the error travelled with: set by the
+	// client from the response it decoded, and by the server only for an
+	// answer whose status its code does not imply (a gateway timeout).
+	// Domain code leaves it zero.
 	Status  int            `json:"-"`
 	Code    string         `json:"code"`
 	Message string         `json:"message"`
@@ -43,8 +52,8 @@ type Envelope struct {
 func (e *Error) Error() string { return e.Code + ": " + e.Message }
 
 // Errorf builds an Error with a formatted message.
-func Errorf(status int, code, format string, args ...any) *Error {
-	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 }
 
 // With returns a copy of e carrying one more detail.
@@ -60,17 +69,18 @@ func (e *Error) With(key string, value any) *Error {
 
 // NotFound is the error for an id or ref that names nothing.
 func NotFound(what string) *Error {
-	return Errorf(http.StatusNotFound, CodeNotFound, "%s not found", what)
+	return Errorf(CodeNotFound, "%s not found", what)
 }
 
 // Invalid is a validation failure naming the offending field.
 func Invalid(field, format string, args ...any) *Error {
-	return Errorf(http.StatusBadRequest, CodeValidationFailed, format, args...).With("field", field)
+	return Errorf(CodeValidationFailed, format, args...).With("field", field)
 }
 
-// Conflict is a 409 with the given code.
+// Conflict is a refusal because of the current state, with the given code
+// (illegal_transition, has_runs, …).
 func Conflict(code, format string, args ...any) *Error {
-	return Errorf(http.StatusConflict, code, format, args...)
+	return Errorf(code, format, args...)
 }
 
 // AsError reports whether err is (or wraps) an *Error and returns it.

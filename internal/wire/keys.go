@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 )
 
@@ -33,7 +32,7 @@ func ValidateKeys(keys []Key) error {
 	total := 0
 	for i, k := range keys {
 		refuse := func(why string) error {
-			return Errorf(http.StatusBadRequest, CodeKeyNotAllowed, "keys[%d]: %s", i, why).With("index", i)
+			return Errorf(CodeKeyNotAllowed, "keys[%d]: %s", i, why).With("index", i)
 		}
 		switch {
 		case k.Key != "" && k.Text != "":

@@ -1,0 +1,552 @@
+// Package lifecycle decides how a run moves through its status machine:
+// pure functions from (the run as it is, what happened, now) to a
+// Decision — the guarded status writes to make, in order, and the events
+// that journal each. It reads no database and no clock but the one passed
+// in; package store loads the facts, calls a function here, and applies
+// the decision in one transaction. The whole machine is one table test
+// (lifecycle_test.go) that walks every edge.
+//
+// The rules are those of docs/architecture.md, "The run status machine"
+// and "Signals": terminal statuses are final, override authority is
+// manual > provider-hook > wrapper, a failure with attempts left is
+// requeued in the same decision with exponential backoff, and a signal is
+// judged first by its epoch (attempt), then by who sent it, then by
+// dedup/ordering, and only then by the status it would change.
+package lifecycle
+
+import (
+	"encoding/json"
+	"time"
+
+	"pam/internal/wire"
+)
+
+// Run is the part of a run a decision reads.
+type Run struct {
+	Status        string
+	Attempt       int
+	MaxAttempts   int
+	HostID        string // the host it is offered to or placed on; "" when none
+	StatusSource  string // who set the status last (wrapper, provider-hook, manual); "" for the orchestrator
+	FailureReason string
+	Provider      string // for run.started
+	SessionName   string // for run.started
+}
+
+// FromWire is the decision's view of a stored run.
+func FromWire(r wire.Run) Run {
+	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
+		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
+		Provider: r.Provider, SessionName: r.SessionName}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Active reports whether a status is not terminal.
+func Active(status string) bool {
+	return status == wire.RunPending || status == wire.RunSpawning || status == wire.RunRunning
+}
+
+// Write is the kind of status write a step makes.
+type Write int
+
+// The writes. Each is guarded by the status and attempt of the step's
+// From: the store writes … WHERE status = From AND attempt = Attempt, so a
+// decision made on stale facts changes nothing.
+const (
+	// JournalOnly writes no status; the step only journals.
+	JournalOnly Write = iota
+	// Offer places a pending run on a host (host_id set, offered_at now).
+	Offer
+	// Withdraw takes a pending run's offer back (host_id cleared).
+	Withdraw
+	// ToSpawning: pending → spawning, the offered host accepted.
+	ToSpawning
+	// ToRunning: spawning → running; the attempt's started_at is set and
+	// the work item moves todo → doing.
+	ToRunning
+	// ToExited: → exited with exit code 0; the attempt ends exited.
+	ToExited
+	// ToFailed: → failed with Reason (and ExitCode); the attempt ends failed.
+	ToFailed
+	// ToStopped: → stopped by an operator; the attempt ends stopped.
+	ToStopped
+	// Requeue: failed → pending at attempt + 1, due at NextAttemptAt,
+	// host cleared unless pinned, the attempt's fields cleared.
+	Requeue
+)
+
+var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue"}
+
+func (w Write) String() string {
+	if int(w) < len(writeNames) {
+		return writeNames[w]
+	}
+	return "write(?)"
+}
+
+// Event is one journal entry of a step. The store adds run_id, attempt
+// and task_id (as the run is after the step's write) to Extra.
+type Event struct {
+	Topic wire.Topic
+	Extra map[string]any
+}
+
+// Step is one guarded write and the events that journal it.
+type Step struct {
+	Write   Write
+	From    string // the status the write is guarded on
+	Attempt int    // the attempt the write is guarded on
+	To      string // the status after the write ("" for JournalOnly)
+
+	Reason        string    // ToFailed: failure_reason
+	ExitCode      *int      // ToFailed, ToExited
+	Source        string    // ToRunning, ToExited, ToFailed, ToStopped: status_source ("" for the orchestrator)
+	HostID        string    // Offer: the host
+	NextAttemptAt time.Time // Requeue: when the new attempt is due (also its pending_since)
+	RaiseMax      bool      // Requeue: raise max_attempts to the new attempt (POST /retry)
+
+	Events []Event
+}
+
+// Decision is what to do about one happening.
+type Decision struct {
+	// Result is the answer to a signal (wire.Result*); "" otherwise.
+	Result string
+	// Steps are made in order, in one transaction.
+	Steps []Step
+	// StopSender: the sending host's incarnation must not run (stale offer).
+	StopSender bool
+	// Processed != "" records that one-shot signal kind as processed for
+	// the run's attempt (so a repeat is a duplicate).
+	Processed string
+	// ProgressSeq > 0 records last_progress_seq.
+	ProgressSeq int64
+	// CompleteSource != "" records the completion mark (completed_at,
+	// run.completed, and the work item to done when the project's
+	// auto_done is set — a fact the store reads).
+	CompleteSource string
+}
+
+// Changed reports whether the decision writes a status (so that capacity
+// may have freed or a run may be due).
+func (d Decision) Changed() bool {
+	for _, s := range d.Steps {
+		if s.Write != JournalOnly {
+			return true
+		}
+	}
+	return false
+}
+
+// Final is the run's status after the decision ("" when unchanged).
+func (d Decision) Final() string {
+	final := ""
+	for _, s := range d.Steps {
+		if s.To != "" {
+			final = s.To
+		}
+	}
+	return final
+}
+
+// Topics are the decision's events in journal order.
+func (d Decision) Topics() []wire.Topic {
+	var t []wire.Topic
+	for _, s := range d.Steps {
+		for _, e := range s.Events {
+			t = append(t, e.Topic)
+		}
+	}
+	return t
+}
+
+// Policy is the restart policy (PAM_MAX_ATTEMPTS,
+// PAM_RESTART_INITIAL_DELAY, PAM_RESTART_MAX_DELAY).
+type Policy struct {
+	MaxAttempts         int
+	RestartInitialDelay time.Duration
+	RestartMaxDelay     time.Duration
+}
+
+// Default restart policy values.
+const (
+	DefaultMaxAttempts         = 3
+	DefaultRestartInitialDelay = 10 * time.Second
+	DefaultRestartMaxDelay     = 60 * time.Second
+)
+
+// WithDefaults fills what is unset.
+func (p Policy) WithDefaults() Policy {
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = DefaultMaxAttempts
+	}
+	if p.RestartInitialDelay <= 0 {
+		p.RestartInitialDelay = DefaultRestartInitialDelay
+	}
+	if p.RestartMaxDelay <= 0 {
+		p.RestartMaxDelay = DefaultRestartMaxDelay
+	}
+	return p
+}
+
+// Backoff is min(initial × 2^(attempt−1), max) for the attempt that failed.
+func (p Policy) Backoff(failedAttempt int) time.Duration {
+	p = p.WithDefaults()
+	d := p.RestartInitialDelay
+	for i := 1; i < failedAttempt && d < p.RestartMaxDelay; i++ {
+		d *= 2
+	}
+	return min(d, p.RestartMaxDelay)
+}
+
+// authority orders the sources that may decide a run's status:
+// manual > provider-hook > wrapper; the orchestrator's own timers ("")
+// rank with the wrapper.
+var authority = map[string]int{wire.SourceWrapper: 1, wire.SourceProviderHook: 2, wire.SourceManual: 3}
+
+// fail is the failure of r's current attempt and, while attempts remain,
+// its requeue: run.failed, then run.requeued, one decision.
+func fail(r Run, reason string, exitCode *int, source string, p Policy, now time.Time) []Step {
+	extra := map[string]any{"failure_reason": reason, "from": r.Status}
+	if exitCode != nil {
+		extra["exit_code"] = *exitCode
+	}
+	steps := []Step{{Write: ToFailed, From: r.Status, Attempt: r.Attempt, To: wire.RunFailed,
+		Reason: reason, ExitCode: exitCode, Source: source, Events: []Event{{wire.TopicRunFailed, extra}}}}
+	if r.Attempt < r.MaxAttempts {
+		steps = append(steps, requeue(r.Attempt, now.Add(p.Backoff(r.Attempt)), false))
+	}
+	return steps
+}
+
+// requeue is failed → pending at attempt+1, due at next.
+func requeue(attempt int, next time.Time, raiseMax bool) Step {
+	return Step{Write: Requeue, From: wire.RunFailed, Attempt: attempt, To: wire.RunPending, NextAttemptAt: next, RaiseMax: raiseMax,
+		Events: []Event{{wire.TopicRunRequeued, map[string]any{"attempt": attempt + 1, "next_attempt_at": next.UTC(), "previous_attempt": attempt}}}}
+}
+
+// spawning is pending → spawning: the offered host accepted, or a later
+// signal from it proves it did.
+func spawning(r Run) Step {
+	return Step{Write: ToSpawning, From: wire.RunPending, Attempt: r.Attempt, To: wire.RunSpawning,
+		Events: []Event{{wire.TopicRunSpawning, map[string]any{"host_id": r.HostID}}}}
+}
+
+// fromLive is the status a live-run failure or finish is decided from: a
+// pending run (its offer accepted, the ack overtaken) first moves to
+// spawning in the same decision.
+func fromLive(r Run) (Run, []Step) {
+	if r.Status != wire.RunPending {
+		return r, nil
+	}
+	s := spawning(r)
+	r.Status = wire.RunSpawning
+	return r, []Step{s}
+}
+
+func journal(topic wire.Topic, extra map[string]any) Step {
+	return Step{Write: JournalOnly, Events: []Event{{topic, extra}}}
+}
+
+// Created is the admission of a new run: (new) → pending.
+func Created(provider, sessionName string, targetHostID *string) Decision {
+	return Decision{Steps: []Step{journal(wire.TopicRunCreated,
+		map[string]any{"provider": provider, "session_name": sessionName, "target_host_id": targetHostID})}}
+}
+
+// Offered is a pending run offered to host (on every offer).
+func Offered(r Run, host string) Decision {
+	return Decision{Steps: []Step{{Write: Offer, From: wire.RunPending, Attempt: r.Attempt, HostID: host,
+		Events: []Event{{wire.TopicRunDispatched, map[string]any{"host_id": host}}}}}}
+}
+
+// Stop is POST /runs/{id}/stop: a manual stop of a run that is not
+// terminal; it wins over anything after it.
+func Stop(r Run, force bool) (Decision, error) {
+	if !Active(r.Status) {
+		return Decision{}, illegal(r, "stop")
+	}
+	return Decision{Steps: []Step{{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped, Source: wire.SourceManual,
+		Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}}}}}}, nil
+}
+
+// Retry is POST /runs/{id}/retry: a run that stayed failed goes back to
+// pending at attempt + 1 at once, its max_attempts raised to allow it.
+func Retry(r Run, now time.Time) (Decision, error) {
+	if r.Status != wire.RunFailed {
+		return Decision{}, illegal(r, "retry")
+	}
+	return Decision{Steps: []Step{requeue(r.Attempt, now, true)}}, nil
+}
+
+// Complete is a completion mark (POST /runs/{id}/complete, source
+// manual): accepted in any status, it changes no status.
+func Complete(source string) Decision {
+	return Decision{CompleteSource: source}
+}
+
+func illegal(r Run, action string) error {
+	return wire.Conflict(wire.CodeIllegalTransition, "cannot %s a run that is %s", action, r.Status).With("status", r.Status)
+}
+
+// Ack is run_dispatch_ack from host for attempt. offered says whether the
+// run was ever offered to that host at that attempt (otherwise the run is
+// not the host's to speak of: not found). Accepted → spawning; refused →
+// the offer is withdrawn. An ack for an offer withdrawn meanwhile is
+// journaled, and an accepting sender is told to stop: that incarnation
+// must not run twice.
+func Ack(r Run, host string, attempt int, accepted bool, reason string, offered bool) (Decision, error) {
+	if !offered {
+		return Decision{}, wire.NotFound("run")
+	}
+	switch {
+	case r.Attempt != attempt || r.HostID != host:
+		return Decision{StopSender: accepted, Steps: []Step{journal(wire.TopicRunSignalReceived, map[string]any{"kind": "run_dispatch_ack",
+			"result": wire.ResultStaleOffer, "from_host_id": host, "acked_attempt": attempt})}}, nil
+	case r.Status != wire.RunPending:
+		return Decision{}, nil // a repeated ack of a run already spawning or running
+	case accepted:
+		return Decision{Steps: []Step{spawning(r)}}, nil
+	default:
+		return withdraw(r, "refused: "+reason), nil
+	}
+}
+
+func withdraw(r Run, reason string) Decision {
+	return Decision{Steps: []Step{{Write: Withdraw, From: wire.RunPending, Attempt: r.Attempt,
+		Events: []Event{{wire.TopicRunDispatchWithdrawn, map[string]any{"host_id": r.HostID, "reason": reason}}}}}}
+}
+
+// Timer is a central timeout that fired for a run.
+type Timer int
+
+// The central timers.
+const (
+	// AckTimeout: an offer not acked within PAM_DISPATCH_ACK_TIMEOUT.
+	AckTimeout Timer = iota
+	// DispatchTimeout: pending past PAM_DISPATCH_TIMEOUT from pending_since.
+	DispatchTimeout
+	// SpawnTimeout: spawning past PAM_SPAWN_TIMEOUT without started.
+	SpawnTimeout
+	// HostLost: the run's host offline past PAM_HOST_LOST_AFTER.
+	HostLost
+	// CLIHang: running, no pane change for PAM_CLI_HANG_TIMEOUT while the
+	// host is online.
+	CLIHang
+)
+
+// Expired decides a timer that fired for r, judged again on the run as it
+// is now (it may have moved on since the scan that found it). everMatched
+// is the run's ever_matched (DispatchTimeout: dispatch_timeout when a host
+// was ever eligible but for capacity, else no_eligible_host); host is the
+// host the timer is about (HostLost, CLIHang). A timer that no longer
+// applies decides nothing.
+func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.Time) Decision {
+	switch t {
+	case AckTimeout:
+		if r.Status == wire.RunPending && r.HostID != "" {
+			return withdraw(r, "ack_timeout")
+		}
+	case DispatchTimeout:
+		if r.Status == wire.RunPending && r.HostID == "" {
+			reason := wire.FailNoEligibleHost
+			if everMatched {
+				reason = wire.FailDispatchTimeout
+			}
+			return Decision{Steps: fail(r, reason, nil, "", p, now)}
+		}
+	case SpawnTimeout:
+		if r.Status == wire.RunSpawning {
+			return Decision{Steps: fail(r, wire.FailSpawnFailed, nil, "", p, now)}
+		}
+	case HostLost:
+		if Active(r.Status) && r.HostID == host {
+			return Decision{Steps: fail(r, wire.FailHostLost, nil, "", p, now)}
+		}
+	case CLIHang:
+		if r.Status == wire.RunRunning && r.HostID == host {
+			return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
+		}
+	}
+	return Decision{}
+}
+
+// Tombstoned reports whether the run's current attempt ended host_lost and
+// stayed failed (no requeue followed): its late signals are journaled but
+// never applied.
+func Tombstoned(r Run) bool {
+	return r.Status == wire.RunFailed && r.FailureReason == wire.FailHostLost
+}
+
+// Signal is a signal as the ingest sees it.
+type Signal struct {
+	Kind    string
+	Source  string
+	Attempt *int
+	Seq     *int64
+	Payload json.RawMessage
+	Sender  string // the host that sent it (by worker token or signal token)
+}
+
+// SignalFacts are what the store reads for a signal besides the run.
+type SignalFacts struct {
+	// Processed: this one-shot kind was already applied for the attempt.
+	Processed bool
+	// LastProgressSeq is the run's last applied progress seq.
+	LastProgressSeq int64
+}
+
+// IngestSignal decides a signal in the order the ingest guarantees: the
+// epoch (attempt), the sender, dedup and ordering, and only then the
+// status write. Its errors are the contract's refusals (missing_attempt,
+// invalid_attempt, missing_seq, validation_failed).
+func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (Decision, error) {
+	if sig.Attempt == nil {
+		return Decision{}, wire.Errorf(wire.CodeMissingAttempt, "signal has no attempt").With("current_attempt", r.Attempt)
+	}
+	att := *sig.Attempt
+	if att > r.Attempt {
+		return Decision{}, wire.Errorf(wire.CodeInvalidAttempt, "signal attempt exceeds the run's current attempt").
+			With("signal_attempt", att).With("current_attempt", r.Attempt)
+	}
+	if sig.Kind == wire.SignalProgress && sig.Seq == nil {
+		return Decision{}, wire.Errorf(wire.CodeMissingSeq, "progress signal has no seq")
+	}
+	seen := func(result string, extra map[string]any) map[string]any {
+		m := map[string]any{"kind": sig.Kind, "source": sig.Source, "result": result}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
+	}
+	if att < r.Attempt {
+		return Decision{Result: wire.ResultStaleAttempt, Steps: []Step{journal(wire.TopicRunStaleSignal,
+			map[string]any{"kind": sig.Kind, "source": sig.Source, "signal_attempt": att, "host_id": sig.Sender})}}, nil
+	}
+	if r.HostID != sig.Sender {
+		// The offer to this host was withdrawn; the run is elsewhere (or
+		// waiting for another offer) at this very attempt.
+		return Decision{Result: wire.ResultStaleOffer, StopSender: true, Steps: []Step{journal(wire.TopicRunSignalReceived,
+			seen(wire.ResultStaleOffer, map[string]any{"from_host_id": sig.Sender}))}}, nil
+	}
+	if Tombstoned(r) {
+		return Decision{Result: wire.ResultIgnored, Steps: []Step{journal(wire.TopicRunSignalReceived,
+			seen(wire.ResultIgnored, map[string]any{"status": r.Status, "failure_reason": wire.FailHostLost}))}}, nil
+	}
+	if sig.Kind == wire.SignalProgress {
+		if *sig.Seq <= 0 || *sig.Seq <= f.LastProgressSeq {
+			return Decision{Result: wire.ResultOutOfOrder}, nil
+		}
+		var payload any
+		if len(sig.Payload) > 0 {
+			payload = sig.Payload
+		}
+		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Steps: []Step{journal(wire.TopicRunProgress,
+			map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload})}}, nil
+	}
+	if f.Processed {
+		return Decision{Result: wire.ResultDuplicate}, nil
+	}
+	if sig.Kind == wire.SignalCompleted {
+		return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
+	}
+	ignored := Decision{Result: wire.ResultIgnored, Processed: sig.Kind, Steps: []Step{journal(wire.TopicRunSignalReceived,
+		seen(wire.ResultIgnored, map[string]any{"status": r.Status}))}}
+	if !Active(r.Status) || authority[r.StatusSource] > authority[sig.Source] {
+		return ignored, nil
+	}
+	var steps []Step
+	switch sig.Kind {
+	case wire.SignalStarted:
+		if r.Status == wire.RunRunning {
+			return ignored, nil
+		}
+		r, steps = fromLive(r) // started overtook the ack
+		steps = append(steps, Step{Write: ToRunning, From: r.Status, Attempt: r.Attempt, To: wire.RunRunning, Source: sig.Source,
+			Events: []Event{{wire.TopicRunStarted, map[string]any{"provider": r.Provider, "session_name": r.SessionName, "source": sig.Source}}}})
+	case wire.SignalFinished:
+		code, err := ExitCode(sig.Payload)
+		if err != nil {
+			return Decision{}, err
+		}
+		r, steps = fromLive(r) // finished overtook the ack and started
+		steps = append(steps, journal(wire.TopicRunFinished, map[string]any{"exit_code": code, "source": sig.Source}))
+		if code != 0 {
+			steps = append(steps, fail(r, wire.FailExitNonzero, &code, sig.Source, p, now)...)
+		} else {
+			zero := 0
+			steps = append(steps, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
+				Events: []Event{{wire.TopicRunExited, map[string]any{"exit_code": 0}}}})
+		}
+	case wire.SignalFailed:
+		reason := wire.FailProviderFailed
+		var pl struct {
+			Reason string `json:"reason"`
+		}
+		if json.Unmarshal(sig.Payload, &pl) == nil && pl.Reason == wire.FailSpawnFailed {
+			reason = wire.FailSpawnFailed
+		}
+		r, steps = fromLive(r)
+		steps = append(steps, fail(r, reason, nil, sig.Source, p, now)...)
+	default:
+		return Decision{}, wire.Invalid("kind", "kind must be one of started, finished, completed, failed, progress")
+	}
+	return Decision{Result: wire.ResultApplied, Processed: sig.Kind, Steps: steps}, nil
+}
+
+// ExitCode reads the exit code of a finished signal's payload.
+func ExitCode(payload json.RawMessage) (int, error) {
+	var p struct {
+		ExitCode *int `json:"exit_code"`
+	}
+	if len(payload) == 0 || json.Unmarshal(payload, &p) != nil || p.ExitCode == nil {
+		return 0, wire.Invalid("payload.exit_code", "a finished signal carries payload {\"exit_code\": N}")
+	}
+	return *p.ExitCode, nil
+}
+
+// StateReport decides a worker's run_state frame about a run (state
+// spawn_failed, session_lost, tmux_crash, wrapper_died fail the current
+// attempt; stale_session and orphan_detected are journaled). A report
+// about another attempt, or from a host the run is not on, is journaled
+// only.
+func StateReport(r Run, host string, attempt *int, state, detail string, p Policy, now time.Time) (Decision, error) {
+	if attempt == nil || *attempt != r.Attempt || r.HostID != host {
+		topic := wire.TopicRunSignalReceived
+		switch state {
+		case wire.StateStaleSession:
+			topic = wire.TopicRunStaleSession
+		case wire.StateOrphanDetected:
+			topic = wire.TopicRunOrphanDetected
+		}
+		return Decision{Steps: []Step{journal(topic, map[string]any{"state": state, "detail": detail, "reported_attempt": attempt, "from_host_id": host})}}, nil
+	}
+	var reason string
+	switch state {
+	case wire.StateSpawnFailed:
+		reason = wire.FailSpawnFailed
+	case wire.StateSessionLost:
+		reason = wire.FailSessionLost
+	case wire.StateTmuxCrash:
+		reason = wire.FailTmuxCrash
+	case wire.StateWrapperDied:
+		reason = wire.FailWrapperDied
+	case wire.StateStaleSession:
+		return Decision{Steps: []Step{journal(wire.TopicRunStaleSession, map[string]any{"detail": detail, "host_id": host})}}, nil
+	case wire.StateOrphanDetected:
+		return Decision{Steps: []Step{journal(wire.TopicRunOrphanDetected, map[string]any{"detail": detail, "host_id": host})}}, nil
+	default:
+		return Decision{}, wire.Invalid("state", "unknown run_state %q", state)
+	}
+	if !Active(r.Status) {
+		return Decision{}, nil
+	}
+	r, steps := fromLive(r)
+	return Decision{Steps: append(steps, fail(r, reason, nil, wire.SourceWrapper, p, now)...)}, nil
+}

@@ -1,0 +1,363 @@
+package lifecycle_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/lifecycle"
+	"pam/internal/wire"
+)
+
+var (
+	now    = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	policy = lifecycle.Policy{MaxAttempts: 3, RestartInitialDelay: 10 * time.Second, RestartMaxDelay: 60 * time.Second}
+)
+
+const hostA, hostB = "host-a", "host-b"
+
+// run is a run at attempt 1 of 3 on host A.
+func run(status string) lifecycle.Run {
+	return lifecycle.Run{Status: status, Attempt: 1, MaxAttempts: 3, HostID: hostA, Provider: "shell", SessionName: "pam-0123abcd"}
+}
+
+func with(r lifecycle.Run, f func(*lifecycle.Run)) lifecycle.Run { f(&r); return r }
+
+func last(r lifecycle.Run) lifecycle.Run {
+	return with(r, func(r *lifecycle.Run) { r.Attempt, r.MaxAttempts = 3, 3 })
+}
+
+func sig(kind, source string, attempt int, payload string) lifecycle.Signal {
+	s := lifecycle.Signal{Kind: kind, Source: source, Attempt: &attempt, Sender: hostA}
+	if payload != "" {
+		s.Payload = json.RawMessage(payload)
+	}
+	return s
+}
+
+func progress(seq int64) lifecycle.Signal {
+	s := sig(wire.SignalProgress, wire.SourceProviderHook, 1, "")
+	s.Seq = &seq
+	return s
+}
+
+func from(host string, s lifecycle.Signal) lifecycle.Signal { s.Sender = host; return s }
+
+func ingest(r lifecycle.Run, s lifecycle.Signal) func() (lifecycle.Decision, error) {
+	return ingestF(r, s, lifecycle.SignalFacts{})
+}
+
+func ingestF(r lifecycle.Run, s lifecycle.Signal, f lifecycle.SignalFacts) func() (lifecycle.Decision, error) {
+	return func() (lifecycle.Decision, error) { return lifecycle.IngestSignal(r, s, f, policy, now) }
+}
+
+func report(r lifecycle.Run, host string, attempt int, state string) func() (lifecycle.Decision, error) {
+	return func() (lifecycle.Decision, error) {
+		return lifecycle.StateReport(r, host, &attempt, state, "detail", policy, now)
+	}
+}
+
+func expired(r lifecycle.Run, t lifecycle.Timer, ever bool, host string) func() (lifecycle.Decision, error) {
+	return func() (lifecycle.Decision, error) { return lifecycle.Expired(r, t, ever, host, policy, now), nil }
+}
+
+func ok(d lifecycle.Decision) func() (lifecycle.Decision, error) {
+	return func() (lifecycle.Decision, error) { return d, nil }
+}
+
+// edge is one row: the decision about a run, and what it must be. path is
+// the status after each write, in order ("" for a write that keeps the
+// status: offer, withdraw; none for a decision that only journals); reason
+// the failure_reason of a failed step.
+type edge struct {
+	name   string
+	decide func() (lifecycle.Decision, error)
+	err    string // the refusal's code, when refused
+	result string // the signal's result
+	path   []string
+	topics []wire.Topic
+	reason string
+	stop   bool // StopSender
+}
+
+const (
+	pending  = wire.RunPending
+	spawning = wire.RunSpawning
+	running  = wire.RunRunning
+	exited   = wire.RunExited
+	failed   = wire.RunFailed
+	stopped  = wire.RunStopped
+)
+
+var (
+	tFailed   = wire.TopicRunFailed
+	tRequeued = wire.TopicRunRequeued
+)
+
+// The run status machine, every edge of it, then what is refused.
+var machine = []edge{
+	{name: "(new) → pending: admitted", decide: ok(lifecycle.Created("shell", "pam-0123abcd", nil)),
+		topics: []wire.Topic{wire.TopicRunCreated}},
+	{name: "pending: offered to a host", decide: ok(lifecycle.Offered(with(run(pending), func(r *lifecycle.Run) { r.HostID = "" }), hostA)),
+		path: []string{""}, topics: []wire.Topic{wire.TopicRunDispatched}},
+	{name: "pending → spawning: offer accepted", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Ack(run(pending), hostA, 1, true, "", true)
+	}, path: []string{spawning}, topics: []wire.Topic{wire.TopicRunSpawning}},
+	{name: "pending: offer refused, withdrawn", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Ack(run(pending), hostA, 1, false, "at capacity", true)
+	}, path: []string{""}, topics: []wire.Topic{wire.TopicRunDispatchWithdrawn}},
+	{name: "pending: offer not acked in time, withdrawn", decide: expired(run(pending), lifecycle.AckTimeout, false, ""),
+		path: []string{""}, topics: []wire.Topic{wire.TopicRunDispatchWithdrawn}},
+	{name: "pending → running: started overtakes the ack", decide: ingest(run(pending), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
+		result: wire.ResultApplied, path: []string{spawning, running}, topics: []wire.Topic{wire.TopicRunSpawning, wire.TopicRunStarted}},
+	{name: "pending → failed: dispatch timeout, never eligible", decide: expired(with(run(pending), func(r *lifecycle.Run) { r.HostID = "" }), lifecycle.DispatchTimeout, false, ""),
+		path: []string{failed, pending}, reason: wire.FailNoEligibleHost, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "pending → failed: dispatch timeout, eligible but full", decide: expired(last(with(run(pending), func(r *lifecycle.Run) { r.HostID = "" })), lifecycle.DispatchTimeout, true, ""),
+		path: []string{failed}, reason: wire.FailDispatchTimeout, topics: []wire.Topic{tFailed}},
+	{name: "pending → failed: host lost (offered)", decide: expired(last(run(pending)), lifecycle.HostLost, false, hostA),
+		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
+	{name: "pending → stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(pending), false) },
+		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
+	{name: "spawning → stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(spawning), true) },
+		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
+	{name: "running → stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(running), false) },
+		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
+	{name: "spawning → running: started", decide: ingest(run(spawning), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
+		result: wire.ResultApplied, path: []string{running}, topics: []wire.Topic{wire.TopicRunStarted}},
+	{name: "spawning → exited: finished 0 overtakes started", decide: ingest(run(spawning), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited}},
+	{name: "spawning → failed: finished non-zero overtakes started", decide: ingest(last(run(spawning)), sig(wire.SignalFinished, wire.SourceWrapper, 3, `{"exit_code":2}`)),
+		result: wire.ResultApplied, path: []string{failed}, reason: wire.FailExitNonzero, topics: []wire.Topic{wire.TopicRunFinished, tFailed}},
+	{name: "spawning → failed: failed signal", decide: ingest(run(spawning), sig(wire.SignalFailed, wire.SourceWrapper, 1, `{"reason":"spawn_failed"}`)),
+		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "spawning → failed: run_state spawn_failed", decide: report(run(spawning), hostA, 1, wire.StateSpawnFailed),
+		path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "spawning → failed: no started within the spawn timeout", decide: expired(run(spawning), lifecycle.SpawnTimeout, false, ""),
+		path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "spawning → failed: session lost", decide: report(run(spawning), hostA, 1, wire.StateSessionLost),
+		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "spawning → failed: host lost", decide: expired(run(spawning), lifecycle.HostLost, false, hostA),
+		path: []string{failed, pending}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → exited: finished 0", decide: ingest(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited}},
+	{name: "running → failed: finished non-zero, requeued", decide: ingest(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":1}`)),
+		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailExitNonzero, topics: []wire.Topic{wire.TopicRunFinished, tFailed, tRequeued}},
+	{name: "running → failed: provider failed", decide: ingest(run(running), sig(wire.SignalFailed, wire.SourceProviderHook, 1, "")),
+		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailProviderFailed, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → failed: session lost", decide: report(run(running), hostA, 1, wire.StateSessionLost),
+		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → failed: tmux crash", decide: report(run(running), hostA, 1, wire.StateTmuxCrash),
+		path: []string{failed, pending}, reason: wire.FailTmuxCrash, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → failed: wrapper died", decide: report(run(running), hostA, 1, wire.StateWrapperDied),
+		path: []string{failed, pending}, reason: wire.FailWrapperDied, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → failed: CLI hang", decide: expired(run(running), lifecycle.CLIHang, false, hostA),
+		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "running → failed: host lost, attempts used up", decide: expired(last(run(running)), lifecycle.HostLost, false, hostA),
+		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
+	{name: "failed → pending: retry", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(last(run(failed)), now) },
+		path: []string{pending}, topics: []wire.Topic{tRequeued}},
+
+	// Refused: anything else changes nothing.
+	{name: "stop of exited", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(exited), false) }, err: wire.CodeIllegalTransition},
+	{name: "stop of stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(stopped), false) }, err: wire.CodeIllegalTransition},
+	{name: "stop of failed", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(failed), false) }, err: wire.CodeIllegalTransition},
+	{name: "retry of running", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(running), now) }, err: wire.CodeIllegalTransition},
+	{name: "retry of exited", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(exited), now) }, err: wire.CodeIllegalTransition},
+	{name: "retry of stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(stopped), now) }, err: wire.CodeIllegalTransition},
+	{name: "started on running: ignored", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
+		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "finished on exited: ignored", decide: ingest(run(exited), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "finished on stopped: the manual stop wins", decide: ingest(with(run(stopped), func(r *lifecycle.Run) { r.StatusSource = wire.SourceManual }), sig(wire.SignalFinished, wire.SourceProviderHook, 1, `{"exit_code":0}`)),
+		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "a wrapper's failed after a hook's started: lower authority", decide: ingest(with(run(running), func(r *lifecycle.Run) { r.StatusSource = wire.SourceProviderHook }), sig(wire.SignalFailed, wire.SourceWrapper, 1, "")),
+		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "run_state on a terminal run: nothing", decide: report(run(exited), hostA, 1, wire.StateSessionLost)},
+	{name: "timers that no longer apply: nothing", decide: func() (lifecycle.Decision, error) {
+		for _, c := range []struct {
+			r lifecycle.Run
+			t lifecycle.Timer
+		}{{run(spawning), lifecycle.AckTimeout}, {run(pending), lifecycle.DispatchTimeout}, {run(running), lifecycle.SpawnTimeout},
+			{run(exited), lifecycle.HostLost}, {run(spawning), lifecycle.CLIHang}} {
+			if d := lifecycle.Expired(c.r, c.t, false, hostA, policy, now); len(d.Steps) > 0 {
+				return d, fmt.Errorf("timer %d on %s decided %v", c.t, c.r.Status, d.Topics())
+			}
+		}
+		return lifecycle.Expired(run(running), lifecycle.HostLost, false, hostB, policy, now), nil
+	}},
+}
+
+// The signal results of the ingest, in the order they are judged.
+var signals = []edge{
+	{name: "applied", decide: ingest(run(spawning), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")), result: wire.ResultApplied,
+		path: []string{running}, topics: []wire.Topic{wire.TopicRunStarted}},
+	{name: "stale_attempt", decide: ingest(with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 }), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
+	{name: "duplicate one-shot", decide: ingestF(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Processed: true}),
+		result: wire.ResultDuplicate},
+	{name: "duplicate completed", decide: ingestF(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
+		result: wire.ResultDuplicate},
+	{name: "out_of_order progress", decide: ingestF(run(running), progress(3), lifecycle.SignalFacts{LastProgressSeq: 3}), result: wire.ResultOutOfOrder},
+	{name: "progress seq 0 is out of order", decide: ingest(run(running), progress(0)), result: wire.ResultOutOfOrder},
+	{name: "progress applied in any status", decide: ingestF(run(exited), progress(4), lifecycle.SignalFacts{LastProgressSeq: 3}), result: wire.ResultApplied,
+		topics: []wire.Topic{wire.TopicRunProgress}},
+	{name: "stale_offer: the run is on another host", decide: ingest(run(running), from(hostB, sig(wire.SignalStarted, wire.SourceWrapper, 1, ""))),
+		result: wire.ResultStaleOffer, stop: true, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "ignored: late signal after host_lost", decide: ingest(with(last(run(failed)), func(r *lifecycle.Run) { r.FailureReason = wire.FailHostLost; r.Attempt = 1 }), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "completed applied in any status, no status write", decide: ingest(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, "")),
+		result: wire.ResultApplied},
+	{name: "invalid_attempt", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 2, "")), err: wire.CodeInvalidAttempt},
+	{name: "missing_attempt", decide: ingest(run(running), lifecycle.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Sender: hostA}), err: wire.CodeMissingAttempt},
+	{name: "missing_seq", decide: ingest(run(running), sig(wire.SignalProgress, wire.SourceWrapper, 1, "")), err: wire.CodeMissingSeq},
+	{name: "finished without an exit code", decide: ingest(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{}`)), err: wire.CodeValidationFailed},
+	{name: "ack of a withdrawn offer: journaled, the sender stops", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Ack(with(run(pending), func(r *lifecycle.Run) { r.HostID = hostB }), hostA, 1, true, "", true)
+	}, stop: true, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "ack from a host never offered the run", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Ack(run(pending), hostB, 1, true, "", false)
+	}, err: wire.CodeNotFound},
+	{name: "run_state for another attempt: journaled only", decide: report(with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 }), hostA, 1, wire.StateSessionLost),
+		topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "stale_session: journaled", decide: report(run(running), hostA, 1, wire.StateStaleSession),
+		topics: []wire.Topic{wire.TopicRunStaleSession}},
+}
+
+func TestMachine(t *testing.T) { walk(t, machine) }
+
+func TestSignals(t *testing.T) { walk(t, signals) }
+
+func walk(t *testing.T, edges []edge) {
+	for _, e := range edges {
+		t.Run(e.name, func(t *testing.T) {
+			d, err := e.decide()
+			if e.err != "" {
+				if !wire.HasCode(err, e.err) {
+					t.Fatalf("want refusal %s, got %v (decision %+v)", e.err, err, d)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Result != e.result {
+				t.Errorf("result %q, want %q", d.Result, e.result)
+			}
+			var path []string
+			reason := ""
+			for _, s := range d.Steps {
+				if s.Write == lifecycle.ToFailed {
+					reason = s.Reason
+				}
+				if s.Write != lifecycle.JournalOnly {
+					path = append(path, s.To)
+				}
+			}
+			if !slices.Equal(path, e.path) {
+				t.Errorf("path %q, want %q", path, e.path)
+			}
+			if reason != e.reason {
+				t.Errorf("failure_reason %q, want %q", reason, e.reason)
+			}
+			if !slices.Equal(d.Topics(), e.topics) {
+				t.Errorf("topics %v, want %v", d.Topics(), e.topics)
+			}
+			if d.StopSender != e.stop {
+				t.Errorf("stop sender %v, want %v", d.StopSender, e.stop)
+			}
+		})
+	}
+}
+
+// Every write is guarded on the status and attempt it was decided from,
+// and each step starts where the previous one ended.
+func TestStepsChainAndAreGuarded(t *testing.T) {
+	for _, e := range append(append([]edge{}, machine...), signals...) {
+		d, err := e.decide()
+		if err != nil {
+			continue
+		}
+		status := ""
+		for i, s := range d.Steps {
+			if s.Write == lifecycle.JournalOnly {
+				continue
+			}
+			if s.Attempt < 1 {
+				t.Errorf("%s: step %d (%s) unguarded on attempt", e.name, i, s.Write)
+			}
+			if s.From == "" {
+				t.Errorf("%s: step %d (%s) unguarded on status", e.name, i, s.Write)
+			}
+			if status != "" && s.From != status {
+				t.Errorf("%s: step %d starts from %s after a step that ended in %s", e.name, i, s.From, status)
+			}
+			if s.To != "" {
+				status = s.To
+			}
+		}
+	}
+}
+
+// The restart policy: run.requeued right after run.failed, attempt + 1,
+// next_attempt_at = now + min(initial × 2^(attempt−1), max).
+func TestRequeueBackoff(t *testing.T) {
+	for attempt, want := range map[int]time.Duration{1: 10 * time.Second, 2: 20 * time.Second, 3: 40 * time.Second, 4: 60 * time.Second, 7: 60 * time.Second} {
+		r := with(run(running), func(r *lifecycle.Run) { r.Attempt, r.MaxAttempts = attempt, 20 })
+		a := attempt
+		d, err := lifecycle.IngestSignal(r, sig(wire.SignalFinished, wire.SourceWrapper, a, `{"exit_code":1}`), lifecycle.SignalFacts{}, policy, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := d.Steps[len(d.Steps)-1]
+		if st.Write != lifecycle.Requeue || st.Attempt != attempt || !st.NextAttemptAt.Equal(now.Add(want)) {
+			t.Errorf("attempt %d: last step %s at attempt %d due %s, want requeue due %s", attempt, st.Write, st.Attempt, st.NextAttemptAt, now.Add(want))
+		}
+		if got := st.Events[0].Extra["attempt"]; got != attempt+1 {
+			t.Errorf("attempt %d: run.requeued says attempt %v", attempt, got)
+		}
+	}
+	if d, _ := lifecycle.Retry(last(run(failed)), now); !d.Steps[0].RaiseMax || !d.Steps[0].NextAttemptAt.Equal(now) {
+		t.Errorf("retry: %+v, want an immediate requeue raising max_attempts", d.Steps[0])
+	}
+}
+
+// Every status and every signal kind meets every status: whatever is
+// decided stays inside the machine (no write from a terminal status but
+// the requeue of a failed one, no step into an unknown status).
+func TestNothingLeavesTheMachine(t *testing.T) {
+	statuses := []string{pending, spawning, running, exited, failed, stopped}
+	kinds := map[string]string{wire.SignalStarted: "", wire.SignalFinished: `{"exit_code":0}`, wire.SignalCompleted: "", wire.SignalFailed: ""}
+	for _, st := range statuses {
+		for kind, payload := range kinds {
+			for _, source := range []string{wire.SourceWrapper, wire.SourceProviderHook} {
+				d, err := lifecycle.IngestSignal(run(st), sig(kind, source, 1, payload), lifecycle.SignalFacts{}, policy, now)
+				if err != nil {
+					t.Errorf("%s on %s: %v", kind, st, err)
+					continue
+				}
+				for _, s := range d.Steps {
+					if s.Write != lifecycle.JournalOnly && !lifecycle.Active(s.From) && s.Write != lifecycle.Requeue {
+						t.Errorf("%s from %s on %s: a write from a terminal status: %+v", kind, source, st, s)
+					}
+					if s.To != "" && !slices.Contains(statuses, s.To) {
+						t.Errorf("%s on %s: unknown status %q", kind, st, s.To)
+					}
+				}
+				if !lifecycle.Active(st) && d.Changed() {
+					t.Errorf("%s on terminal %s changed it: %s", kind, st, strings.Join(stepNames(d), ","))
+				}
+			}
+		}
+	}
+}
+
+func stepNames(d lifecycle.Decision) []string {
+	var n []string
+	for _, s := range d.Steps {
+		n = append(n, s.Write.String())
+	}
+	return n
+}

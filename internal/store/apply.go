@@ -1,0 +1,161 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/lifecycle"
+	"pam/internal/wire"
+)
+
+// Policy is the restart policy the store's decisions apply.
+type Policy = lifecycle.Policy
+
+// errGuardLost means a guarded status write found the run no longer in
+// the status it was decided from: someone else moved it first.
+var errGuardLost = errors.New("run changed concurrently")
+
+// runPayload is the common part of every run.* event payload.
+func runPayload(r wire.Run, extra map[string]any) map[string]any {
+	p := map[string]any{"run_id": r.ID, "attempt": r.Attempt, "task_id": r.TaskID}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return p
+}
+
+func runEvent(topic wire.Topic, r wire.Run, extra map[string]any) NewEvent {
+	host := ""
+	if r.HostID != nil {
+		host = *r.HostID
+	}
+	return NewEvent{Topic: topic, RunID: r.ID, ProjectID: r.ProjectID, HostID: host, Payload: runPayload(r, extra)}
+}
+
+// now is the time decisions are made at: the store's clock, so that tests
+// of the store can move it.
+func (s *Store) now() time.Time {
+	if s.Clock != nil {
+		return s.Clock()
+	}
+	return time.Now()
+}
+
+// apply carries out decision d about run r inside tx: each step's guarded
+// write, then the events that journal it (with the run as it is after the
+// write), then what the decision records besides statuses. It returns the
+// run as it ends up. The caller holds r's row lock.
+func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decision) (wire.Run, error) {
+	if d.Processed != "" {
+		if _, err := tx.Exec(ctx, `INSERT INTO processed_signals (run_id, attempt, kind) VALUES ($1, $2, $3)`, r.ID, r.Attempt, d.Processed); err != nil {
+			return r, fmt.Errorf("record signal %s of run %s: %w", d.Processed, r.ID, err)
+		}
+	}
+	for _, st := range d.Steps {
+		var err error
+		if r, err = write(ctx, tx, r, st); err != nil {
+			return r, fmt.Errorf("%s run %s: %w", st.Write, r.ID, err)
+		}
+		events := make([]NewEvent, 0, len(st.Events))
+		for _, e := range st.Events {
+			events = append(events, runEvent(e.Topic, r, e.Extra))
+		}
+		if err := tx.Journal(ctx, events...); err != nil {
+			return r, err
+		}
+		if st.Write == lifecycle.ToRunning {
+			if err := moveItem(ctx, tx, r.TaskID, "doing", "todo"); err != nil {
+				return r, err
+			}
+		}
+	}
+	if d.ProgressSeq > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE runs SET last_progress_seq = $2, updated_at = now() WHERE id = $1`, r.ID, d.ProgressSeq); err != nil {
+			return r, fmt.Errorf("record progress of run %s: %w", r.ID, err)
+		}
+	}
+	if d.CompleteSource != "" {
+		return s.complete(ctx, tx, r, d.CompleteSource)
+	}
+	return r, nil
+}
+
+// write makes one step's guarded status write and what goes with it in
+// run_attempts. A write whose guard no longer holds is errGuardLost.
+func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run, error) {
+	var row pgx.Row
+	switch st.Write {
+	case lifecycle.JournalOnly:
+		return r, nil
+	case lifecycle.Offer:
+		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = now(), updated_at = now()
+			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.HostID)
+	case lifecycle.Withdraw:
+		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = NULL, offered_at = NULL, updated_at = now()
+			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt)
+	case lifecycle.ToSpawning:
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'spawning', spawning_at = now(), updated_at = now()
+			WHERE id = $1 AND status = 'pending' AND attempt = $2 AND host_id IS NOT NULL RETURNING `+runColumns, r.ID, st.Attempt)
+	case lifecycle.ToRunning:
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = now(), status_source = $4, updated_at = now()
+			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source))
+	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = now(),
+			status_source = $7, updated_at = now()
+			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
+			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source))
+	case lifecycle.Requeue:
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'pending', attempt = attempt + 1,
+			max_attempts = CASE WHEN $4 THEN greatest(max_attempts, attempt + 1) ELSE max_attempts END,
+			next_attempt_at = $3, pending_since = $3, host_id = NULL,
+			failure_reason = NULL, exit_code = NULL, last_progress_seq = 0, ever_matched = false,
+			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
+			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax)
+	default:
+		return r, fmt.Errorf("unknown write %d", st.Write)
+	}
+	out, err := scanRun(row)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, errGuardLost
+	}
+	if err != nil {
+		return r, err
+	}
+	switch st.Write {
+	case lifecycle.Offer:
+		if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
+			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now()`, r.ID, st.Attempt, st.HostID); err != nil {
+			return out, err
+		}
+		_, err = tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, now())
+			ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = now()`, r.ID, st.Attempt, st.HostID)
+	case lifecycle.ToRunning:
+		_, err = tx.Exec(ctx, `UPDATE run_attempts SET started_at = now() WHERE run_id = $1 AND attempt = $2`, r.ID, st.Attempt)
+	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
+		err = endAttempt(ctx, tx, r.ID, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode)
+	}
+	return out, err
+}
+
+// endAttempt records how an attempt ended in run_attempts.
+func endAttempt(ctx context.Context, tx *Tx, runID string, attempt int, outcome string, reason *string, exitCode *int) error {
+	_, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, ended_at, outcome, failure_reason, exit_code)
+		VALUES ($1, $2, now(), $3, $4, $5)
+		ON CONFLICT (run_id, attempt) DO UPDATE SET ended_at = now(), outcome = $3, failure_reason = $4, exit_code = $5`,
+		runID, attempt, outcome, reason, exitCode)
+	if err != nil {
+		return fmt.Errorf("end attempt %d of run %s: %w", attempt, runID, err)
+	}
+	return nil
+}
+
+func nullStr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
