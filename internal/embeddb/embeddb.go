@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // ErrNoBinaries is returned when no PostgreSQL server binaries are found.
@@ -351,7 +352,11 @@ func (c *Cluster) ensureDatabase(ctx context.Context) error {
 		return nil
 	}
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{c.opts.Database}.Sanitize())
-	if err != nil && !strings.Contains(err.Error(), "already exists") {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42P04" { // duplicate_database: created meanwhile
+		return nil
+	}
+	if err != nil {
 		return fmt.Errorf("create database %s: %w", c.opts.Database, err)
 	}
 	return nil

@@ -199,7 +199,10 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 	follow := r.URL.Query().Get("follow") == "true"
 	host := run.HostID
 	if host == nil {
-		host = s.store.LastHost(r.Context(), run.ID)
+		if host, err = s.store.LastHost(r.Context(), run.ID); err != nil {
+			s.fail(w, r, err)
+			return
+		}
 	}
 	if host == nil {
 		s.fail(w, r, wire.Errorf(wire.CodeConflict, "the run has not been placed on a host yet"))

@@ -2,9 +2,12 @@ package store
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"pam/internal/wire"
 )
@@ -204,8 +207,14 @@ func (s *Store) TouchOutput(ctx context.Context, runID string) error {
 
 // LastHost is the host of the run's latest offered attempt (for a run
 // that has since been requeued or withdrawn), or nil.
-func (s *Store) LastHost(ctx context.Context, runID string) *string {
+func (s *Store) LastHost(ctx context.Context, runID string) (*string, error) {
 	var h *string
-	_ = s.Pool.QueryRow(ctx, `SELECT host_id::text FROM run_offers WHERE run_id = $1 ORDER BY attempt DESC, offered_at DESC LIMIT 1`, runID).Scan(&h)
-	return h
+	err := s.Pool.QueryRow(ctx, `SELECT host_id::text FROM run_offers WHERE run_id = $1 ORDER BY attempt DESC, offered_at DESC LIMIT 1`, runID).Scan(&h)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read last host of run %s: %w", runID, translate(err))
+	}
+	return h, nil
 }

@@ -9,16 +9,20 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 )
 
 //go:embed migrations/*.sql
@@ -178,7 +182,7 @@ func translate(err error) error {
 		// 57014, a cancelled query) and class 08 (connection exceptions)
 		// mean the database is away, not that the query was wrong.
 		if (strings.HasPrefix(pgErr.Code, "57") && pgErr.Code != "57014") || strings.HasPrefix(pgErr.Code, "08") {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: %w", ErrUnavailable, err)
 		}
 		return err
 	}
@@ -186,19 +190,18 @@ func translate(err error) error {
 		return err // the caller gave up: not the database's fault
 	}
 	if pgconn.SafeToRetry(err) || pgconn.Timeout(err) || isConnError(err) {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
 }
 
 func isConnError(err error) bool {
 	var ce *pgconn.ConnectError
-	if errors.As(err, &ce) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "closed pool") ||
-		strings.Contains(msg, "conn closed") || strings.Contains(msg, "unexpected EOF") || strings.Contains(msg, "no such file or directory")
+	var ne net.Error
+	return errors.As(err, &ce) || errors.As(err, &ne) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.ENOENT) // the Unix socket of a stopped cluster
 }
 
 // IsUniqueViolation reports a unique-constraint failure on constraint name.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sort"
 	"strings"
 
@@ -270,7 +271,11 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		if reparent {
 			newPath = cur.ID
 			if p := in.ParentID.Value; p != nil {
-				if *p == cur.ID || strings.HasPrefix(pathOf(ctx, tx, *p), cur.Path+"/") {
+				target, err := itemByID(ctx, tx, *p, false)
+				if err != nil && !wire.HasCode(err, wire.CodeNotFound) {
+					return fmt.Errorf("read new parent %s: %w", *p, err)
+				}
+				if *p == cur.ID || (err == nil && strings.HasPrefix(target.Path, cur.Path+"/")) {
 					return wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
 				}
 				parent, err := parentFor(ctx, tx, cur.ProjectID, *p, cur.Kind)
@@ -329,13 +334,6 @@ func sameParent(a, b *string) bool {
 		return a == nil && b == nil
 	}
 	return *a == *b
-}
-
-// pathOf returns the path of an item ("" when it does not exist).
-func pathOf(ctx context.Context, q querier, id string) string {
-	var p string
-	_ = q.QueryRow(ctx, `SELECT path FROM work_items WHERE id = $1`, id).Scan(&p)
-	return p
 }
 
 // likePrefix escapes LIKE metacharacters (paths hold only uuids and "/",
