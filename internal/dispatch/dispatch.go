@@ -36,6 +36,10 @@ type Options struct {
 	// OnChange is called after a pass changed runs (so the caller can,
 	// e.g., wake other loops); may be nil.
 	OnChange func()
+	// AfterPass is called after every pass, changed or not; may be nil.
+	// Tests wait for passes with it: "nothing was offered" means something
+	// only once a pass has run.
+	AfterPass func()
 }
 
 // Dispatcher is the placement loop.
@@ -100,6 +104,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case <-timer.C:
 		}
 		again := d.pass(ctx)
+		if d.o.AfterPass != nil {
+			d.o.AfterPass()
+		}
 		next := d.o.Tick
 		if again {
 			next = 0 // a full batch: more may be due

@@ -1,0 +1,359 @@
+package dispatch_test
+
+import (
+	"context"
+	"errors"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"pam/internal/dispatch"
+	"pam/internal/eventually"
+	"pam/internal/store"
+	"pam/internal/store/storetest"
+	"pam/internal/wire"
+)
+
+// Every dispatcher a test starts is stopped and waited for: goleak checks
+// after the tests, once the private PostgreSQL cluster is stopped.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
+
+const instance = "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f"
+
+// fakeFleet is the Sender the dispatcher pushes frames to: which hosts
+// have an uplink, and what each was sent. It stands in for the uplinks,
+// not for PostgreSQL or the placement logic.
+type fakeFleet struct {
+	mu        sync.Mutex
+	connected map[string]bool
+	broken    map[string]bool // Send fails
+	sent      map[string][]wire.Frame
+}
+
+func newFakeFleet() *fakeFleet {
+	return &fakeFleet{connected: map[string]bool{}, broken: map[string]bool{}, sent: map[string][]wire.Frame{}}
+}
+
+func (f *fakeFleet) Connected(h string) bool { f.mu.Lock(); defer f.mu.Unlock(); return f.connected[h] }
+
+func (f *fakeFleet) Send(h string, fr wire.Frame) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.connected[h] || f.broken[h] {
+		return errors.New("uplink down")
+	}
+	f.sent[h] = append(f.sent[h], fr)
+	return nil
+}
+
+func (f *fakeFleet) set(fn func(*fakeFleet)) { f.mu.Lock(); defer f.mu.Unlock(); fn(f) }
+
+func (f *fakeFleet) frames(h, typ string) []wire.Frame {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []wire.Frame
+	for _, fr := range f.sent[h] {
+		if fr.Type == typ {
+			out = append(out, fr)
+		}
+	}
+	return out
+}
+
+// sys is a store on its own database, a fake fleet, and a task to run.
+type sys struct {
+	t      *testing.T
+	s      *store.Store
+	fleet  *fakeFleet
+	task   wire.WorkItem
+	passes atomic.Int64
+}
+
+func newSys(t *testing.T) *sys {
+	t.Helper()
+	st := storetest.New(t)
+	st.Policy = store.Policy{MaxAttempts: 3, RestartInitialDelay: 300 * time.Millisecond, RestartMaxDelay: time.Second}
+	p, err := st.CreateProject(t.Context(), wire.CreateProject{Name: "Dispatch"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := st.CreateWorkItem(t.Context(), p.Slug, wire.CreateWorkItem{Kind: "task", Title: "Place me"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &sys{t: t, s: st, fleet: newFakeFleet(), task: task}
+}
+
+// host registers an online host offering providers, connected or not.
+func (y *sys) host(name string, maxRuns int, connected bool, providers ...string) wire.Host {
+	y.t.Helper()
+	ctx := y.t.Context()
+	h, err := y.s.CreateHost(ctx, wire.CreateHost{Name: name, MaxRuns: &maxRuns})
+	if err != nil {
+		y.t.Fatal(err)
+	}
+	if _, err := y.s.Register(ctx, h.Host, wire.Register{HostName: name, InstanceID: instance, Providers: providers,
+		MaxRuns: maxRuns, Protocol: wire.UplinkProtocol}, time.Minute); err != nil {
+		y.t.Fatal(err)
+	}
+	if _, err := y.s.Heartbeat(ctx, h.Host.ID); err != nil {
+		y.t.Fatal(err)
+	}
+	y.fleet.set(func(f *fakeFleet) { f.connected[h.Host.ID] = connected })
+	return h.Host
+}
+
+func (y *sys) run(provider string, target *string) wire.Run {
+	y.t.Helper()
+	r, err := y.s.CreateRun(y.t.Context(), wire.CreateRun{TaskID: y.task.ID, Provider: provider, HostID: target})
+	if err != nil {
+		y.t.Fatal(err)
+	}
+	return r
+}
+
+// start runs a dispatcher until the test ends, and waits for it to stop.
+func (y *sys) start(o dispatch.Options) *dispatch.Dispatcher {
+	y.t.Helper()
+	o.AfterPass = func() { y.passes.Add(1) }
+	if o.Tick == 0 {
+		o.Tick = 50 * time.Millisecond
+	}
+	d := dispatch.New(y.s, y.fleet, o)
+	ctx, cancel := context.WithCancel(y.t.Context())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	y.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			y.t.Errorf("dispatcher: %v", err)
+		}
+	})
+	return d
+}
+
+// waitPasses waits until n more passes have run.
+func (y *sys) waitPasses(n int64) {
+	y.t.Helper()
+	from := y.passes.Load()
+	eventually.Wait(y.t, 10*time.Second, "dispatcher passes", func() bool { return y.passes.Load() >= from+n })
+}
+
+func (y *sys) get(id string) wire.Run {
+	y.t.Helper()
+	r, err := y.s.GetRun(y.t.Context(), id)
+	if err != nil {
+		y.t.Fatal(err)
+	}
+	return r
+}
+
+func (y *sys) topics(runID string) []string {
+	y.t.Helper()
+	evs, err := y.s.RunEvents(y.t.Context(), runID, math.MaxInt64)
+	if err != nil {
+		y.t.Fatal(err)
+	}
+	var t []string
+	for _, e := range evs {
+		t = append(t, e.Topic)
+	}
+	return t
+}
+
+// A due run is offered to an eligible connected host: run_dispatch with
+// the run's fields and a signal token the store verifies, journaled
+// run.dispatched; nothing goes to a host without an uplink or without the
+// provider, and a pinned run only to its host.
+func TestOffersToTheEligibleHost(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	good := y.host("good", 4, true, "shell")
+	y.host("offline-uplink", 4, false, "shell")
+	y.host("no-provider", 4, true, "claude")
+	pinned := y.host("pinned", 4, true, "shell")
+	free := y.run("shell", nil)
+	pin := y.run("shell", &pinned.ID)
+	y.start(dispatch.Options{})
+
+	offers := func() []wire.Frame {
+		return append(y.fleet.frames(good.ID, wire.FrameRunDispatch), y.fleet.frames(pinned.ID, wire.FrameRunDispatch)...)
+	}
+	eventually.Wait(t, 10*time.Second, "run_dispatch of both runs", func() bool { return len(offers()) == 2 })
+	y.waitPasses(2)
+	if n := len(offers()); n != 2 {
+		t.Fatalf("%d offers, want 2", n)
+	}
+	var f wire.Frame
+	for _, fr := range offers() {
+		if fr.RunID == free.ID {
+			f = fr
+		}
+	}
+	if fs := y.fleet.frames(pinned.ID, wire.FrameRunDispatch); !slices.ContainsFunc(fs, func(f wire.Frame) bool { return f.RunID == pin.ID }) {
+		t.Fatalf("the pinned run was not offered to its host: %+v", fs)
+	}
+	freeHost := good.ID
+	if slices.ContainsFunc(y.fleet.frames(pinned.ID, wire.FrameRunDispatch), func(f wire.Frame) bool { return f.RunID == free.ID }) {
+		freeHost = pinned.ID
+	}
+	host, attempt, ok := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
+	if !ok || host != freeHost || attempt != 1 {
+		t.Errorf("signal token verifies as host %s attempt %d ok %v", host, attempt, ok)
+	}
+	if r := y.get(free.ID); r.Status != wire.RunPending || r.HostID == nil || *r.HostID != freeHost {
+		t.Errorf("offered run %+v", r)
+	}
+	if got := y.topics(free.ID); !slices.Equal(got, []string{"run.created", "run.dispatched"}) {
+		t.Errorf("events %v", got)
+	}
+}
+
+// Capacity: a host never gets more active runs than max_runs, and equal
+// hosts share the load.
+func TestCapacityAndSpread(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	a := y.host("a", 2, true, "shell")
+	b := y.host("b", 2, true, "shell")
+	var runs []wire.Run
+	for range 5 {
+		runs = append(runs, y.run("shell", nil))
+	}
+	y.start(dispatch.Options{})
+	eventually.Wait(t, 10*time.Second, "four offers", func() bool {
+		return len(y.fleet.frames(a.ID, wire.FrameRunDispatch))+len(y.fleet.frames(b.ID, wire.FrameRunDispatch)) == 4
+	})
+	y.waitPasses(3)
+	if na, nb := len(y.fleet.frames(a.ID, wire.FrameRunDispatch)), len(y.fleet.frames(b.ID, wire.FrameRunDispatch)); na != 2 || nb != 2 {
+		t.Fatalf("offers a=%d b=%d, want 2 and 2 (max_runs 2 each)", na, nb)
+	}
+	waiting := 0
+	for _, r := range runs {
+		if got := y.get(r.ID); got.HostID == nil {
+			waiting++
+		}
+	}
+	if waiting != 1 {
+		t.Errorf("%d runs wait for capacity, want 1", waiting)
+	}
+}
+
+// An offer whose push fails is withdrawn at the ack timeout and goes to
+// a host that takes it.
+func TestFailedPushIsWithdrawnAndReoffered(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	bad := y.host("bad", 4, true, "shell")
+	y.fleet.set(func(f *fakeFleet) { f.broken[bad.ID] = true })
+	r := y.run("shell", nil)
+	y.start(dispatch.Options{AckTimeout: 200 * time.Millisecond})
+	eventually.Wait(t, 10*time.Second, "the offer to the broken host", func() bool {
+		got := y.get(r.ID)
+		return got.HostID != nil && *got.HostID == bad.ID
+	})
+	good := y.host("good", 4, true, "shell")
+	y.fleet.set(func(f *fakeFleet) { f.connected[bad.ID] = false })
+	eventually.Wait(t, 10*time.Second, "run_dispatch to the good host", func() bool {
+		return len(y.fleet.frames(good.ID, wire.FrameRunDispatch)) == 1
+	})
+	if got := y.topics(r.ID); !slices.Equal(got, []string{"run.created", "run.dispatched", "run.dispatch_withdrawn", "run.dispatched"}) {
+		t.Errorf("events %v", got)
+	}
+}
+
+// A requeued run waits out its backoff, then is offered again without
+// anyone waking the dispatcher: it sleeps until the next due time, not a
+// whole tick.
+func TestBackoffThenReoffer(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	h := y.host("h", 4, true, "shell")
+	r := y.run("shell", nil)
+	d := y.start(dispatch.Options{Tick: time.Hour})
+	eventually.Wait(t, 10*time.Second, "first offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	yes := true
+	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	got := y.get(r.ID)
+	if got.Status != wire.RunPending || got.Attempt != 2 || got.NextAttemptAt == nil || !got.NextAttemptAt.After(time.Now()) {
+		t.Fatalf("after the failure: %+v", got)
+	}
+	due := *got.NextAttemptAt
+	// The server wakes the dispatcher once when a run changes; after that
+	// nothing but its own next-due timer does (the tick is an hour): the
+	// offer of attempt 2 comes when the backoff ends, not an hour later.
+	d.Wake()
+	eventually.Wait(t, 10*time.Second, "the offer of attempt 2", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 2 })
+	f := y.fleet.frames(h.ID, wire.FrameRunDispatch)[1]
+	if *f.Attempt != 2 {
+		t.Errorf("second offer is attempt %d", *f.Attempt)
+	}
+	if now := time.Now(); now.Before(due) {
+		t.Errorf("offered %s before its backoff ended", due.Sub(now))
+	}
+}
+
+// Restart grace: no host is marked offline until PAM_HOST_OFFLINE_AFTER
+// has passed since the dispatcher started, however old its heartbeat.
+func TestRestartGrace(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	h := y.host("quiet", 4, true, "shell")
+	if _, err := y.s.Pool.Exec(t.Context(), `UPDATE hosts SET last_seen_at = now() - interval '1 hour' WHERE id = $1`, h.ID); err != nil {
+		t.Fatal(err)
+	}
+	y.start(dispatch.Options{HostOfflineAfter: 700 * time.Millisecond, Tick: 20 * time.Millisecond})
+	y.waitPasses(3)
+	if got, _ := y.s.GetHost(t.Context(), h.ID); got.Status != "online" {
+		t.Fatalf("host %s within the restart grace", got.Status)
+	}
+	eventually.Wait(t, 10*time.Second, "the host offline after the grace", func() bool {
+		got, _ := y.s.GetHost(t.Context(), h.ID)
+		return got.Status == "offline"
+	})
+}
+
+// A run whose pane stopped changing on an online host fails cli_hang and
+// its host is told to stop the session (the graceful ladder, not forced).
+func TestHungRunStopped(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	h := y.host("h", 4, true, "shell")
+	r := y.run("shell", nil)
+	y.start(dispatch.Options{CLIHangTimeout: 300 * time.Millisecond, Tick: 20 * time.Millisecond})
+	eventually.Wait(t, 10*time.Second, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	one := 1
+	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Wait(t, 10*time.Second, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
+	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
+	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
+		t.Errorf("run_stop %+v", stop)
+	}
+	if evs := y.topics(r.ID); !slices.Contains(evs, "run.failed") || !slices.Contains(evs, "run.requeued") {
+		t.Errorf("events %v", evs)
+	}
+}
+
+// Wake runs a pass at once even with an hour-long tick.
+func TestWake(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	h := y.host("h", 4, true, "shell")
+	d := y.start(dispatch.Options{Tick: time.Hour})
+	y.waitPasses(1) // the first pass runs at start
+	y.run("shell", nil)
+	d.Wake()
+	eventually.Wait(t, 10*time.Second, "the offer after Wake", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+}
