@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"time"
 
+	"pam/internal/defaults"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -60,22 +61,22 @@ func New(s *store.Store, f Sender, o Options) *Dispatcher {
 		o.Batch = 100
 	}
 	if o.AckTimeout <= 0 {
-		o.AckTimeout = 10 * time.Second
+		o.AckTimeout = defaults.DispatchAckTimeout
 	}
 	if o.DispatchTimeout <= 0 {
-		o.DispatchTimeout = 5 * time.Minute
+		o.DispatchTimeout = defaults.DispatchTimeout
 	}
 	if o.SpawnTimeout <= 0 {
-		o.SpawnTimeout = time.Minute
+		o.SpawnTimeout = defaults.SpawnTimeout
 	}
 	if o.HostOfflineAfter <= 0 {
-		o.HostOfflineAfter = 90 * time.Second
+		o.HostOfflineAfter = defaults.HostOfflineAfter
 	}
 	if o.HostLostAfter <= 0 {
-		o.HostLostAfter = 24 * time.Hour
+		o.HostLostAfter = defaults.HostLostAfter
 	}
 	if o.CLIHangTimeout <= 0 {
-		o.CLIHangTimeout = 30 * time.Minute
+		o.CLIHangTimeout = defaults.CLIHangTimeout
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"pam/internal/defaults"
 	"pam/internal/wire"
 )
 
@@ -174,23 +175,16 @@ type Policy struct {
 	RestartMaxDelay     time.Duration
 }
 
-// Default restart policy values.
-const (
-	DefaultMaxAttempts         = 3
-	DefaultRestartInitialDelay = 10 * time.Second
-	DefaultRestartMaxDelay     = 60 * time.Second
-)
-
 // WithDefaults fills what is unset.
 func (p Policy) WithDefaults() Policy {
 	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = DefaultMaxAttempts
+		p.MaxAttempts = defaults.MaxAttempts
 	}
 	if p.RestartInitialDelay <= 0 {
-		p.RestartInitialDelay = DefaultRestartInitialDelay
+		p.RestartInitialDelay = defaults.RestartInitialDelay
 	}
 	if p.RestartMaxDelay <= 0 {
-		p.RestartMaxDelay = DefaultRestartMaxDelay
+		p.RestartMaxDelay = defaults.RestartMaxDelay
 	}
 	return p
 }

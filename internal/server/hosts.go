@@ -4,20 +4,17 @@ import (
 	"net/http"
 	"time"
 
+	"pam/internal/defaults"
 	"pam/internal/wire"
 )
 
 // The host registry and the provider list (§7).
 
-// defaultHostOfflineAfter is PAM_HOST_OFFLINE_AFTER's default, used when
-// Options leaves it zero.
-const defaultHostOfflineAfter = 90 * time.Second
-
 func (s *Server) hostOfflineAfter() time.Duration {
 	if s.opts.HostOfflineAfter > 0 {
 		return s.opts.HostOfflineAfter
 	}
-	return defaultHostOfflineAfter
+	return defaults.HostOfflineAfter
 }
 
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {

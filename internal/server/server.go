@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"pam/internal/defaults"
 	"pam/internal/fleet"
 	"pam/internal/store"
 	"pam/internal/wire"
@@ -81,10 +82,10 @@ func New(o Options) *Server {
 		o.Dispatcher = noWake{}
 	}
 	if o.CaptureInterval <= 0 {
-		o.CaptureInterval = time.Second
+		o.CaptureInterval = defaults.CaptureInterval
 	}
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = 5 * time.Minute
+		o.LeaseTTL = defaults.LeaseTTL
 	}
 	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: http.NewServeMux()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())

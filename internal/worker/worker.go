@@ -27,6 +27,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"pam/internal/datadir"
+	"pam/internal/defaults"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -112,7 +113,6 @@ func (h *hooks) pass(pick func(*hooks) func()) {
 
 // Defaults of the options a caller may leave zero.
 const (
-	defaultMaxRuns     = 8
 	defaultLogMaxBytes = 64 << 20
 	// snapshotCacheSize bounds the worker-side snapshot cache (seed 010).
 	snapshotCacheSize = 1000
@@ -151,18 +151,18 @@ func (o *Options) defaults() error {
 			*d = v
 		}
 	}
-	def(&o.HeartbeatInterval, 30*time.Second)
-	def(&o.CaptureInterval, time.Second)
-	def(&o.IdleAfter, 30*time.Second)
-	def(&o.LivenessInterval, 10*time.Second)
-	def(&o.StopGrace, 10*time.Second)
-	def(&o.ReconcileInterval, 30*time.Second)
-	def(&o.OrphanHold, time.Hour)
-	def(&o.HoldOpen, 5*time.Minute)
+	def(&o.HeartbeatInterval, defaults.HeartbeatInterval)
+	def(&o.CaptureInterval, defaults.CaptureInterval)
+	def(&o.IdleAfter, defaults.IdleAfter)
+	def(&o.LivenessInterval, defaults.LivenessInterval)
+	def(&o.StopGrace, defaults.StopGrace)
+	def(&o.ReconcileInterval, defaults.ReconcileInterval)
+	def(&o.OrphanHold, defaults.OrphanHold)
+	def(&o.HoldOpen, defaults.HoldOpen)
 	def(&o.BackoffMin, time.Second)
 	def(&o.BackoffMax, 30*time.Second)
 	if o.MaxRuns <= 0 {
-		o.MaxRuns = defaultMaxRuns
+		o.MaxRuns = defaults.MaxRuns
 	}
 	if o.LogMaxBytes <= 0 {
 		o.LogMaxBytes = defaultLogMaxBytes
