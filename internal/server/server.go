@@ -62,7 +62,7 @@ type Server struct {
 	opts      Options
 	store     *store.Store
 	log       *slog.Logger
-	mux       *http.ServeMux
+	mux       *routeMux
 	registry  *prometheus.Registry
 	metrics   *metrics
 	streamCtx context.Context
@@ -87,7 +87,7 @@ func New(o Options) *Server {
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = defaults.LeaseTTL
 	}
-	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: http.NewServeMux()}
+	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
 	s.term = newTerminal(s)
@@ -139,6 +139,7 @@ func (s *Server) routes() {
 	api("GET /runs/{id}/pane", s.getPane)
 	api("GET /runs/{id}/logs", s.runLogs)
 	api("GET /runs/{id}/events", s.runEvents)
+	api("GET /openapi.json", s.openAPI)
 	s.terminalRoutes(api)
 
 	internal := func(pattern string, h http.HandlerFunc) {

@@ -70,6 +70,7 @@ func (e *env) callAs(token, method, path string, body any) (int, []byte) {
 	}
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
+	checkAgainstSpec(e.t, method, resp, out)
 	return resp.StatusCode, out
 }
 
