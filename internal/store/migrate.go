@@ -60,6 +60,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -155,7 +156,7 @@ func (m Migrator) Run(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	defer conn.Release()
-	if err := pollAdvisoryLock(ctx, conn, lockMigrate); err != nil {
+	if err := WaitAdvisoryLock(ctx, conn, lockMigrate); err != nil {
 		return fmt.Errorf("migrate: lock: %w", err)
 	}
 	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", lockMigrate)
@@ -250,14 +251,21 @@ func apply(ctx context.Context, conn *pgxpool.Conn, mg migration) error {
 	return tx.Commit(ctx)
 }
 
-// pollAdvisoryLock takes a session advisory lock, retrying with backoff
-// while another session holds it. Between tries this session runs no
-// statement and so holds no snapshot (see the top of this file).
-func pollAdvisoryLock(ctx context.Context, conn *pgxpool.Conn, key int64) error {
+// WaitAdvisoryLock takes the session advisory lock key on q's session,
+// retrying with backoff while another session holds it. Between tries the
+// session runs no statement and so holds no snapshot, which a session
+// blocked inside pg_advisory_lock would, for as long as it waits: CREATE
+// INDEX CONCURRENTLY in a migration would then wait for it, and it for
+// whoever holds the lock (see the top of this file). Anything that may
+// wait on an advisory lock while migrations run (the migrators, a standby
+// server) waits through this.
+func WaitAdvisoryLock(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, key int64) error {
 	wait := 10 * time.Millisecond
 	for {
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		if err := q.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
 			return err
 		}
 		if got {

@@ -263,11 +263,13 @@ func TestMigrateConcurrentMigrators(t *testing.T) {
 	}
 }
 
-// A migrator waiting for the lock must not hold a snapshot meanwhile:
+// Nobody waiting on an advisory lock may hold a snapshot meanwhile:
 // CREATE INDEX CONCURRENTLY, run by the migrator holding the lock, waits
-// for every older snapshot, so a waiter blocked in pg_advisory_lock would
-// deadlock with it. Made deterministic by an open write transaction that
-// holds the index build up until the second migrator is waiting.
+// for every older snapshot. A second migrator blocked in pg_advisory_lock
+// would deadlock with it; a standby server blocked on the active-server
+// lock would hold it up until the active server exits. Made deterministic
+// by an open write transaction that holds the index build up until both
+// are waiting.
 func TestMigrateWaiterDoesNotBlockConcurrentIndex(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -294,6 +296,32 @@ func TestMigrateWaiterDoesNotBlockConcurrentIndex(t *testing.T) {
 			return err == nil && n > 0
 		}
 	}
+	// The active server's lock, and a standby waiting for it.
+	active, err := admin.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer active.Release()
+	if err := store.WaitAdvisoryLock(ctx, active, store.LockActiveServer); err != nil {
+		t.Fatal(err)
+	}
+	defer active.Exec(context.Background(), "SELECT pg_advisory_unlock_all()")
+	standby, err := pool(t, url, "standby").Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer standby.Release()
+	standbyCtx, stopStandby := context.WithCancel(ctx)
+	standbyDone := make(chan error, 1)
+	go func() { standbyDone <- store.WaitAdvisoryLock(standbyCtx, standby, store.LockActiveServer) }()
+	defer func() {
+		stopStandby()
+		if err := <-standbyDone; !errors.Is(err, context.Canceled) {
+			t.Errorf("the standby: %v, want it still waiting", err)
+		}
+	}()
+	eventually.Wait(t, 20*time.Second, "the standby to try the lock", activity("standby", "%advisory_lock%", false))
+
 	errc := make(chan error, 2)
 	a, b := pool(t, url, "migrator-a"), pool(t, url, "migrator-b")
 	go func() { errc <- store.Migrator{FS: indexFS(true)}.Run(ctx, a) }()
