@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -179,8 +178,8 @@ type registerOpts struct {
 }
 
 // register adds every setting the command uses to fs, with the default
-// taken from the environment when the variable is set (and not empty).
-func register(fs *flag.FlagSet, command string, lookup func(string) (string, bool), o registerOpts) *config {
+// taken from the environment e when the variable is set (and not empty).
+func register(fs *flag.FlagSet, command string, e Env, o registerOpts) *config {
 	c := &config{vals: map[string]*value{}, envErr: map[string]error{}, fs: fs}
 	for _, s := range settings {
 		if !slices.Contains(s.Uses, command) {
@@ -191,13 +190,13 @@ func register(fs *flag.FlagSet, command string, lookup func(string) (string, boo
 			def = d
 		}
 		if s.Env == "PAM_DATA_DIR" {
-			def = datadir.DefaultDataDir()
+			def = datadir.DefaultDataDirIn(e.getenv)
 		}
 		v := &value{s: s}
 		if err := v.Set(def); err != nil && def != "" {
 			panic(fmt.Sprintf("default of %s: %v", s.Env, err))
 		}
-		if env, ok := lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
+		if env, ok := e.lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
 			if err := v.Set(env); err != nil {
 				c.envErr[s.Env] = fmt.Errorf("%s=%q: %v", s.Env, env, err)
 			}
@@ -309,6 +308,3 @@ func checkURL(raw string) error {
 	}
 	return nil
 }
-
-// lookupEnv is how settings read the environment; tests use t.Setenv.
-var lookupEnv = os.LookupEnv
