@@ -31,7 +31,8 @@ var runAttachCmd = &command{
 			if err != nil {
 				return err
 			}
-			return attachRun(x.ctx, c, x.args[0], os.Stdin, x.stdout, x.stderr)
+			in, _ := x.env.Stdin.(*os.File)
+			return attachRun(x.ctx, c, x.args[0], in, x.stdout, x.stderr)
 		}
 	},
 }
@@ -58,8 +59,8 @@ type attachEvent struct {
 // server goes or ctx ends. The terminal is restored on each of these,
 // and on a panic.
 func attachRun(ctx context.Context, c *wire.Client, runID string, in *os.File, out, errw io.Writer) error {
-	fd := int(in.Fd())
-	if !term.IsTerminal(fd) {
+	fd := int(in.Fd()) // a nil *os.File (stdin is no file) has no descriptor
+	if in == nil || !term.IsTerminal(fd) {
 		return fmt.Errorf("pam run attach needs a terminal on stdin (use pam run watch to look, pam run keys to type)")
 	}
 	run, err := c.GetRun(ctx, runID)

@@ -43,6 +43,7 @@ type command struct {
 // invocation is what a running leaf command gets.
 type invocation struct {
 	ctx    context.Context
+	env    Env // resolved: no zero fields
 	stdout io.Writer
 	stderr io.Writer
 	cfg    *config
@@ -80,10 +81,17 @@ func usagef(format string, args ...any) error {
 // errSilent is a failure already reported on stdout/stderr: exit 1.
 var errSilent = errors.New("failed")
 
-// Main runs pam with args (without the program name) and returns the exit
-// status.
+// Main runs pam with args (without the program name) in this process's
+// environment and returns the exit status.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	err := dispatch(ctx, root, args, "pam", stdout, stderr)
+	return Env{}.Main(ctx, args, stdout, stderr)
+}
+
+// Main runs pam with args (without the program name) in the environment
+// e and returns the exit status.
+func (e Env) Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	e = e.resolved()
+	err := dispatch(ctx, e, root, args, "pam", stdout, stderr)
 	var ue *usageError
 	var ce *cmdUsageError
 	var xs exitStatus
@@ -94,7 +102,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: %s\n", ce.path, ce.msg)
 		if ce.cmd.subs != nil {
 			fmt.Fprintln(stderr)
-			printUsage(stderr, ce.cmd, ce.path, nil)
+			printUsage(stderr, e, ce.cmd, ce.path, nil)
 		} else {
 			fmt.Fprintf(stderr, "Usage: %s\nRun '%s --help' for the flags.\n", synopsis(ce.cmd, ce.path, ce.fs), ce.path)
 		}
@@ -143,9 +151,9 @@ func isHelp(arg string) bool {
 	return arg == "help" || arg == "-h" || arg == "--help" || arg == "-help"
 }
 
-func dispatch(ctx context.Context, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
+func dispatch(ctx context.Context, e Env, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
 	if cmd.subs == nil {
-		return runLeaf(ctx, cmd, args, path, stdout, stderr)
+		return runLeaf(ctx, e, cmd, args, path, stdout, stderr)
 	}
 	if len(args) == 0 {
 		return &cmdUsageError{cmd: cmd, path: path, msg: "missing command"}
@@ -153,35 +161,35 @@ func dispatch(ctx context.Context, cmd *command, args []string, path string, std
 	if isHelp(args[0]) {
 		// "pam help project create" is "pam project create --help".
 		if args[0] == "help" && len(args) > 1 {
-			return dispatch(ctx, cmd, append(slices.Clone(args[1:]), "--help"), path, stdout, stderr)
+			return dispatch(ctx, e, cmd, append(slices.Clone(args[1:]), "--help"), path, stdout, stderr)
 		}
-		printUsage(stdout, cmd, path, nil)
+		printUsage(stdout, e, cmd, path, nil)
 		return nil
 	}
 	for _, sub := range cmd.subs {
 		if sub.name == args[0] {
-			return dispatch(ctx, sub, args[1:], path+" "+sub.name, stdout, stderr)
+			return dispatch(ctx, e, sub, args[1:], path+" "+sub.name, stdout, stderr)
 		}
 	}
 	return &cmdUsageError{cmd: cmd, path: path, msg: fmt.Sprintf("unknown command %q", args[0])}
 }
 
-func runLeaf(ctx context.Context, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
+func runLeaf(ctx context.Context, e Env, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet(path, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	var cfg *config
 	if cmd.group != "" {
-		cfg = register(fs, cmd.group, lookupEnv, cmd.reg)
+		cfg = register(fs, cmd.group, e, cmd.reg)
 	}
 	run := cmd.setup(fs)
 	if len(args) > 0 && args[0] == "help" {
-		printUsage(stdout, cmd, path, fs)
+		printUsage(stdout, e, cmd, path, fs)
 		return nil
 	}
 	pos, err := parseInterspersed(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
-		printUsage(stdout, cmd, path, fs)
+		printUsage(stdout, e, cmd, path, fs)
 		return nil
 	}
 	if err != nil {
@@ -198,7 +206,7 @@ func runLeaf(ctx context.Context, cmd *command, args []string, path string, stdo
 	if len(pos) > cmd.nargs && !cmd.variadic {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: fmt.Sprintf("unexpected argument %q", pos[cmd.nargs])}
 	}
-	err = run(&invocation{ctx: ctx, stdout: stdout, stderr: stderr, cfg: cfg, args: pos, path: path})
+	err = run(&invocation{ctx: ctx, env: e, stdout: stdout, stderr: stderr, cfg: cfg, args: pos, path: path})
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: ue.msg}
@@ -236,8 +244,9 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 }
 
 // printUsage writes the help of cmd. For a leaf, fs holds its flags: the
-// command's own first, then the PAM_* settings with their variables.
-func printUsage(w io.Writer, cmd *command, path string, fs *flag.FlagSet) {
+// command's own first, then the PAM_* settings with their variables (as
+// set in e, which are shown as the defaults).
+func printUsage(w io.Writer, e Env, cmd *command, path string, fs *flag.FlagSet) {
 	if cmd.subs != nil {
 		fmt.Fprintf(w, "Usage: %s <command> [flags] [arguments]\n\n", path)
 		fmt.Fprintf(w, "%s\n\nCommands:\n", capitalize(cmd.summary))
@@ -252,7 +261,7 @@ func printUsage(w io.Writer, cmd *command, path string, fs *flag.FlagSet) {
 	if fs == nil {
 		fs = flag.NewFlagSet(path, flag.ContinueOnError)
 		if cmd.group != "" {
-			register(fs, cmd.group, lookupEnv, cmd.reg)
+			register(fs, cmd.group, e, cmd.reg)
 		}
 		cmd.setup(fs)
 	}

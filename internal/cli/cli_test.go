@@ -23,7 +23,8 @@ func walk(c *command, path []string, fn func(path []string, c *command)) {
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {
-	isolate(t)
+	t.Parallel()
+	e := isolate(t)
 	n := 0
 	walk(root, nil, func(path []string, c *command) {
 		n++
@@ -35,7 +36,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 			append([]string{"help"}, path...),
 		}
 		for _, args := range forms {
-			r := pam(t, args...)
+			r := e.pam(args...)
 			if r.code != 0 {
 				t.Errorf("pam %s: %v", strings.Join(args, " "), r)
 				continue
@@ -59,21 +60,23 @@ func TestHelpOnEveryCommand(t *testing.T) {
 // Every setting a command registers is listed in its help with its
 // variable, so the help is the reference of §3.
 func TestHelpListsSettings(t *testing.T) {
-	isolate(t)
-	out := mustPam(t, "serve", "--help")
+	t.Parallel()
+	e := isolate(t)
+	out := e.mustPam("serve", "--help")
 	for _, s := range settings {
 		if slices.Contains(s.Uses, "serve") && !strings.Contains(out, "--"+s.Flag()) || slices.Contains(s.Uses, "serve") && !strings.Contains(out, "$"+s.Env) {
 			t.Errorf("pam serve --help lacks --%s / $%s", s.Flag(), s.Env)
 		}
 	}
-	t.Setenv("PAM_TOKEN", "ffffffffffffffffffffffffffffffff")
-	if out := mustPam(t, "project", "list", "--help"); strings.Contains(out, "ffffffff") {
+	e.setenv("PAM_TOKEN", "ffffffffffffffffffffffffffffffff")
+	if out := e.mustPam("project", "list", "--help"); strings.Contains(out, "ffffffff") {
 		t.Errorf("help shows the token:\n%s", out)
 	}
 }
 
 func TestUsageErrors(t *testing.T) {
-	isolate(t)
+	t.Parallel()
+	e := isolate(t)
 	tests := []struct {
 		args []string
 		want string
@@ -99,7 +102,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"project", "list", "--url", "localhost:7898"}, "PAM_URL"},
 	}
 	for _, tt := range tests {
-		r := pam(t, tt.args...)
+		r := e.pam(tt.args...)
 		if r.code != 2 {
 			t.Errorf("pam %s: exit %d, want 2\n%v", strings.Join(tt.args, " "), r.code, r)
 			continue
@@ -113,20 +116,17 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
-// captureServe replaces serve.Run for the test and returns the Options the
-// last command line resolved to.
-func captureServe(t *testing.T) *serve.Options {
-	t.Helper()
+// captureServe makes serve.Run in e a stub that records the Options the
+// last command line resolved to, and returns where they land.
+func captureServe(e *testEnv) *serve.Options {
 	var got serve.Options
-	old := runServe
-	runServe = func(ctx context.Context, o serve.Options) error { got = o; return nil }
-	t.Cleanup(func() { runServe = old })
+	e.serve = func(ctx context.Context, o serve.Options) error { got = o; return nil }
 	return &got
 }
 
 func TestSettingsPrecedence(t *testing.T) {
-	dir := isolate(t)
-	got := captureServe(t)
+	t.Parallel()
+	const dataDir = "the test's data dir"
 	type want struct {
 		field string
 		value any
@@ -170,7 +170,7 @@ func TestSettingsPrecedence(t *testing.T) {
 		{
 			name: "defaults",
 			args: []string{"serve"},
-			want: []want{{"Bind", "0.0.0.0"}, {"Port", 7898}, {"DataDir", dir}, {"DatabaseURL", ""}, {"MetricsPublic", false},
+			want: []want{{"Bind", "0.0.0.0"}, {"Port", 7898}, {"DataDir", dataDir}, {"DatabaseURL", ""}, {"MetricsPublic", false},
 				{"DispatchTimeout", 5 * time.Minute}, {"HostOfflineAfter", 90 * time.Second}, {"EventRetention", 720 * time.Hour},
 				{"MaxAttempts", 3}, {"DashboardURL", false}},
 		},
@@ -252,16 +252,13 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			for _, s := range settings {
-				if s.Env != "PAM_DATA_DIR" {
-					t.Setenv(s.Env, "")
-				}
-			}
+			t.Parallel()
+			e := isolate(t)
+			got := captureServe(e)
 			for k, v := range tt.env {
-				t.Setenv(k, v)
+				e.setenv(k, v)
 			}
-			*got = serve.Options{}
-			r := pam(t, tt.args...)
+			r := e.pam(tt.args...)
 			if r.code != tt.code {
 				t.Fatalf("exit %d, want %d\n%v", r.code, tt.code, r)
 			}
@@ -272,6 +269,9 @@ func TestSettingsPrecedence(t *testing.T) {
 				return
 			}
 			for _, w := range tt.want {
+				if w.value == dataDir {
+					w.value = e.dir
+				}
 				if v := read(got, w.field); v != w.value {
 					t.Errorf("%s = %v, want %v", w.field, v, w.value)
 				}
@@ -285,8 +285,9 @@ func TestSettingsPrecedence(t *testing.T) {
 
 // Every serve timer of §3 reaches serve.Options from its variable.
 func TestEveryServeTimerIsWired(t *testing.T) {
-	isolate(t)
-	got := captureServe(t)
+	t.Parallel()
+	e := isolate(t)
+	got := captureServe(e)
 	var args []string
 	for _, s := range settings {
 		if s.Kind == kindDuration && slices.Contains(s.Uses, "serve") {
@@ -294,7 +295,7 @@ func TestEveryServeTimerIsWired(t *testing.T) {
 		}
 	}
 	args = append([]string{"serve", "--restart-initial-delay", "1s"}, args...)
-	mustPam(t, args...)
+	e.mustPam(args...)
 	for name, d := range map[string]time.Duration{
 		"EventRetention": got.EventRetention, "HostOfflineAfter": got.HostOfflineAfter, "HostLostAfter": got.HostLostAfter,
 		"DispatchTimeout": got.DispatchTimeout, "DispatchAckTimeout": got.DispatchAckTimeout, "CLIHangTimeout": got.CLIHangTimeout,
@@ -307,7 +308,9 @@ func TestEveryServeTimerIsWired(t *testing.T) {
 }
 
 func TestTokenPrecedence(t *testing.T) {
-	dir := isolate(t)
+	t.Parallel()
+	e := isolate(t)
+	dir := e.dir
 	var mu sync.Mutex
 	var seen []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -318,7 +321,7 @@ func TestTokenPrecedence(t *testing.T) {
 		w.Write([]byte(`{"projects":[]}`))
 	}))
 	defer srv.Close()
-	t.Setenv("PAM_URL", srv.URL)
+	e.setenv("PAM_URL", srv.URL)
 	last := func() string {
 		mu.Lock()
 		defer mu.Unlock()
@@ -326,35 +329,35 @@ func TestTokenPrecedence(t *testing.T) {
 	}
 
 	// Neither PAM_TOKEN nor the file: exit 1 naming both.
-	r := pam(t, "project", "list")
+	r := e.pam("project", "list")
 	if r.code != 1 || !strings.Contains(r.stderr, "PAM_TOKEN") || !strings.Contains(r.stderr, filepath.Join(dir, "token")) {
 		t.Fatalf("without a token: %v", r)
 	}
 
 	fileTok := "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
 	writeToken(t, dir, fileTok)
-	mustPam(t, "project", "list")
+	e.mustPam("project", "list")
 	if last() != fileTok {
 		t.Errorf("token file: sent %q", last())
 	}
 
-	t.Setenv("PAM_TOKEN", "env-token")
-	mustPam(t, "project", "list")
+	e.setenv("PAM_TOKEN", "env-token")
+	e.mustPam("project", "list")
 	if last() != "env-token" {
 		t.Errorf("PAM_TOKEN over the file: sent %q", last())
 	}
 
-	mustPam(t, "project", "list", "--token", "flag-token")
+	e.mustPam("project", "list", "--token", "flag-token")
 	if last() != "flag-token" {
 		t.Errorf("--token over PAM_TOKEN: sent %q", last())
 	}
 
 	// --data-dir moves the token file.
-	t.Setenv("PAM_TOKEN", "")
+	e.setenv("PAM_TOKEN", "")
 	other := t.TempDir()
 	otherTok := "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
 	writeToken(t, other, otherTok)
-	mustPam(t, "project", "list", "--data-dir", other)
+	e.mustPam("project", "list", "--data-dir", other)
 	if last() != otherTok {
 		t.Errorf("--data-dir token file: sent %q", last())
 	}

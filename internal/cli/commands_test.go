@@ -67,6 +67,7 @@ func treeItems() []wire.WorkItem {
 }
 
 func TestRenderTree(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	renderTree(&b, treeItems())
 	golden(t, "tree.golden", b.String())
@@ -74,6 +75,7 @@ func TestRenderTree(t *testing.T) {
 
 // A filtered list can lack an item's parent: the item is drawn as a root.
 func TestRenderTreeOrphans(t *testing.T) {
+	t.Parallel()
 	var b strings.Builder
 	items := treeItems()
 	renderTree(&b, []wire.WorkItem{items[2], items[3], items[6]})
@@ -91,12 +93,12 @@ type fakeAPI struct {
 	log    []string
 }
 
-func newFakeAPI(t *testing.T) (*fakeAPI, *httptest.Server) {
+func newFakeAPI(t *testing.T, e *testEnv) (*fakeAPI, *httptest.Server) {
 	f := &fakeAPI{routes: map[string]func(http.ResponseWriter, *http.Request, []byte){}}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
-	t.Setenv("PAM_URL", srv.URL)
-	t.Setenv("PAM_TOKEN", testToken)
+	e.setenv("PAM_URL", srv.URL)
+	e.setenv("PAM_TOKEN", testToken)
 	return f, srv
 }
 
@@ -148,8 +150,9 @@ const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo",
 const itemJSON = `{"id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001","parent_id":null,"kind":"task","title":"T","body":"","status":"todo","path":"9c0c2f7e-0000-4000-8000-000000000002","position":0,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestClientCommandsSendWhatWasGiven(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("POST /api/v1/projects", 201, projectJSON)
 	f.handle("PATCH /api/v1/projects/demo", 200, projectJSON)
 	f.handle("DELETE /api/v1/projects/demo", 200, projectJSON)
@@ -176,7 +179,7 @@ func TestClientCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"item", "list", "demo", "--status", "todo", "--kind", "task"}, `GET /api/v1/projects/demo/work-items?kind=task&status=todo`},
 	}
 	for _, tt := range tests {
-		mustPam(t, tt.args...)
+		e.mustPam(tt.args...)
 		if got := f.last(); got != tt.want {
 			t.Errorf("pam %s sent\n  %s\nwant\n  %s", strings.Join(tt.args, " "), got, tt.want)
 		}
@@ -184,36 +187,38 @@ func TestClientCommandsSendWhatWasGiven(t *testing.T) {
 }
 
 func TestJSONOutputIsTheAPIShape(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/projects", 200, `{"projects":[`+projectJSON+`]}`)
 	f.handle("GET /api/v1/projects/demo", 200, projectJSON)
 	f.handle("GET /api/v1/events", 200, `{"events":[]}`)
 
 	var list map[string][]map[string]any
-	if err := json.Unmarshal([]byte(mustPam(t, "project", "list", "--json")), &list); err != nil {
+	if err := json.Unmarshal([]byte(e.mustPam("project", "list", "--json")), &list); err != nil {
 		t.Fatal(err)
 	}
 	if len(list["projects"]) != 1 || list["projects"][0]["slug"] != "demo" {
 		t.Errorf("project list --json: %v", list)
 	}
 	var one, api map[string]any
-	json.Unmarshal([]byte(mustPam(t, "project", "show", "demo", "--json")), &one)
+	json.Unmarshal([]byte(e.mustPam("project", "show", "demo", "--json")), &one)
 	json.Unmarshal([]byte(projectJSON), &api)
 	if fmt.Sprint(one) != fmt.Sprint(api) {
 		t.Errorf("project show --json\n%v\nwant\n%v", one, api)
 	}
-	if out := mustPam(t, "events", "--json"); !strings.Contains(out, `"events": []`) {
+	if out := e.mustPam("events", "--json"); !strings.Contains(out, `"events": []`) {
 		t.Errorf("events --json with no events: %s", out)
 	}
-	if out := mustPam(t, "project", "list"); !strings.Contains(out, "SLUG") || !strings.Contains(out, "demo") {
+	if out := e.mustPam("project", "list"); !strings.Contains(out, "SLUG") || !strings.Contains(out, "demo") {
 		t.Errorf("project list table:\n%s", out)
 	}
 }
 
 func TestAPIErrorExitsOne(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/projects/nope", 404, `{"error":{"code":"not_found","message":"project \"nope\" not found","details":null}}`)
 	f.handle("POST /api/v1/projects", 400, `{"error":{"code":"validation_failed","message":"name must be 1-200 characters","details":{"field":"name"}}}`)
 	f.handle("DELETE /api/v1/work-items/w1", 409, `{"error":{"code":"has_children","message":"work item has children","details":null}}`)
@@ -229,14 +234,14 @@ func TestAPIErrorExitsOne(t *testing.T) {
 		{[]string{"project", "list"}, "pam: Bad Gateway\n"},
 	}
 	for _, tt := range tests {
-		r := pam(t, tt.args...)
+		r := e.pam(tt.args...)
 		if r.code != 1 || r.stderr != tt.want || r.stdout != "" {
 			t.Errorf("pam %s: %v\nwant exit 1 and stderr %q", strings.Join(tt.args, " "), r, tt.want)
 		}
 	}
 
-	t.Setenv("PAM_TOKEN", "wrong")
-	r := pam(t, "project", "show", "demo")
+	e.setenv("PAM_TOKEN", "wrong")
+	r := e.pam("project", "show", "demo")
 	if r.code != 1 || !strings.Contains(r.stderr, "missing or invalid token") {
 		t.Errorf("wrong token: %v", r)
 	}
@@ -252,12 +257,11 @@ func sseEvent(w io.Writer, seq int64, topic string) {
 // events --follow prints each event, resumes after a dropped stream from
 // the last seq seen, and exits 0 when interrupted.
 func TestEventsFollowReconnects(t *testing.T) {
-	isolate(t)
-	oldMin := reconnectMin
-	reconnectMin = 10 * time.Millisecond
-	t.Cleanup(func() { reconnectMin = oldMin })
+	t.Parallel()
+	e := isolate(t)
+	e.reconnectMin = 10 * time.Millisecond
 
-	f, _ := newFakeAPI(t)
+	f, _ := newFakeAPI(t, e)
 	var mu sync.Mutex
 	var cursors []string
 	conns := 0
@@ -294,7 +298,8 @@ func TestEventsFollowReconnects(t *testing.T) {
 		if asJSON {
 			args = append(args, "--json")
 		}
-		go func() { done <- Main(ctx, args, &out, &errb) }()
+		env := e.env()
+		go func() { done <- env.Main(ctx, args, &out, &errb) }()
 		eventually.Within(10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 })
 		cancel()
 		if code := <-done; code != 0 {
@@ -332,22 +337,24 @@ func TestEventsFollowReconnects(t *testing.T) {
 
 // A refusal (401) ends --follow with exit 1 instead of retrying forever.
 func TestEventsFollowStopsOnRefusal(t *testing.T) {
-	isolate(t)
-	newFakeAPI(t)
-	t.Setenv("PAM_TOKEN", "wrong")
+	t.Parallel()
+	e := isolate(t)
+	newFakeAPI(t, e)
+	e.setenv("PAM_TOKEN", "wrong")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r := pamCtx(ctx, "events", "--follow")
+	r := e.pamCtx(ctx, "events", "--follow")
 	if r.code != 1 || !strings.Contains(r.stderr, "invalid token") {
 		t.Errorf("%v", r)
 	}
 }
 
 func TestEventsList(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/events", 200, `{"events":[{"seq":1,"topic":"project.created","run_id":null,"project_id":"p","host_id":null,"payload":{"a": 1},"created_at":"2026-01-02T03:04:05Z"}]}`)
-	out := mustPam(t, "events", "--after", "0", "--limit", "5", "--topic", "project.*")
+	out := e.mustPam("events", "--after", "0", "--limit", "5", "--topic", "project.*")
 	if f.last() != "GET /api/v1/events?limit=5&topic=project.%2A" {
 		t.Errorf("request %s", f.last())
 	}
@@ -358,7 +365,9 @@ func TestEventsList(t *testing.T) {
 }
 
 func TestDoctor(t *testing.T) {
-	dir := isolate(t)
+	t.Parallel()
+	e := isolate(t)
+	dir := e.dir
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/healthz" {
 			w.WriteHeader(404)
@@ -367,11 +376,11 @@ func TestDoctor(t *testing.T) {
 		io.WriteString(w, `{"status":"ok"}`)
 	}))
 	defer srv.Close()
-	t.Setenv("PAM_URL", srv.URL)
+	e.setenv("PAM_URL", srv.URL)
 	writeToken(t, dir, testToken)
-	t.Setenv("PAM_DATABASE_URL", "postgres://pam:secret@db/pam")
+	e.setenv("PAM_DATABASE_URL", "postgres://pam:secret@db/pam")
 
-	r := pam(t, "doctor", "--json")
+	r := e.pam("doctor", "--json")
 	var got struct {
 		OK     bool    `json:"ok"`
 		Checks []check `json:"checks"`
@@ -401,7 +410,7 @@ func TestDoctor(t *testing.T) {
 	// Break things: an open token file, an unreachable orchestrator.
 	os.Chmod(filepath.Join(dir, "token"), 0o644)
 	srv.Close()
-	r = pam(t, "doctor")
+	r = e.pam("doctor")
 	if r.code != 1 {
 		t.Fatalf("broken setup: %v", r)
 	}
@@ -416,12 +425,13 @@ func TestDoctor(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
-	isolate(t)
-	if out := mustPam(t, "version"); !strings.HasPrefix(out, "pam ") || !strings.Contains(out, "go1.") {
+	t.Parallel()
+	e := isolate(t)
+	if out := e.mustPam("version"); !strings.HasPrefix(out, "pam ") || !strings.Contains(out, "go1.") {
 		t.Errorf("version:\n%s", out)
 	}
 	var b buildInfo
-	if err := json.Unmarshal([]byte(mustPam(t, "version", "--json")), &b); err != nil || b.Version == "" || b.GoVersion == "" {
+	if err := json.Unmarshal([]byte(e.mustPam("version", "--json")), &b); err != nil || b.Version == "" || b.GoVersion == "" {
 		t.Errorf("version --json: %+v %v", b, err)
 	}
 }

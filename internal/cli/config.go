@@ -8,14 +8,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
-	"os"
-	"pam/internal/defaults"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"pam/internal/datadir"
+	"pam/internal/defaults"
 )
 
 // kind is the type of a setting's value.
@@ -180,8 +179,8 @@ type registerOpts struct {
 }
 
 // register adds every setting the command uses to fs, with the default
-// taken from the environment when the variable is set (and not empty).
-func register(fs *flag.FlagSet, command string, lookup func(string) (string, bool), o registerOpts) *config {
+// taken from the environment e when the variable is set (and not empty).
+func register(fs *flag.FlagSet, command string, e Env, o registerOpts) *config {
 	c := &config{vals: map[string]*value{}, envErr: map[string]error{}, fs: fs}
 	for _, s := range settings {
 		if !slices.Contains(s.Uses, command) {
@@ -192,13 +191,13 @@ func register(fs *flag.FlagSet, command string, lookup func(string) (string, boo
 			def = d
 		}
 		if s.Env == "PAM_DATA_DIR" {
-			def = datadir.DefaultDataDir()
+			def = datadir.DefaultDataDirIn(e.getenv)
 		}
 		v := &value{s: s}
 		if err := v.Set(def); err != nil && def != "" {
 			panic(fmt.Sprintf("default of %s: %v", s.Env, err))
 		}
-		if env, ok := lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
+		if env, ok := e.lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
 			if err := v.Set(env); err != nil {
 				c.envErr[s.Env] = fmt.Errorf("%s=%q: %v", s.Env, env, err)
 			}
@@ -310,6 +309,3 @@ func checkURL(raw string) error {
 	}
 	return nil
 }
-
-// lookupEnv is how settings read the environment; tests use t.Setenv.
-var lookupEnv = os.LookupEnv

@@ -14,11 +14,9 @@ import (
 	"pam/internal/wire"
 )
 
-// Reconnect backoff of `pam events --follow`; tests shorten it.
-var (
-	reconnectMin = time.Second
-	reconnectMax = 10 * time.Second
-)
+// reconnectMax caps the reconnect backoff of `pam events --follow`, which
+// starts at Env.ReconnectMin.
+const reconnectMax = 10 * time.Second
 
 var eventsCmd = &command{
 	name:    "events",
@@ -65,7 +63,7 @@ var eventsCmd = &command{
 // is resumed after the last seq seen, with backoff; a refusal by the
 // server (4xx) ends the command.
 func followEvents(x *invocation, c *wire.Client, after int64, topic string, asJSON bool) error {
-	delay := reconnectMin
+	delay := x.env.ReconnectMin
 	for {
 		received := false
 		err := c.StreamEvents(x.ctx, after, topic, func(name, id string, data []byte) error {
@@ -87,7 +85,7 @@ func followEvents(x *invocation, c *wire.Client, after int64, topic string, asJS
 			return pe.err
 		}
 		if received {
-			delay = reconnectMin
+			delay = x.env.ReconnectMin
 		}
 		what := "stream closed"
 		if err != nil {

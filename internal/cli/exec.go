@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 
@@ -40,13 +39,14 @@ var execRunCmd = &command{
 			}
 			configDir := x.cfg.str("PAM_CONFIG_DIR")
 			if configDir == "" {
-				configDir = datadir.DefaultConfigDir()
+				configDir = datadir.DefaultConfigDirIn(x.env.getenv)
 			}
 			code := wrap.Run(context.WithoutCancel(x.ctx), wrap.Options{
 				WorkerDataDir: filepath.Join(x.cfg.str("PAM_DATA_DIR"), "worker"),
 				ConfigDir:     configDir,
 				RunID:         x.args[0],
-				Stdin:         os.Stdin,
+				Stdin:         x.env.Stdin,
+				Environ:       x.env.Environ,
 				Stdout:        x.stdout,
 				Stderr:        x.stderr,
 				HoldOpen:      x.cfg.dur("PAM_HOLD_OPEN"),

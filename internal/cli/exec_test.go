@@ -17,7 +17,9 @@ import (
 )
 
 func TestExecRun(t *testing.T) {
-	data := isolate(t)
+	t.Parallel()
+	e := isolate(t)
+	data := e.dir
 	var mu sync.Mutex
 	var kinds []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -43,10 +45,10 @@ func TestExecRun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, id+".json"), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("PAM_CONFIG_DIR", t.TempDir())
-	t.Setenv("PAM_HOLD_OPEN", "10ms")
+	e.setenv("PAM_CONFIG_DIR", t.TempDir())
+	e.setenv("PAM_HOLD_OPEN", "10ms")
 
-	r := pam(t, "exec", "run", id)
+	r := e.pam("exec", "run", id)
 	if r.code != 3 {
 		t.Fatalf("want the CLI's exit code 3: %v", r)
 	}
@@ -59,15 +61,15 @@ func TestExecRun(t *testing.T) {
 		t.Errorf("signals %v", kinds)
 	}
 
-	r = pam(t, "exec", "run", "not-a-uuid")
+	r = e.pam("exec", "run", "not-a-uuid")
 	if r.code != 2 || !strings.Contains(r.stderr, "not a run id") {
 		t.Errorf("bad run id: %v", r)
 	}
-	r = pam(t, "exec", "run", "--hold-open", "1ms", uuid.NewString())
+	r = e.pam("exec", "run", "--hold-open", "1ms", uuid.NewString())
 	if r.code != 1 || !strings.Contains(r.stderr, "dispatch file") {
 		t.Errorf("no dispatch: %v", r)
 	}
-	if r = pam(t, "exec", "run"); r.code != 2 {
+	if r = e.pam("exec", "run"); r.code != 2 {
 		t.Errorf("no run id: %v", r)
 	}
 }

@@ -20,9 +20,6 @@ const (
 	hookStdinWait  = 2 * time.Second
 )
 
-// hookStdin is the hook's stdin; tests replace it.
-var hookStdin io.Reader = os.Stdin
-
 var hookCmd = &command{
 	name:     "hook",
 	args:     "completed|progress|failed [EVENT_JSON]",
@@ -35,7 +32,7 @@ var hookCmd = &command{
 		return func(x *invocation) error {
 			// A provider's hook must never fail the provider: every problem
 			// is reported on stderr and the exit status stays 0.
-			runHook(x.ctx, x.args, x.stderr)
+			runHook(x.ctx, x.env, x.args, x.stderr)
 			return nil
 		}
 	},
@@ -43,8 +40,8 @@ var hookCmd = &command{
 
 // runHook is `pam hook`: the stdin JSON (Claude Code's hook event) and an
 // extra argument (codex's notify event) are read and ignored.
-func runHook(ctx context.Context, args []string, stderr io.Writer) {
-	drained := drain(hookStdin)
+func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
+	drained := drain(env.Stdin)
 	defer func() {
 		select {
 		case <-drained:
@@ -57,12 +54,12 @@ func runHook(ctx context.Context, args []string, stderr io.Writer) {
 	}
 	out, err := wrap.Hook(ctx, wrap.HookOptions{
 		Kind:          args[0],
-		RunID:         os.Getenv("PAM_RUN_ID"),
-		Attempt:       os.Getenv("PAM_ATTEMPT"),
-		APIURL:        os.Getenv("PAM_API_URL"),
-		Token:         os.Getenv("PAM_SIGNAL_TOKEN"),
-		WorkerDataDir: os.Getenv("PAM_WORKER_DATA_DIR"),
-		CAFile:        os.Getenv("PAM_CA_FILE"),
+		RunID:         env.getenv("PAM_RUN_ID"),
+		Attempt:       env.getenv("PAM_ATTEMPT"),
+		APIURL:        env.getenv("PAM_API_URL"),
+		Token:         env.getenv("PAM_SIGNAL_TOKEN"),
+		WorkerDataDir: env.getenv("PAM_WORKER_DATA_DIR"),
+		CAFile:        env.getenv("PAM_CA_FILE"),
 		Report:        stderr,
 	})
 	if err != nil && out.Refused == nil {

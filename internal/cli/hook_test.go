@@ -18,7 +18,9 @@ import (
 // provider's stdin JSON and codex's extra argument, and exits 0 whatever
 // happens — also when nothing can be delivered or its environment is bad.
 func TestHook(t *testing.T) {
-	dir := isolate(t)
+	t.Parallel()
+	e := isolate(t)
+	dir := e.dir
 	var mu sync.Mutex
 	var got []wire.Signal
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -33,20 +35,17 @@ func TestHook(t *testing.T) {
 	defer srv.Close()
 	workerDir := filepath.Join(dir, "worker")
 	runID := "0a0a0a0a-1111-4111-8111-111111111111"
-	t.Setenv("PAM_RUN_ID", runID)
-	t.Setenv("PAM_ATTEMPT", "1")
-	t.Setenv("PAM_API_URL", srv.URL)
-	t.Setenv("PAM_SIGNAL_TOKEN", "pst1.x")
-	t.Setenv("PAM_WORKER_DATA_DIR", workerDir)
-	old := hookStdin
-	t.Cleanup(func() { hookStdin = old })
-
-	hookStdin = strings.NewReader(`{"session_id":"abc","hook_event_name":"PostToolUse"}`)
-	if r := pam(t, "hook", "progress"); r.code != 0 || r.stderr != "" {
+	e.setenv("PAM_RUN_ID", runID)
+	e.setenv("PAM_ATTEMPT", "1")
+	e.setenv("PAM_API_URL", srv.URL)
+	e.setenv("PAM_SIGNAL_TOKEN", "pst1.x")
+	e.setenv("PAM_WORKER_DATA_DIR", workerDir)
+	e.stdin = strings.NewReader(`{"session_id":"abc","hook_event_name":"PostToolUse"}`)
+	if r := e.pam("hook", "progress"); r.code != 0 || r.stderr != "" {
 		t.Errorf("progress: %v", r)
 	}
-	hookStdin = strings.NewReader("")
-	if r := pam(t, "hook", "completed", `{"type":"agent-turn-complete","turn-id":"1"}`); r.code != 0 || r.stderr != "" {
+	e.stdin = strings.NewReader("")
+	if r := e.pam("hook", "completed", `{"type":"agent-turn-complete","turn-id":"1"}`); r.code != 0 || r.stderr != "" {
 		t.Errorf("completed with codex's argument: %v", r)
 	}
 	mu.Lock()
@@ -58,7 +57,7 @@ func TestHook(t *testing.T) {
 	// Nobody listening: spooled, still 0, still quick.
 	srv.Close()
 	start := time.Now()
-	if r := pam(t, "hook", "failed"); r.code != 0 || !strings.Contains(r.stderr, "spooled") {
+	if r := e.pam("hook", "failed"); r.code != 0 || !strings.Contains(r.stderr, "spooled") {
 		t.Errorf("failed while down: %v", r)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -68,12 +67,12 @@ func TestHook(t *testing.T) {
 		t.Errorf("spool %+v", files)
 	}
 	for _, args := range [][]string{{"hook"}, {"hook", "finished"}} {
-		if r := pam(t, args...); r.code != 0 || r.stderr == "" {
+		if r := e.pam(args...); r.code != 0 || r.stderr == "" {
 			t.Errorf("pam %s: %v", strings.Join(args, " "), r)
 		}
 	}
-	t.Setenv("PAM_RUN_ID", "")
-	if r := pam(t, "hook", "completed"); r.code != 0 || !strings.Contains(r.stderr, "PAM_RUN_ID") {
+	e.setenv("PAM_RUN_ID", "")
+	if r := e.pam("hook", "completed"); r.code != 0 || !strings.Contains(r.stderr, "PAM_RUN_ID") {
 		t.Errorf("outside a session: %v", r)
 	}
 }

@@ -65,7 +65,7 @@ var hostCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, wire.HostList{Hosts: nonNil(hs)})
 					}
-					printHosts(x.stdout, hs, time.Now())
+					printHosts(x.stdout, hs, x.env.Now())
 					return nil
 				}
 			},

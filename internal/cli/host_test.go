@@ -17,11 +17,12 @@ const hostJSON = `{"id":"` + testHostID + `","name":"gpu-1","platform":"linux/am
 const workerToken = "ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12ab12"
 
 func TestHostAddPrintsTheTokenOnce(t *testing.T) {
-	isolate(t)
-	f, srv := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, srv := newFakeAPI(t, e)
 	f.handle("POST /api/v1/hosts", 201, `{"host":`+hostJSON+`,"worker_token":"`+workerToken+`"}`)
 
-	out := mustPam(t, "host", "add", "gpu-1", "--max-runs", "4")
+	out := e.mustPam("host", "add", "gpu-1", "--max-runs", "4")
 	if got := f.last(); got != `POST /api/v1/hosts {"name":"gpu-1","max_runs":4}` {
 		t.Errorf("request %s", got)
 	}
@@ -33,19 +34,20 @@ func TestHostAddPrintsTheTokenOnce(t *testing.T) {
 		t.Errorf("no worker command line:\n%s", out)
 	}
 
-	mustPam(t, "host", "add", "gpu-1")
+	e.mustPam("host", "add", "gpu-1")
 	if got := f.last(); got != `POST /api/v1/hosts {"name":"gpu-1"}` {
 		t.Errorf("without --max-runs: %s", got)
 	}
 	var created wire.HostCreated
-	if err := json.Unmarshal([]byte(mustPam(t, "host", "add", "gpu-1", "--json")), &created); err != nil || created.WorkerToken != workerToken {
+	if err := json.Unmarshal([]byte(e.mustPam("host", "add", "gpu-1", "--json")), &created); err != nil || created.WorkerToken != workerToken {
 		t.Errorf("--json: %+v %v", created, err)
 	}
 }
 
 func TestHostCommands(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/hosts", 200, `{"hosts":[`+hostJSON+`]}`)
 	f.handle("GET /api/v1/hosts/gpu-1", 200, hostJSON)
 	f.handle("POST /api/v1/hosts/gpu-1/disable", 200, strings.Replace(hostJSON, `"status":"online","disabled":false`, `"status":"disabled","disabled":true`, 1))
@@ -68,7 +70,7 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"host", "remove", "gpu-1"}, "DELETE /api/v1/hosts/gpu-1", "removed host gpu-1"},
 	}
 	for _, tt := range tests {
-		out := mustPam(t, tt.args...)
+		out := e.mustPam(tt.args...)
 		if got := f.last(); got != tt.request {
 			t.Errorf("pam %s sent %s, want %s", strings.Join(tt.args, " "), got, tt.request)
 		}
@@ -77,18 +79,19 @@ func TestHostCommands(t *testing.T) {
 		}
 	}
 	var list wire.HostList
-	if err := json.Unmarshal([]byte(mustPam(t, "host", "list", "--json")), &list); err != nil || len(list.Hosts) != 1 || list.Hosts[0].ActiveRuns != 2 {
+	if err := json.Unmarshal([]byte(e.mustPam("host", "list", "--json")), &list); err != nil || len(list.Hosts) != 1 || list.Hosts[0].ActiveRuns != 2 {
 		t.Errorf("host list --json: %+v %v", list, err)
 	}
 
 	f.handle("DELETE /api/v1/hosts/busy", 409, `{"error":{"code":"has_active_runs","message":"host busy has 1 active run(s)","details":{"active_runs":1}}}`)
-	if r := pam(t, "host", "remove", "busy"); r.code != 1 || !strings.Contains(r.stderr, "active run") {
+	if r := e.pam("host", "remove", "busy"); r.code != 1 || !strings.Contains(r.stderr, "active run") {
 		t.Errorf("remove refused: %v", r)
 	}
 }
 
 func TestHostRunUsageErrors(t *testing.T) {
-	isolate(t)
+	t.Parallel()
+	e := isolate(t)
 	tests := []struct {
 		args []string
 		want string
@@ -105,7 +108,7 @@ func TestHostRunUsageErrors(t *testing.T) {
 		{[]string{"run", "list", "--limit", "-1"}, "cannot be negative"},
 	}
 	for _, tt := range tests {
-		r := pam(t, tt.args...)
+		r := e.pam(tt.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "Usage: pam") {
 			t.Errorf("pam %s: %v\nwant exit 2 with %q", strings.Join(tt.args, " "), r, tt.want)
 		}

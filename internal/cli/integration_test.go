@@ -19,7 +19,8 @@ import (
 // TestAgainstRealServer runs real commands against server.New backed by a
 // real PostgreSQL database, end to end through the wire client.
 func TestAgainstRealServer(t *testing.T) {
-	isolate(t)
+	t.Parallel()
+	e := isolate(t)
 	st := storetest.New(t)
 	hub := journal.NewHub(st, journal.Options{PollInterval: 50 * time.Millisecond})
 	st.AfterCommit = hub.Wake
@@ -34,20 +35,21 @@ func TestAgainstRealServer(t *testing.T) {
 		stopHub()
 		<-hubDone
 	})
-	t.Setenv("PAM_URL", ts.URL)
-	t.Setenv("PAM_TOKEN", testToken)
+	e.setenv("PAM_URL", ts.URL)
+	e.setenv("PAM_TOKEN", testToken)
 
 	// Follow the journal from the start while the commands below run.
 	followCtx, stopFollow := context.WithCancel(context.Background())
 	defer stopFollow()
 	var followOut, followErr syncBuffer
 	followDone := make(chan int, 1)
+	env := e.env()
 	go func() {
-		followDone <- Main(followCtx, []string{"events", "--follow", "--json", "--topic", "work_item.*"}, &followOut, &followErr)
+		followDone <- env.Main(followCtx, []string{"events", "--follow", "--json", "--topic", "work_item.*"}, &followOut, &followErr)
 	}()
 
 	var p wire.Project
-	if err := json.Unmarshal([]byte(mustPam(t, "project", "create", "--name", "Demo Project", "--description", "end to end", "--json")), &p); err != nil {
+	if err := json.Unmarshal([]byte(e.mustPam("project", "create", "--name", "Demo Project", "--description", "end to end", "--json")), &p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Slug != "demo-project" || p.Status != "active" || !p.AutoDone {
@@ -56,17 +58,17 @@ func TestAgainstRealServer(t *testing.T) {
 	add := func(args ...string) wire.WorkItem {
 		t.Helper()
 		var w wire.WorkItem
-		out := mustPam(t, append([]string{"item", "add", "demo-project", "--json"}, args...)...)
+		out := e.mustPam(append([]string{"item", "add", "demo-project", "--json"}, args...)...)
 		if err := json.Unmarshal([]byte(out), &w); err != nil {
 			t.Fatal(err)
 		}
 		return w
 	}
 	m := add("--kind", "milestone", "--title", "Launch")
-	e := add("--kind", "epic", "--title", "Backend", "--parent", m.ID)
-	tk := add("--kind", "task", "--title", "REST API", "--parent", e.ID, "--status", "doing")
+	epic := add("--kind", "epic", "--title", "Backend", "--parent", m.ID)
+	tk := add("--kind", "task", "--title", "REST API", "--parent", epic.ID, "--status", "doing")
 
-	tree := mustPam(t, "item", "list", "demo-project", "--tree")
+	tree := e.mustPam("item", "list", "demo-project", "--tree")
 	ids := regexp.MustCompile(`\([0-9a-f]{8}\)`)
 	want := "milestone  todo  Launch  (ID)\n" +
 		"└── epic  todo  Backend  (ID)\n" +
@@ -79,20 +81,20 @@ func TestAgainstRealServer(t *testing.T) {
 	}
 
 	// Move the task to the root and back into the tree order.
-	mustPam(t, "item", "move", tk.ID, "--root")
-	tree = ids.ReplaceAllString(mustPam(t, "item", "list", "demo-project", "--tree"), "(ID)")
+	e.mustPam("item", "move", tk.ID, "--root")
+	tree = ids.ReplaceAllString(e.mustPam("item", "list", "demo-project", "--tree"), "(ID)")
 	if !strings.Contains(tree, "\ntask  doing  REST API  (ID)\n") {
 		t.Errorf("after move --root:\n%s", tree)
 	}
-	if r := pam(t, "item", "delete", m.ID); r.code != 1 || !strings.Contains(r.stderr, "pam: ") {
+	if r := e.pam("item", "delete", m.ID); r.code != 1 || !strings.Contains(r.stderr, "pam: ") {
 		t.Errorf("deleting an item with children: %v", r)
 	}
-	if r := pam(t, "project", "show", "no-such-project"); r.code != 1 || r.stderr == "" {
+	if r := e.pam("project", "show", "no-such-project"); r.code != 1 || r.stderr == "" {
 		t.Errorf("unknown project: %v", r)
 	}
 
 	var evs wire.EventList
-	if err := json.Unmarshal([]byte(mustPam(t, "events", "--json")), &evs); err != nil {
+	if err := json.Unmarshal([]byte(e.mustPam("events", "--json")), &evs); err != nil {
 		t.Fatal(err)
 	}
 	var topics []string

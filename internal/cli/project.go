@@ -69,7 +69,7 @@ var projectCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, wire.ProjectList{Projects: nonNil(ps)})
 					}
-					printProjects(x.stdout, ps, time.Now())
+					printProjects(x.stdout, ps, x.env.Now())
 					return nil
 				}
 			},

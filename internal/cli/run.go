@@ -103,7 +103,7 @@ var runCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
 					}
-					printRuns(x.stdout, runs, time.Now())
+					printRuns(x.stdout, runs, x.env.Now())
 					return nil
 				}
 			},

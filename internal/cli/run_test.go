@@ -22,8 +22,9 @@ const runJSON = `{"id":"` + runID + `","task_id":"9c0c2f7e-0000-4000-8000-000000
 	`"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestRunCommandsSendWhatWasGiven(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("POST /api/v1/runs", 202, runJSON)
 	f.handle("GET /api/v1/runs", 200, `{"runs":[`+runJSON+`]}`)
 	f.handle("GET /api/v1/hosts/gpu-1", 200, hostJSON)
@@ -55,46 +56,47 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 			`POST /api/v1/runs/` + runID + `/keys {"keys":[{"text":"yes please"},{"key":"Enter"},{"key":"C-c"},{"text":"x"}]}`},
 	}
 	for _, tt := range tests {
-		mustPam(t, tt.args...)
+		e.mustPam(tt.args...)
 		if got := f.last(); got != tt.want {
 			t.Errorf("pam %s sent\n  %s\nwant\n  %s", strings.Join(tt.args, " "), got, tt.want)
 		}
 	}
 
-	out := mustPam(t, "run", "start", "--task", task, "--provider", "claude")
+	out := e.mustPam("run", "start", "--task", task, "--provider", "claude")
 	if out != "admitted run "+runID+" (pending, session pam-f8d9e2a1)\n" {
 		t.Errorf("start printed %q", out)
 	}
 	var r wire.Run
-	if err := json.Unmarshal([]byte(mustPam(t, "run", "start", "--task", task, "--provider", "claude", "--json")), &r); err != nil || r.ID != runID {
+	if err := json.Unmarshal([]byte(e.mustPam("run", "start", "--task", task, "--provider", "claude", "--json")), &r); err != nil || r.ID != runID {
 		t.Errorf("start --json: %+v %v", r, err)
 	}
-	if out := mustPam(t, "run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3") {
+	if out := e.mustPam("run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3") {
 		t.Errorf("run list:\n%s", out)
 	}
-	if out := mustPam(t, "run", "keys", runID, "--enter"); !strings.Contains(out, "pane changed") {
+	if out := e.mustPam("run", "keys", runID, "--enter"); !strings.Contains(out, "pane changed") {
 		t.Errorf("keys printed %q", out)
 	}
 
 	// An unknown host name is reported before any run is created.
-	r2 := pam(t, "run", "start", "--task", task, "--provider", "claude", "--host", "nope")
+	r2 := e.pam("run", "start", "--task", task, "--provider", "claude", "--host", "nope")
 	if r2.code != 1 || !strings.Contains(r2.stderr, "host nope") || strings.HasPrefix(f.last(), "POST") {
 		t.Errorf("unknown host: %v (last request %s)", r2, f.last())
 	}
 }
 
 func TestRunShow(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/runs/"+runID, 200, runJSON)
-	out := mustPam(t, "run", "show", runID)
+	out := e.mustPam("run", "show", runID)
 	for _, want := range []string{"status:             pending", "session_name:       pam-f8d9e2a1", "attempt:            1/3", "failure_reason:     -"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
 	}
 	var one, api map[string]any
-	json.Unmarshal([]byte(mustPam(t, "run", "show", runID, "--json")), &one)
+	json.Unmarshal([]byte(e.mustPam("run", "show", runID, "--json")), &one)
 	json.Unmarshal([]byte(runJSON), &api)
 	if len(one) != len(api) || one["session_name"] != api["session_name"] {
 		t.Errorf("show --json %v", one)
@@ -104,8 +106,9 @@ func TestRunShow(t *testing.T) {
 // logs streams the text as it arrives; -f asks the server to follow and
 // an interrupt ends it with exit 0.
 func TestRunLogs(t *testing.T) {
-	isolate(t)
-	f, _ := newFakeAPI(t)
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
 	release := make(chan struct{})
 	f.routes["GET /api/v1/runs/"+runID+"/logs"] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
@@ -119,7 +122,7 @@ func TestRunLogs(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}
-	if out := mustPam(t, "run", "logs", runID); out != "line one\n" {
+	if out := e.mustPam("run", "logs", runID); out != "line one\n" {
 		t.Errorf("logs: %q", out)
 	}
 	if f.last() != "GET /api/v1/runs/"+runID+"/logs" {
@@ -129,7 +132,8 @@ func TestRunLogs(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var out, errb syncBuffer
 	done := make(chan int)
-	go func() { done <- Main(ctx, []string{"run", "logs", "-f", runID}, &out, &errb) }()
+	env := e.env()
+	go func() { done <- env.Main(ctx, []string{"run", "logs", "-f", runID}, &out, &errb) }()
 	eventually.Within(10*time.Second, func() bool { return out.String() != "" })
 	if out.String() != "line one\n" {
 		t.Fatalf("followed output %q", out.String())
@@ -144,7 +148,7 @@ func TestRunLogs(t *testing.T) {
 	}
 
 	f.handle("GET /api/v1/runs/nope/logs", 404, `{"error":{"code":"not_found","message":"run not found","details":null}}`)
-	if r := pam(t, "run", "logs", "nope"); r.code != 1 || r.stderr != "pam: run not found\n" {
+	if r := e.pam("run", "logs", "nope"); r.code != 1 || r.stderr != "pam: run not found\n" {
 		t.Errorf("unknown run: %v", r)
 	}
 }

@@ -14,10 +14,6 @@ import (
 	"pam/internal/wire"
 )
 
-// runServe is serve.Run; tests replace it to see the Options a command
-// line resolves to without starting a server.
-var runServe = serve.Run
-
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the central orchestrator (REST API, SSE, WebSockets, dashboard)",
@@ -92,7 +88,7 @@ func startServe(x *invocation, up bool) error {
 	if err != nil {
 		return err
 	}
-	err = runServe(x.ctx, o)
+	err = x.env.Serve(x.ctx, o)
 	if errors.Is(err, context.Canceled) && x.ctx.Err() != nil {
 		return nil
 	}
@@ -114,7 +110,7 @@ func startUp(x *invocation) error {
 	readyc := make(chan ready, 1)
 	o.Ready = func(base, token string) { readyc <- ready{base, token} }
 	servec := make(chan error, 1)
-	go func() { servec <- runServe(ctx, o) }()
+	go func() { servec <- x.env.Serve(ctx, o) }()
 	var r ready
 	select {
 	case err := <-servec:
@@ -132,7 +128,7 @@ func startUp(x *invocation) error {
 	}
 	dataDir := o.DataDir
 	if dataDir == "" {
-		dataDir = datadir.DefaultDataDir()
+		dataDir = datadir.DefaultDataDirIn(x.env.getenv)
 	}
 	token, err := localHostToken(ctx, r.base, r.token, hostName, dataDir)
 	if err != nil {
@@ -149,7 +145,7 @@ func startUp(x *invocation) error {
 	wo.HostName, wo.DataDir = hostName, dataDir
 	fmt.Fprintf(x.stdout, "worker: this machine runs agents as host %s\n", hostName)
 	workerc := make(chan error, 1)
-	go func() { workerc <- runWorker(ctx, wo) }()
+	go func() { workerc <- x.env.Worker(ctx, wo) }()
 	var first error
 	select {
 	case first = <-servec:

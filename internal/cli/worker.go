@@ -17,10 +17,6 @@ import (
 	"pam/internal/worker"
 )
 
-// runWorker is worker.Run; tests replace it to see the Options a command
-// line resolves to without starting a worker.
-var runWorker = worker.Run
-
 var workerCmd = &command{
 	name:    "worker",
 	summary: "run this host's worker agent: agents in tmux sessions (SIGHUP reconciles; SIGTERM stops, sessions keep running)",
@@ -49,7 +45,7 @@ var workerCmd = &command{
 				}
 			}()
 			o.Reconcile = reconcile
-			return runWorker(x.ctx, o)
+			return x.env.Worker(x.ctx, o)
 		}
 	},
 }
@@ -98,7 +94,7 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 	dataDir := c.str("PAM_DATA_DIR")
 	configDir := c.str("PAM_CONFIG_DIR")
 	if configDir == "" {
-		configDir = datadir.DefaultConfigDir()
+		configDir = datadir.DefaultConfigDirIn(x.env.getenv)
 	}
 	catalog, err := provider.Load(configDir)
 	if err != nil {

@@ -11,21 +11,20 @@ import (
 	"pam/internal/worker"
 )
 
-// captureWorker replaces runWorker for one test and returns where the
-// resolved Options land.
-func captureWorker(t *testing.T) *worker.Options {
-	t.Helper()
+// captureWorker makes worker.Run in e a stub that records the Options the
+// last command line resolved to, and returns where they land.
+func captureWorker(e *testEnv) *worker.Options {
 	var got worker.Options
-	old := runWorker
-	runWorker = func(ctx context.Context, o worker.Options) error { got = o; return nil }
-	t.Cleanup(func() { runWorker = old })
+	e.worker = func(ctx context.Context, o worker.Options) error { got = o; return nil }
 	return &got
 }
 
 func TestWorkerNeedsToken(t *testing.T) {
-	dir := isolate(t)
-	got := captureWorker(t)
-	r := pam(t, "worker")
+	t.Parallel()
+	e := isolate(t)
+	dir := e.dir
+	got := captureWorker(e)
+	r := e.pam("worker")
 	if r.code != 1 || !strings.Contains(r.stderr, "no worker token") || !strings.Contains(r.stderr, filepath.Join(dir, "worker", "token")) {
 		t.Errorf("without a token: %v", r)
 	}
@@ -35,14 +34,16 @@ func TestWorkerNeedsToken(t *testing.T) {
 }
 
 func TestWorkerOptions(t *testing.T) {
-	dir := isolate(t)
-	got := captureWorker(t)
+	t.Parallel()
+	e := isolate(t)
+	dir := e.dir
+	got := captureWorker(e)
 	// The token file is the fallback; the variable wins over it.
 	os.MkdirAll(filepath.Join(dir, "worker"), 0o700)
 	os.WriteFile(filepath.Join(dir, "worker", "token"), []byte("file-token\n"), 0o600)
-	t.Setenv("PAM_URL", "http://orch.example:7898")
-	t.Setenv("PAM_MAX_RUNS", "3")
-	if r := pam(t, "worker", "--stop-grace", "2s", "--host-name", "h1", "--config-dir", t.TempDir()); r.code != 0 {
+	e.setenv("PAM_URL", "http://orch.example:7898")
+	e.setenv("PAM_MAX_RUNS", "3")
+	if r := e.pam("worker", "--stop-grace", "2s", "--host-name", "h1", "--config-dir", t.TempDir()); r.code != 0 {
 		t.Fatal(r)
 	}
 	if got.Token != "file-token" || got.URL != "http://orch.example:7898" || got.MaxRuns != 3 || got.StopGrace != 2*time.Second ||
@@ -52,14 +53,14 @@ func TestWorkerOptions(t *testing.T) {
 		got.ReconcileInterval != 30*time.Second || got.OrphanHold != time.Hour || got.HoldOpen != 5*time.Minute {
 		t.Errorf("options = %+v", *got)
 	}
-	t.Setenv("PAM_WORKER_TOKEN", "env-token")
-	if r := pam(t, "worker"); r.code != 0 || got.Token != "env-token" {
+	e.setenv("PAM_WORKER_TOKEN", "env-token")
+	if r := e.pam("worker"); r.code != 0 || got.Token != "env-token" {
 		t.Errorf("env token: %v %q", r, got.Token)
 	}
-	if r := pam(t, "worker", "--executor", "nope"); r.code != 2 {
+	if r := e.pam("worker", "--executor", "nope"); r.code != 2 {
 		t.Errorf("bad executor: %v", r)
 	}
-	if r := pam(t, "worker", "--url", "ftp://x"); r.code != 2 {
+	if r := e.pam("worker", "--url", "ftp://x"); r.code != 2 {
 		t.Errorf("bad url: %v", r)
 	}
 }

@@ -23,30 +23,38 @@ import (
 
 // DefaultDataDir is the platform data dir: /var/lib/pam for root,
 // ~/.local/share/pam on Linux, ~/Library/Application Support/pam on macOS.
-func DefaultDataDir() string {
+func DefaultDataDir() string { return DefaultDataDirIn(os.Getenv) }
+
+// DefaultDataDirIn is DefaultDataDir for the environment getenv reads
+// (HOME, XDG_DATA_HOME), for a caller that is not using the process's own
+// (the command line's tests).
+func DefaultDataDirIn(getenv func(string) string) string {
 	if os.Geteuid() == 0 {
 		return "/var/lib/pam"
 	}
-	home, _ := os.UserHomeDir()
+	home := getenv("HOME")
 	if runtime.GOOS == "darwin" {
 		return filepath.Join(home, "Library", "Application Support", "pam")
 	}
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+	if x := getenv("XDG_DATA_HOME"); x != "" {
 		return filepath.Join(x, "pam")
 	}
 	return filepath.Join(home, ".local", "share", "pam")
 }
 
 // DefaultConfigDir is ~/.config/pam on Linux and the data dir on macOS.
-func DefaultConfigDir() string {
-	home, _ := os.UserHomeDir()
+func DefaultConfigDir() string { return DefaultConfigDirIn(os.Getenv) }
+
+// DefaultConfigDirIn is DefaultConfigDir for the environment getenv reads
+// (HOME, XDG_CONFIG_HOME), as DefaultDataDirIn.
+func DefaultConfigDirIn(getenv func(string) string) string {
 	if runtime.GOOS == "darwin" {
-		return DefaultDataDir()
+		return DefaultDataDirIn(getenv)
 	}
-	if x := os.Getenv("XDG_CONFIG_HOME"); x != "" {
+	if x := getenv("XDG_CONFIG_HOME"); x != "" {
 		return filepath.Join(x, "pam")
 	}
-	return filepath.Join(home, ".config", "pam")
+	return filepath.Join(getenv("HOME"), ".config", "pam")
 }
 
 // Ensure creates dir if needed and makes it private: 0700, or 0711 when the

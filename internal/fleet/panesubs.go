@@ -123,6 +123,26 @@ func (s *PaneSub) Close() {
 	}
 }
 
+// PanePending is the number of snapshots published to a viewer and not
+// yet taken by it (a metric: viewers that are behind). Each viewer's slot
+// holds at most one, so this never exceeds PaneViewers: what a stalled
+// viewer costs is one shared snapshot, however long it stalls.
+func (f *Fleet) PanePending() int {
+	f.pmu.Lock()
+	defer f.pmu.Unlock()
+	n := 0
+	for _, m := range f.subs {
+		for s := range m {
+			s.mu.Lock()
+			if s.latest != nil {
+				n++
+			}
+			s.mu.Unlock()
+		}
+	}
+	return n
+}
+
 // PaneViewers is the number of pane subscriptions (a metric).
 func (f *Fleet) PaneViewers() int {
 	f.pmu.Lock()

@@ -200,7 +200,10 @@ func becomeActive(ctx context.Context, url string, log *slog.Logger) (*activeLoc
 	}
 	if !got {
 		log.Warn("another pam serve is active on this database; waiting as a standby")
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", store.LockActiveServer); err != nil {
+		// Polled, not blocking: a session blocked in pg_advisory_lock
+		// holds a snapshot, which would hold up the active server's
+		// CREATE INDEX CONCURRENTLY migrations indefinitely.
+		if err := store.WaitAdvisoryLock(ctx, conn, store.LockActiveServer); err != nil {
 			conn.Close(context.Background())
 			return nil, fmt.Errorf("standby: %w", err)
 		}

@@ -184,6 +184,8 @@ func (s *Server) terminalRoutes(api func(pattern string, h http.HandlerFunc)) {
 	s.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_pane_viewers", Help: "Connected pane viewers (pane/ws)."},
 			func() float64 { return float64(s.opts.Fleet.PaneViewers()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_pane_pending_snapshots", Help: "Pane snapshots waiting for a viewer to take them (at most one per viewer)."},
+			func() float64 { return float64(s.opts.Fleet.PanePending()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_attach_relays", Help: "Open interactive attach relays."},
 			func() float64 { return float64(s.opts.Fleet.Attaches()) }),
 	)

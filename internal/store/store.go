@@ -12,8 +12,6 @@ import (
 	"io"
 	"io/fs"
 	"net"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -79,65 +77,21 @@ func (s *Store) Close() { s.Pool.Close() }
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.Pool.Ping(ctx) }
 
-// Migrate applies every embedded migration not yet applied, in order,
-// holding an advisory lock so that servers starting together do not race.
+// Migrate applies the embedded migrations (see Migrator) and makes sure
+// the server's singleton row exists.
 func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
-	conn, err := pool.Acquire(ctx)
+	sub, err := fs.Sub(migrationFS, "migrations")
 	if err != nil {
 		return fmt.Errorf("migrate: %w", err)
 	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockMigrate); err != nil {
-		return fmt.Errorf("migrate: lock: %w", err)
-	}
-	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", lockMigrate)
-	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
-		version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	files, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
+	if err := (Migrator{FS: sub}).Run(ctx, pool); err != nil {
 		return err
-	}
-	sort.Strings(files)
-	for _, f := range files {
-		base := f[strings.LastIndex(f, "/")+1:]
-		version, err := strconv.Atoi(strings.SplitN(base, "_", 2)[0])
-		if err != nil {
-			return fmt.Errorf("migration %s: name must start with a number", base)
-		}
-		var applied bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)", version).Scan(&applied); err != nil {
-			return err
-		}
-		if applied {
-			continue
-		}
-		sql, err := migrationFS.ReadFile(f)
-		if err != nil {
-			return err
-		}
-		tx, err := conn.Begin(ctx)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, string(sql)); err != nil {
-			_ = tx.Rollback(ctx)
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
-		if _, err := tx.Exec(ctx, "INSERT INTO schema_migrations (version) VALUES ($1)", version); err != nil {
-			_ = tx.Rollback(ctx)
-			return err
-		}
-		if err := tx.Commit(ctx); err != nil {
-			return fmt.Errorf("migration %s: %w", base, err)
-		}
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
 		return err
 	}
-	_, err = conn.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret)
+	_, err = pool.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret)
 	return err
 }
 

@@ -146,6 +146,24 @@ func URL(t testing.TB) string {
 	if setupErr != nil {
 		t.Fatalf("test database: %v", setupErr)
 	}
+	return newDatabase(t, template)
+}
+
+// EmptyURL creates a fresh database with no schema at all (for tests of
+// the migrations themselves) and returns its connection string; it is
+// dropped when the test ends.
+func EmptyURL(t testing.TB) string {
+	t.Helper()
+	setupOnce.Do(func() { setupErr = setup() })
+	if setupErr != nil {
+		t.Fatalf("test database: %v", setupErr)
+	}
+	return newDatabase(t, "template0")
+}
+
+// newDatabase creates a database from tmpl, dropped when the test ends.
+func newDatabase(t testing.TB, tmpl string) string {
+	t.Helper()
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
 	name := "pam_t_" + hex.EncodeToString(b)
@@ -155,7 +173,7 @@ func URL(t testing.TB) string {
 		t.Fatalf("connect test server: %v", err)
 	}
 	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+template); err != nil {
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl); err != nil {
 		t.Fatalf("clone template: %v", err)
 	}
 	t.Cleanup(func() {

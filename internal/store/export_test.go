@@ -1,0 +1,4 @@
+package store
+
+// SplitStatements exposes the no-transaction splitter to the tests.
+var SplitStatements = splitStatements
