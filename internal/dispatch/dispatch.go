@@ -128,16 +128,20 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // once (the batch was full).
 func (d *Dispatcher) pass(ctx context.Context) bool {
 	changed := d.fleetDuties(ctx)
+	// Offers first, then the timeouts: a run is judged past its dispatch
+	// timeout only after this pass looked for a host for it, so a pass
+	// that comes late (a loaded server) still records whether a host was
+	// eligible but for capacity (dispatch_timeout) or none was
+	// (no_eligible_host), and a run placeable now is placed, not failed.
+	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch)
+	if err != nil {
+		d.logErr(ctx, "claim runs", err)
+	}
 	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
 	if err != nil {
 		d.logErr(ctx, "sweep timeouts", err)
 	}
 	changed += n
-	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch)
-	if err != nil {
-		d.logErr(ctx, "claim runs", err)
-		return false
-	}
 	for _, o := range offers {
 		f, err := d.store.DispatchFrame(ctx, o)
 		if err == nil {

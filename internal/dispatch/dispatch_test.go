@@ -357,3 +357,38 @@ func TestWake(t *testing.T) {
 	d.Wake()
 	eventually.Wait(t, 10*time.Second, "the offer after Wake", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 }
+
+// A pass that comes after a run's dispatch timeout has passed (a loaded
+// server) first looks for a host for it: a host eligible but for capacity
+// makes the failure dispatch_timeout, not no_eligible_host, and a run no
+// host offers fails no_eligible_host.
+func TestLatePassJudgesEligibilityFirst(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	y.s.Policy.MaxAttempts = 1
+	full := y.host("full", 1, true, "shell")
+	busy := y.run("shell", &full.ID)
+	if _, err := y.s.ClaimAndOffer(t.Context(), y.fleet.Connected, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := y.get(busy.ID); got.HostID == nil {
+		t.Fatal("the first run was not placed")
+	}
+	starved := y.run("shell", &full.ID)
+	nobody := y.run("codex", nil)
+	if _, err := y.s.Pool.Exec(t.Context(), `UPDATE runs SET pending_since = now() - interval '1 hour' WHERE id = ANY($1::uuid[])`,
+		[]string{starved.ID, nobody.ID}); err != nil {
+		t.Fatal(err)
+	}
+	y.start(dispatch.Options{DispatchTimeout: time.Minute})
+	y.waitPasses(1)
+	for id, want := range map[string]string{starved.ID: wire.FailDispatchTimeout, nobody.ID: wire.FailNoEligibleHost} {
+		got := y.get(id)
+		if reason := ""; got.Status != wire.RunFailed || got.FailureReason == nil || *got.FailureReason != want {
+			if got.FailureReason != nil {
+				reason = *got.FailureReason
+			}
+			t.Errorf("run %s: %s %q, want failed %s", id, got.Status, reason, want)
+		}
+	}
+}

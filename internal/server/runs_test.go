@@ -580,7 +580,9 @@ func TestSweeperNeverOverwritesTerminal(t *testing.T) {
 
 func TestStopRuns(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{})
+	// A restart backoff of an hour: the requeued run below stays pending
+	// in its backoff however slow the machine.
+	e := newRunEnv(t, runOpts{policy: store.Policy{RestartInitialDelay: time.Hour, RestartMaxDelay: time.Hour}})
 	w := e.worker("host-x", 4, "shell")
 	r := e.start(nil)
 	d := w.expect(wire.FrameRunDispatch)
@@ -606,7 +608,6 @@ func TestStopRuns(t *testing.T) {
 	r2 := e.start(map[string]any{"max_attempts": 2})
 	d2 := w.expect(wire.FrameRunDispatch)
 	w.ack(d2, true)
-	e.st().Policy.RestartInitialDelay = time.Hour
 	e.signal(d2.SignalToken, r2.ID, sig("finished", 1, "payload", map[string]any{"exit_code": 1}))
 	if got := e.run(r2.ID); got.Status != "pending" || got.NextAttemptAt == nil || !got.NextAttemptAt.After(time.Now()) {
 		t.Fatalf("not in backoff: %+v", got)
