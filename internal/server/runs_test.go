@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,9 +31,10 @@ func newRunEnvB(b *testing.B) *runEnv { return newRunEnv(b, runOpts{}) }
 // workers are simulated by fakeWorker, a real uplink WebSocket client.
 type runEnv struct {
 	*env
-	fleet *fleet.Fleet
-	disp  *dispatch.Dispatcher
-	task  wire.WorkItem
+	fleet  *fleet.Fleet
+	disp   *dispatch.Dispatcher
+	passes *atomic.Int64 // dispatcher passes so far
+	task   wire.WorkItem
 }
 
 type runOpts struct {
@@ -49,17 +51,27 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	}
 	st.Policy = o.policy
 	fl := fleet.New(1000)
-	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond})
+	passes := new(atomic.Int64)
+	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
+		AfterPass: func() { passes.Add(1) }})
 	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ts := httptest.NewServer(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	t.Cleanup(func() { srv.CloseStreams(); cancel(); <-done; ts.Close() })
-	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, fleet: fl, disp: d}
+	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, fleet: fl, disp: d, passes: passes}
 	p := e.project("Runs")
 	e.task = e.item(p.Slug, "task", "Do the thing", nil)
 	return e
+}
+
+// waitPasses waits until the dispatcher has made n more passes: a check
+// that nothing happened means something only after the loop ran.
+func (e *runEnv) waitPasses(n int64) {
+	e.t.Helper()
+	from := e.passes.Load()
+	waitFor(e.t, 10*time.Second, "dispatcher passes", func() bool { return e.passes.Load() >= from+n })
 }
 
 type fakeWorker struct {
@@ -571,7 +583,7 @@ func TestSweeperNeverOverwritesTerminal(t *testing.T) {
 		case res.Result == "ignored" && (got.Status != "failed" || *got.FailureReason != "spawn_failed"):
 			t.Fatalf("finished ignored but the run is %+v", got)
 		}
-		time.Sleep(60 * time.Millisecond) // let the sweeper pass again
+		e.waitPasses(2) // the sweeper has looked at it again
 		if again := e.run(r.ID); again.Status != got.Status {
 			t.Fatalf("terminal status changed from %s to %s", got.Status, again.Status)
 		}

@@ -242,6 +242,8 @@ func TestPartitionUsesRunCache(t *testing.T) {
 		r.desired = []wire.WorkerRun{workerRun(runDesired, 1, wire.RunRunning, "host-1"), missing}
 		r.known[runMissing] = missing
 	})
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
 	lost := h.oldSession(runMissing, 1)
 	h.start()
 	cache := filepath.Join(h.opts.DataDir, "worker", "runcache.json")
@@ -261,8 +263,9 @@ func TestPartitionUsesRunCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	orch.wait(from, "a snapshot of the cached desired run", isType(wire.FrameSnapshot, runDesired))
-	// Several passes with the orchestrator down.
-	time.Sleep(5 * h.opts.ReconcileInterval)
+	// Several whole passes with the orchestrator down.
+	after := passes.Load()
+	waitFor(t, 10*time.Second, "three reconciliation passes", func() bool { return passes.Load() >= after+3 })
 	if n := orch.count(from, isType(wire.FrameRunState, "")); n != 0 {
 		t.Errorf("%d run_state frames during the partition", n)
 	}
