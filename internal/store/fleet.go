@@ -131,17 +131,15 @@ func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (in
 		if err != nil {
 			return err
 		}
-		var events []NewEvent
-		for rows.Next() {
+		events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (NewEvent, error) {
 			var id string
 			var seen time.Time
-			if err := rows.Scan(&id, &seen); err != nil {
-				rows.Close()
-				return err
-			}
-			events = append(events, NewEvent{Topic: wire.TopicWorkerOffline, HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}})
+			err := row.Scan(&id, &seen)
+			return NewEvent{Topic: wire.TopicWorkerOffline, HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}}, err
+		})
+		if err != nil {
+			return fmt.Errorf("mark hosts offline: %w", err)
 		}
-		rows.Close()
 		n = len(events)
 		return tx.Journal(ctx, events...)
 	})
@@ -156,16 +154,15 @@ func (s *Store) WorkerRuns(ctx context.Context, hostID string) ([]wire.WorkerRun
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	out := []wire.WorkerRun{}
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.WorkerRun, error) {
 		var w wire.WorkerRun
-		if err := rows.Scan(&w.RunID, &w.Attempt, &w.Status, &w.SessionName, &w.TaskID, &w.Provider, &w.Cwd); err != nil {
-			return nil, err
-		}
-		out = append(out, w)
+		err := row.Scan(&w.RunID, &w.Attempt, &w.Status, &w.SessionName, &w.TaskID, &w.Provider, &w.Cwd)
+		return w, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list runs of host %s: %w", hostID, translate(err))
 	}
-	return out, translate(rows.Err())
+	return nonNil(out), nil
 }
 
 // WorkerRun returns one run ever offered to hostID, with its attempts
@@ -188,15 +185,16 @@ func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.Worke
 	if err != nil {
 		return w, translate(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
+	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.RunAttempt, error) {
 		var a wire.RunAttempt
-		if err := rows.Scan(&a.Attempt, &a.HostID, &a.Outcome, &a.FailureReason); err != nil {
-			return w, err
-		}
-		w.Attempts = append(w.Attempts, a)
+		err := row.Scan(&a.Attempt, &a.HostID, &a.Outcome, &a.FailureReason)
+		return a, err
+	})
+	if err != nil {
+		return w, fmt.Errorf("list attempts of run %s: %w", runID, translate(err))
 	}
-	return w, translate(rows.Err())
+	w.Attempts = nonNil(attempts)
+	return w, nil
 }
 
 // TouchOutput records that a run's pane changed (for the hang timer).

@@ -3,7 +3,10 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
 	"pam/internal/wire"
@@ -38,18 +41,9 @@ func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serv
 	if err != nil {
 		return 0, translate(err)
 	}
-	var hosts []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return 0, err
-		}
-		hosts = append(hosts, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return 0, translate(err)
+	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return 0, fmt.Errorf("find lost hosts: %w", translate(err))
 	}
 	failed := 0
 	for _, host := range hosts {
@@ -82,18 +76,9 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 		if err != nil {
 			return err
 		}
-		var ids []string
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			ids = append(ids, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
+		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return fmt.Errorf("list runs of lost host %s: %w", hostID, err)
 		}
 		var runs []string
 		for _, id := range ids {
@@ -135,18 +120,9 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 	if err != nil {
 		return nil, translate(err)
 	}
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find hung runs: %w", translate(err))
 	}
 	var hung []Hang
 	for _, id := range ids {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"regexp"
 	"sort"
 	"time"
@@ -328,19 +329,16 @@ func (s *Store) Providers(ctx context.Context) ([]wire.ProviderHosts, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	out := []wire.ProviderHosts{}
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.ProviderHosts, error) {
 		var ph wire.ProviderHosts
-		if err := rows.Scan(&ph.Name, &ph.Hosts); err != nil {
-			return nil, err
-		}
+		err := row.Scan(&ph.Name, &ph.Hosts)
 		sort.Strings(ph.Hosts) // byte order, whatever the database collation
-		out = append(out, ph)
+		return ph, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list providers: %w", translate(err))
 	}
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
-	}
+	out = nonNil(out)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -32,16 +33,11 @@ func (s *Store) ListHosts(ctx context.Context) ([]wire.Host, error) {
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	out := []wire.Host{}
-	for rows.Next() {
-		h, err := scanHost(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, h)
+	out, err := pgx.CollectRows(rows, rowTo(scanHost))
+	if err != nil {
+		return nil, fmt.Errorf("list hosts: %w", translate(err))
 	}
-	return out, translate(rows.Err())
+	return nonNil(out), nil
 }
 
 // Snapshot is the state sent to an SSE subscriber whose cursor was purged.

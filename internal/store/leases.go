@@ -2,6 +2,9 @@ package store
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
 
 	"pam/internal/wire"
 )
@@ -32,13 +35,10 @@ func (s *Store) RunStatuses(ctx context.Context, ids []string) (map[string]strin
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, translate(err)
-		}
-		out[id] = st
+	var id, st string
+	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error { out[id] = st; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("read run statuses: %w", translate(err))
 	}
-	return out, translate(rows.Err())
+	return out, nil
 }

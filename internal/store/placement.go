@@ -60,17 +60,8 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		if err != nil {
 			return err
 		}
-		var due []wire.Run
-		for rows.Next() {
-			r, err := scanRun(rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
-			due = append(due, r)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil || len(due) == 0 {
+		due, err := pgx.CollectRows(rows, rowTo(scanRun))
+		if err != nil || len(due) == 0 {
 			return err
 		}
 		hrows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
@@ -80,20 +71,18 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		if err != nil {
 			return err
 		}
-		var hosts []*candidate
-		for hrows.Next() {
+		all, err := pgx.CollectRows(hrows, func(row pgx.CollectableRow) (*candidate, error) {
 			c := &candidate{}
-			if err := hrows.Scan(&c.id, &c.providers, &c.capacity, &c.active); err != nil {
-				hrows.Close()
-				return err
-			}
+			return c, row.Scan(&c.id, &c.providers, &c.capacity, &c.active)
+		})
+		if err != nil {
+			return fmt.Errorf("read candidate hosts: %w", err)
+		}
+		var hosts []*candidate
+		for _, c := range all {
 			if connected(c.id) {
 				hosts = append(hosts, c)
 			}
-		}
-		hrows.Close()
-		if err := hrows.Err(); err != nil {
-			return err
 		}
 		var matchedIDs []string
 		for _, r := range due {

@@ -127,16 +127,11 @@ func (s *Store) ListProjects(ctx context.Context, includeArchived bool) ([]wire.
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	out := []wire.Project{}
-	for rows.Next() {
-		p, err := scanProject(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, p)
+	out, err := pgx.CollectRows(rows, rowTo(scanProject))
+	if err != nil {
+		return nil, fmt.Errorf("list projects: %w", translate(err))
 	}
-	return out, translate(rows.Err())
+	return nonNil(out), nil
 }
 
 type querier interface {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/jackc/pgx/v5"
 
@@ -38,14 +39,24 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]wire.Run, error) {
 
 // collectRuns scans every row of a runColumns query.
 func collectRuns(rows pgx.Rows) ([]wire.Run, error) {
-	defer rows.Close()
-	out := []wire.Run{}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, r)
+	out, err := pgx.CollectRows(rows, rowTo(scanRun))
+	if err != nil {
+		return nil, fmt.Errorf("scan runs: %w", translate(err))
 	}
-	return out, translate(rows.Err())
+	return nonNil(out), nil
+}
+
+// rowTo adapts a scanner of one row (scanRun, scanHost, …) to
+// pgx.CollectRows.
+func rowTo[T any](scan func(pgx.Row) (T, error)) pgx.RowToFunc[T] {
+	return func(row pgx.CollectableRow) (T, error) { return scan(row) }
+}
+
+// nonNil makes an empty result an empty list: the API's lists are [] and
+// never null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

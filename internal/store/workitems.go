@@ -158,17 +158,9 @@ func (s *Store) ListWorkItems(ctx context.Context, projectRef string, f ItemFilt
 	if err != nil {
 		return nil, translate(err)
 	}
-	defer rows.Close()
-	var all []wire.WorkItem
-	for rows.Next() {
-		w, err := scanItem(rows)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, w)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, translate(err)
+	all, err := pgx.CollectRows(rows, rowTo(scanItem))
+	if err != nil {
+		return nil, fmt.Errorf("list work items of %s: %w", p.ID, translate(err))
 	}
 	out := []wire.WorkItem{}
 	for _, w := range TreeOrder(all) {
