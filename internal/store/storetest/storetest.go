@@ -1,5 +1,6 @@
 // Package storetest gives each test its own real PostgreSQL database: one
-// private cluster per test binary (or PAM_TEST_DATABASE_URL), a template
+// private cluster per test binary (or PAM_TEST_DATABASE_URL; without
+// either, pamtest.Require skips or, under CI, fails the test), a template
 // database migrated once, and a clone of it per test, so tests run in
 // parallel without seeing each other's rows.
 package storetest
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/embeddb"
+	"pam/internal/pamtest"
 	"pam/internal/store"
 )
 
@@ -33,18 +35,10 @@ var (
 	setupOnce sync.Once
 )
 
-// Main wraps testing.M.Run and stops the private cluster afterwards. Call
-// it from TestMain in every package that uses New or URL.
-func Main(m *testing.M) {
-	code := m.Run()
-	if cluster != nil {
-		_ = cluster.Stop()
-	}
-	if tmpDir != "" {
-		_ = os.RemoveAll(tmpDir)
-	}
-	os.Exit(code)
-}
+// Main wraps testing.M.Run (through pamtest.Main) and stops the private
+// cluster afterwards. Call it from TestMain in every package that uses
+// New or URL.
+func Main(m *testing.M) { pamtest.Main(m) }
 
 func setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -57,6 +51,12 @@ func setup() error {
 			return err
 		}
 		tmpDir = dir
+		pamtest.AtExit(func() {
+			if cluster != nil {
+				_ = cluster.Stop()
+			}
+			_ = os.RemoveAll(tmpDir)
+		})
 		// When root, the cluster runs as postgres, which must traverse here.
 		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
@@ -132,6 +132,9 @@ func WithDatabase(u, db string) string {
 // returns its connection string; it is dropped when the test ends.
 func URL(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("PAM_TEST_DATABASE_URL") == "" {
+		pamtest.Require(t, "postgres")
+	}
 	setupOnce.Do(func() { setupErr = setup() })
 	if setupErr != nil {
 		t.Fatalf("test database: %v", setupErr)
