@@ -106,7 +106,7 @@ func TestPaneViewerGetsScreenThenChanges(t *testing.T) {
 	c := s.mustWS(r.ID, "pane", nil)
 	read := func() wire.PaneSnapshot {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		_, b, err := c.Read(ctx)
 		if err != nil {
@@ -131,8 +131,8 @@ func TestPaneViewerGetsScreenThenChanges(t *testing.T) {
 		prev = p
 	}
 	// Read-only: a data frame from the viewer closes its socket.
-	_ = c.Write(context.Background(), websocket.MessageText, []byte(`{"type":"input"}`))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = c.Write(t.Context(), websocket.MessageText, []byte(`{"type":"input"}`))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for {
 		if _, _, err := c.Read(ctx); err != nil {
@@ -170,7 +170,7 @@ func TestPaneFanoutWithStalledViewer(t *testing.T) {
 	const viewers = 50
 	var wg sync.WaitGroup
 	results := make([][]got, viewers)
-	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 6*time.Second)
 	defer cancel()
 	for i := range viewers {
 		c := s.mustWS(r.ID, "pane", nil)
