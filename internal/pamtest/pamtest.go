@@ -28,14 +28,20 @@ func init() {
 
 var (
 	mainMu  sync.Mutex
+	inMain  bool
 	atExit  []func()
 	skipped = map[string]int{} // tool → tests skipped because it is missing
 )
 
-// Main runs the tests of a package, then what AtExit registered
-// (storetest's cluster), prints which tests were skipped for want of a
-// tool, and exits with the tests' code. storetest.Main calls it.
+// Main runs the tests of a package, then what AtExit registered (the
+// process's copy of the pam binary, storetest's cluster), prints which
+// tests were skipped for want of a tool, and exits with the tests' code.
+// Call it from TestMain in every package that starts pam processes;
+// storetest.Main calls it.
 func Main(m *testing.M) {
+	mainMu.Lock()
+	inMain = true
+	mainMu.Unlock()
 	code := m.Run()
 	mainMu.Lock()
 	fns := atExit
@@ -53,7 +59,8 @@ func Main(m *testing.M) {
 
 // AtExit registers f to run once the package's tests have finished, in
 // reverse order of registration, for what outlives a single test (a
-// cluster shared by the test binary). Without Main it never runs.
+// cluster shared by the test binary, the pam binary). Without Main it
+// never runs.
 func AtExit(f func()) {
 	mainMu.Lock()
 	defer mainMu.Unlock()
