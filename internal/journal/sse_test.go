@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -41,7 +43,7 @@ func TestResumeWithLastEventID(t *testing.T) {
 	got := first.read(t, 40)
 	checkFrames(t, got, all[:40])
 	first.Close()
-	waitFor(t, "the first subscriber to leave", func() bool { return hub.Subscribers() == 0 })
+	eventually.Wait(t, testTimeout, "the first subscriber to leave", func() bool { return hub.Subscribers() == 0 })
 
 	second := connect(t, srv.URL, itoa(got[39].ID))
 	checkFrames(t, second.read(t, 60), all[40:])
@@ -273,7 +275,7 @@ func TestRunPurgesByRetention(t *testing.T) {
 	oldest := stored(t, s, 0, "")[4].Seq
 
 	hub, _ := startHub(t, s, journal.Options{PollInterval: time.Hour, Retention: time.Hour})
-	waitFor(t, "the purge at start", func() bool {
+	eventually.Wait(t, testTimeout, "the purge at start", func() bool {
 		n, err := s.PurgedThrough(ctx)
 		return err == nil && n == oldest
 	})
