@@ -287,7 +287,7 @@ func TestEventsFollowReconnects(t *testing.T) {
 		mu.Lock()
 		conns, cursors = 0, nil
 		mu.Unlock()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		var out, errb syncBuffer
 		done := make(chan int)
 		args := []string{"events", "--follow", "--after", "3", "--topic", "run.*"}
@@ -335,7 +335,7 @@ func TestEventsFollowStopsOnRefusal(t *testing.T) {
 	isolate(t)
 	newFakeAPI(t)
 	t.Setenv("PAM_TOKEN", "wrong")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	r := pamCtx(ctx, "events", "--follow")
 	if r.code != 1 || !strings.Contains(r.stderr, "invalid token") {

@@ -58,7 +58,7 @@ func (r result) String() string {
 // pam runs the command line in-process.
 func pam(t *testing.T, args ...string) result {
 	t.Helper()
-	return pamCtx(context.Background(), args...)
+	return pamCtx(t.Context(), args...)
 }
 
 func pamCtx(ctx context.Context, args ...string) result {
