@@ -18,12 +18,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 GO=${GO:-go}
 out=${COVERDIR:-cover}
+pkgs=${PKGS:-./...} # a subset, e.g. PKGS=./internal/serve/, measures faster
 rm -rf "$out"
 mkdir -p "$out/unit" "$out/procs"
 dir=$(cd "$out" && pwd)
 
 status=0
-PAM_COVERDIR="$dir/procs" $GO test -count=1 -p 2 -timeout 30m -cover -coverpkg=./... ./... \
+PAM_COVERDIR="$dir/procs" $GO test -count=1 -p 2 -timeout 30m -cover -coverpkg=./... $pkgs \
 	-args -test.gocoverdir="$dir/unit" || status=$?
 
 # helpers are test code: leave them out of what is measured.
@@ -32,6 +33,7 @@ total() { $GO tool cover -func="$1" | awk '$1 == "total:" { print $NF }'; }
 
 $GO tool covdata textfmt -i="$dir/unit" -o "$dir/unit.raw"
 product <"$dir/unit.raw" >"$dir/unit.out"
+mkdir -p "$dir/merged"
 $GO tool covdata merge -pcombine -i="$dir/unit,$dir/procs" -o "$dir/merged"
 $GO tool covdata textfmt -i="$dir/merged" -o "$dir/cover.raw"
 product <"$dir/cover.raw" >"$dir/cover.out"
