@@ -63,7 +63,7 @@ func TestResumeWhileJournaling(t *testing.T) {
 	journalN(t, s, "run.started", 100)
 
 	const writers, perWriter = 4, 50
-	ctx := context.Background()
+	ctx := t.Context()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -101,7 +101,7 @@ func TestResumeWhileJournaling(t *testing.T) {
 
 func TestResumeAcrossRestart(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	url := storetest.URL(t)
 
 	s1, err := store.Open(ctx, url)
@@ -227,7 +227,7 @@ func TestBackfillPages(t *testing.T) {
 
 func TestPurgedCursorGetsSnapshot(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := storetest.New(t)
 	hub, _ := startHub(t, s, wakeOnly)
 	srv := newServer(t, hub)
@@ -265,7 +265,7 @@ func TestPurgedCursorGetsSnapshot(t *testing.T) {
 
 func TestRunPurgesByRetention(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := storetest.New(t)
 	journalN(t, s, "run.started", 5)
 	if _, err := s.Pool.Exec(ctx, `UPDATE events SET created_at = now() - interval '2 hours'`); err != nil {
@@ -329,7 +329,7 @@ func TestServeBeforeRun(t *testing.T) {
 			connected <- result{err: err}
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 		if err != nil {
 			cancel()
