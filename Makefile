@@ -31,6 +31,12 @@ test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 2 -timeout 20m ./...
 
+# make cover: the suite's coverage, counting what the pam processes it
+# starts execute too, into COVERDIR (default cover/); see scripts/cover.sh.
+.PHONY: cover
+cover: deps
+	GO=$(GO) bash scripts/cover.sh
+
 test-short: deps
 	$(GO) test -short -count=1 -p 2 -timeout 10m ./...
 

@@ -291,7 +291,7 @@ func TestEventsFollowReconnects(t *testing.T) {
 		mu.Lock()
 		conns, cursors = 0, nil
 		mu.Unlock()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(t.Context())
 		var out, errb syncBuffer
 		done := make(chan int)
 		args := []string{"events", "--follow", "--after", "3", "--topic", "run.*"}
@@ -341,7 +341,7 @@ func TestEventsFollowStopsOnRefusal(t *testing.T) {
 	e := isolate(t)
 	newFakeAPI(t, e)
 	e.setenv("PAM_TOKEN", "wrong")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	r := e.pamCtx(ctx, "events", "--follow")
 	if r.code != 1 || !strings.Contains(r.stderr, "invalid token") {

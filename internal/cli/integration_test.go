@@ -3,43 +3,29 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"net/http/httptest"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"pam/internal/eventually"
-	"pam/internal/journal"
-	"pam/internal/server"
+	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-// TestAgainstRealServer runs real commands against server.New backed by a
-// real PostgreSQL database, end to end through the wire client.
+// TestAgainstRealServer runs real commands against a real `pam serve`
+// process backed by a real PostgreSQL database, end to end through the
+// wire client.
 func TestAgainstRealServer(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)
-	st := storetest.New(t)
-	hub := journal.NewHub(st, journal.Options{PollInterval: 50 * time.Millisecond})
-	st.AfterCommit = hub.Wake
-	hubCtx, stopHub := context.WithCancel(context.Background())
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- hub.Run(hubCtx) }()
-	srv := server.New(server.Options{Store: st, Events: hub, Token: testToken})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.CloseStreams()
-		ts.Close()
-		stopHub()
-		<-hubDone
-	})
-	e.setenv("PAM_URL", ts.URL)
-	e.setenv("PAM_TOKEN", testToken)
+	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t)})
+	e.setenv("PAM_URL", sv.URL)
+	e.setenv("PAM_TOKEN", sv.Token)
 
 	// Follow the journal from the start while the commands below run.
-	followCtx, stopFollow := context.WithCancel(context.Background())
+	followCtx, stopFollow := context.WithCancel(t.Context())
 	defer stopFollow()
 	var followOut, followErr syncBuffer
 	followDone := make(chan int, 1)

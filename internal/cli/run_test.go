@@ -129,7 +129,7 @@ func TestRunLogs(t *testing.T) {
 		t.Errorf("request %s", f.last())
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var out, errb syncBuffer
 	done := make(chan int)
 	env := e.env()

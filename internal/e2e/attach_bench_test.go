@@ -32,7 +32,7 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	relay.waitFrame(wire.WSLeaseAcquired, "")
 
 	direct := exec.Command("tmux", "-L", "pam", "-f", os.DevNull, "attach-session", "-t", "="+r.SessionName+":")
-	direct.Env = append(os.Environ(), "TMUX_TMPDIR="+s.tmpdir, "TERM=xterm-256color")
+	direct.Env = append(os.Environ(), s.tm.Env(), "TERM=xterm-256color")
 	direct.Env = slicesWithout(direct.Env, "TMUX=")
 	tty, err := pty.StartWithSize(direct, &pty.Winsize{Rows: 40, Cols: 120})
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -22,7 +24,7 @@ type cliAttach struct {
 	cmd    *exec.Cmd
 	master *os.File
 	slave  *os.File
-	out    *buffer
+	out    *pamtest.Buffer
 	exited chan struct{}
 	before *unix.Termios
 }
@@ -41,11 +43,11 @@ func (s *system) cliAttach(t *testing.T, runID string) *cliAttach {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(pamBin, "run", "attach", runID)
-	cmd.Env = append(os.Environ(), "PAM_URL="+s.url, "PAM_TOKEN="+s.token, "TERM=xterm-256color")
+	cmd := pamtest.Command(t, "run", "attach", runID)
+	cmd.Env = append(cmd.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token, "TERM=xterm-256color")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
-	a := &cliAttach{t: t, cmd: cmd, master: master, slave: slave, out: &buffer{}, exited: make(chan struct{}), before: before}
+	a := &cliAttach{t: t, cmd: cmd, master: master, slave: slave, out: &pamtest.Buffer{}, exited: make(chan struct{}), before: before}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +75,7 @@ func (s *system) cliAttach(t *testing.T, runID string) *cliAttach {
 
 func (a *cliAttach) waitOutput(want string) {
 	a.t.Helper()
-	waitFor(a.t, 20*time.Second, "pam run attach to show "+want, func() bool { return strings.Contains(a.out.String(), want) })
+	eventually.Wait(a.t, 20*time.Second, "pam run attach to show "+want, func() bool { return strings.Contains(a.out.String(), want) })
 }
 
 func (a *cliAttach) mode() *unix.Termios {
@@ -90,7 +92,7 @@ func (a *cliAttach) mode() *unix.Termios {
 func (a *cliAttach) attached() {
 	a.t.Helper()
 	a.waitOutput("detach with Ctrl-\\")
-	waitFor(a.t, 10*time.Second, "raw mode", func() bool { return a.mode().Lflag&(unix.ICANON|unix.ECHO) == 0 })
+	eventually.Wait(a.t, 10*time.Second, "raw mode", func() bool { return a.mode().Lflag&(unix.ICANON|unix.ECHO) == 0 })
 }
 
 // ended waits for the command to exit with code and checks the terminal
@@ -108,7 +110,7 @@ func (a *cliAttach) ended(code int, says string) {
 	if after := a.mode(); *after != *a.before {
 		a.t.Errorf("terminal mode not restored:\nbefore %+v\nafter  %+v", a.before, after)
 	}
-	waitFor(a.t, 5*time.Second, "the exit message "+says, func() bool { return strings.Contains(a.out.String(), says) })
+	eventually.Wait(a.t, 5*time.Second, "the exit message "+says, func() bool { return strings.Contains(a.out.String(), says) })
 	a.t.Logf("exit %d; output ends %q", a.cmd.ProcessState.ExitCode(), tail(a.out.String(), 120))
 	if !strings.Contains(a.out.String(), "\x1b[?1049l") {
 		a.t.Errorf("the screen modes were not reset on exit")
@@ -185,8 +187,8 @@ func TestCLIWatch(t *testing.T) {
 	s := newSystem(t)
 	s.worker("term-watch")
 	r := s.startRun(s.task(), "echo watched-line; sleep 2; echo second-line; sleep 1")
-	cmd := exec.Command(pamBin, "run", "watch", r.ID)
-	cmd.Env = append(os.Environ(), "PAM_URL="+s.url, "PAM_TOKEN="+s.token)
+	cmd := pamtest.Command(t, "run", "watch", r.ID)
+	cmd.Env = append(cmd.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token)
 	done := make(chan struct{})
 	var out []byte
 	var err error

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"net/url"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -84,7 +84,7 @@ func TestAttachLease(t *testing.T) {
 	if err := a.send(wire.TermFrame{Type: wire.WSReleaseLease}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the release to be journaled", func() bool { return len(s.runEvents(r.ID, "run.lease_released")) == 1 })
+	eventually.Wait(t, 10*time.Second, "the release to be journaled", func() bool { return len(s.runEvents(r.ID, "run.lease_released")) == 1 })
 	if err := b.send(wire.TermFrame{Type: wire.WSResize, Rows: 24, Cols: 80}); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestAttachLease(t *testing.T) {
 	c := s.attach(r.ID, nil)
 	c.waitFrame(wire.WSLeaseAcquired, "")
 
-	waitFor(t, 10*time.Second, "the journal", func() bool {
+	eventually.Wait(t, 10*time.Second, "the journal", func() bool {
 		return len(s.runEvents(r.ID, "run.lease_acquired")) == 3 && len(s.runEvents(r.ID, "run.lease_released")) == 2
 	})
 	var reasons []string
@@ -198,7 +198,7 @@ func TestAttachHostileClients(t *testing.T) {
 	snaps := make(chan snap, 1000)
 	go func() {
 		for {
-			_, b, err := viewer.Read(context.Background())
+			_, b, err := viewer.Read(t.Context())
 			if err != nil {
 				close(snaps)
 				return

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -21,6 +22,6 @@ func TestCLIHang(t *testing.T) {
 		t.Fatalf("run %s %v; events %v", got.Status, got.FailureReason, s.topics(r.ID))
 	}
 	failedAfter := time.Since(t0)
-	waitUntil(t, 15*time.Second, "the hung session stopped", func() bool { return !w.hasSession(r.SessionName) })
+	eventually.Wait(t, 15*time.Second, "the hung session stopped", func() bool { return !w.hasSession(r.SessionName) })
 	t.Logf("cli_hang %s after running (timeout 2s); session stopped %s after that", failedAfter.Round(time.Millisecond), (time.Since(t0) - failedAfter).Round(time.Millisecond))
 }

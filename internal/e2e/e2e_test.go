@@ -6,155 +6,53 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-var pamBin string
-
-func TestMain(m *testing.M) {
-	if _, err := exec.LookPath("tmux"); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: tmux is required (make test installs it)")
-		os.Exit(1)
-	}
-	dir, err := os.MkdirTemp("", "pame2e-")
-	if err != nil {
-		panic(err)
-	}
-	_ = os.Chmod(dir, 0o755)
-	pamBin = filepath.Join(dir, "pam")
-	if out, err := exec.Command("go", "build", "-o", pamBin, "../../cmd/pam").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "build pam: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	storetest.Main(m)
-}
-
-type buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *buffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *buffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+func TestMain(m *testing.M) { storetest.Main(m) }
 
 // system is one serve and its workers.
 type system struct {
-	t      testing.TB
-	url    string
-	token  string
-	tmpdir string // TMUX_TMPDIR shared by the workers of this system
-	procs  []*exec.Cmd
+	t     testing.TB
+	url   string
+	token string
+	tm    *pamtest.Tmux // TMUX_TMPDIR shared by the workers of this system
 }
 
-func shortDir(t testing.TB, prefix string) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(d, 0o755)
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
-
-func start(t testing.TB, name string, env []string, args ...string) (*exec.Cmd, *buffer, *buffer) {
-	t.Helper()
-	cmd := exec.Command(pamBin, args...)
-	cmd.Env = append(os.Environ(), env...)
-	out, errb := &buffer{}, &buffer{}
-	cmd.Stdout, cmd.Stderr = out, errb
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(20 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-		if t.Failed() {
-			t.Logf("%s stderr:\n%s", name, errb.String())
-		}
-	})
-	return cmd, out, errb
-}
-
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
-
+// newSystem starts serve on a fresh database, with short timers.
 func newSystem(t testing.TB, extraEnv ...string) *system {
 	t.Helper()
-	data := shortDir(t, "pams-")
-	env := append([]string{"PAM_DATA_DIR=" + data, "PAM_DATABASE_URL=" + storetest.URL(t), "PAM_BIND=127.0.0.1", "PAM_PORT=0",
-		"PAM_LOG_LEVEL=debug", "PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)
-	_, out, _ := start(t, "serve", env, "serve")
-	s := &system{t: t, tmpdir: shortDir(t, "pamx-")}
-	waitFor(t, 60*time.Second, "serve to listen", func() bool {
-		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
-			s.url = m[1]
-		}
-		return s.url != ""
-	})
-	b, err := os.ReadFile(filepath.Join(data, "token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.token = strings.TrimSpace(string(b))
-	t.Cleanup(func() {
-		// Sessions belong to tmux, not to the worker: end this system's
-		// tmux server so no session outlives the test.
-		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
-		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+s.tmpdir)
-		_ = cmd.Run()
-	})
-	return s
+	pamtest.Require(t, "tmux")
+	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t), Env: append([]string{
+		"PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)})
+	return &system{t: t, url: sv.URL, token: sv.Token, tm: pamtest.NewTmux(t)}
 }
 
 // worker provisions a host and starts `pam worker` for it.
-func (s *system) worker(name string, extraEnv ...string) (string, *buffer) {
+func (s *system) worker(name string, extraEnv ...string) (string, *pamtest.Buffer) {
 	s.t.Helper()
 	var created wire.HostCreated
 	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name, "max_runs": 100}, &created)
-	data := shortDir(s.t, "pamw-")
-	env := append([]string{"PAM_URL=" + s.url, "PAM_WORKER_TOKEN=" + created.WorkerToken, "PAM_HOST_NAME=" + name,
-		"PAM_DATA_DIR=" + data, "TMUX_TMPDIR=" + s.tmpdir, "PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms",
-		"PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s", "PAM_LOG_LEVEL=debug",
-		"PAM_CONFIG_DIR=" + data}, extraEnv...)
-	_, _, errb := start(s.t, "worker "+name, env, "worker")
-	waitFor(s.t, 30*time.Second, "worker "+name+" to come online", func() bool {
+	data := pamtest.ShortDir(s.t, "pamw-")
+	w := pamtest.StartWorker(s.t, pamtest.WorkerOptions{URL: s.url, Token: created.WorkerToken, Name: name, DataDir: data, Tmux: s.tm,
+		Env: append([]string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms",
+			"PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}, extraEnv...)})
+	eventually.Wait(s.t, 30*time.Second, "worker "+name+" to come online", func() bool {
 		var h wire.Host
 		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
 		return h.Status == "online"
 	})
-	return data, errb
+	return data, w.Stderr
 }
 
 func (s *system) call(method, path string, body any) (int, []byte) {
@@ -164,7 +62,7 @@ func (s *system) call(method, path string, body any) (int, []byte) {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, _ := http.NewRequest(method, s.url+path, rd)
+	req, _ := http.NewRequestWithContext(s.t.Context(), method, s.url+path, rd)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -200,7 +98,7 @@ func (s *system) task() wire.WorkItem {
 func (s *system) waitRun(id, what string, d time.Duration, cond func(wire.Run) bool) wire.Run {
 	s.t.Helper()
 	var r wire.Run
-	waitFor(s.t, d, "run "+id+": "+what, func() bool {
+	eventually.Wait(s.t, d, "run "+id+": "+what, func() bool {
 		r = wire.Run{}
 		s.must(200, "GET", "/api/v1/runs/"+id, nil, &r)
 		return cond(r)
@@ -208,12 +106,7 @@ func (s *system) waitRun(id, what string, d time.Duration, cond func(wire.Run) b
 	return r
 }
 
-func (s *system) tmux(args ...string) (string, error) {
-	cmd := exec.Command("tmux", append([]string{"-L", "pam"}, args...)...)
-	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+s.tmpdir)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
+func (s *system) tmux(args ...string) (string, error) { return s.tm.Run(args...) }
 
 func (s *system) topics(runID string) []string {
 	var l wire.EventList
@@ -287,7 +180,7 @@ func TestStopLongRun(t *testing.T) {
 		if stopped.Status != "stopped" {
 			t.Fatalf("stop: %+v", stopped)
 		}
-		waitFor(t, 15*time.Second, "session "+r.SessionName+" to end", func() bool {
+		eventually.Wait(t, 15*time.Second, "session "+r.SessionName+" to end", func() bool {
 			_, err := s.tmux("has-session", "-t", r.SessionName)
 			return err != nil
 		})
@@ -304,25 +197,21 @@ func isActive(s string) bool { return s == "pending" || s == "spawning" || s == 
 // started with the CLI ends exited with its output in `pam run logs`.
 func TestUpQuickstart(t *testing.T) {
 	t.Parallel()
-	data := shortDir(t, "pamu-")
-	tmuxDir := shortDir(t, "pamut-")
-	env := []string{"PAM_DATA_DIR=" + data, "PAM_CONFIG_DIR=" + data, "TMUX_TMPDIR=" + tmuxDir, "PAM_PORT=0", "PAM_HOLD_OPEN=1s", "PAM_CAPTURE_INTERVAL=200ms"}
-	_, out, _ := start(t, "up", env, "up")
-	t.Cleanup(func() {
-		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
-		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+tmuxDir)
-		_ = cmd.Run()
-	})
+	pamtest.Require(t, "postgres") // pam up runs the embedded database
+	data := pamtest.ShortDir(t, "pamu-")
+	tm := pamtest.NewTmux(t)
+	env := []string{"PAM_DATA_DIR=" + data, "PAM_CONFIG_DIR=" + data, tm.Env(), "PAM_PORT=0", "PAM_HOLD_OPEN=1s", "PAM_CAPTURE_INTERVAL=200ms"}
+	out := pamtest.Start(t, "up", env, "up").Stdout
 	var url string
-	waitFor(t, 90*time.Second, "pam up to start its worker", func() bool { return strings.Contains(out.String(), "worker:") })
-	url = listenRe.FindStringSubmatch(out.String())[1]
+	eventually.Wait(t, 90*time.Second, "pam up to start its worker", func() bool { return strings.Contains(out.String(), "worker:") })
+	url = pamtest.ListenURL(out.String())
 	if !regexp.MustCompile(`dashboard: http://127\.0\.0\.1:\d+/#token=[0-9a-f]{32}`).MatchString(out.String()) {
 		t.Fatalf("no dashboard URL with the token: %s", out.String())
 	}
 	pam := func(args ...string) string {
 		t.Helper()
-		cmd := exec.Command(pamBin, args...)
-		cmd.Env = append(os.Environ(), append(env, "PAM_URL="+url)...)
+		cmd := pamtest.Command(t, args...)
+		cmd.Env = append(cmd.Env, append(env, "PAM_URL="+url)...)
 		b, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("pam %s: %v\n%s", strings.Join(args, " "), err, b)
@@ -340,7 +229,7 @@ func TestUpQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	var r wire.Run
-	waitFor(t, 60*time.Second, "the run to end", func() bool {
+	eventually.Wait(t, 60*time.Second, "the run to end", func() bool {
 		r = wire.Run{}
 		_ = json.Unmarshal([]byte(pam("run", "show", run.ID, "--json")), &r)
 		return r.Status != "" && !isActive(r.Status)
@@ -349,7 +238,7 @@ func TestUpQuickstart(t *testing.T) {
 		t.Fatalf("run ended %s (%v)", r.Status, r.FailureReason)
 	}
 	// The log is the pane captured at PAM_CAPTURE_INTERVAL: give it one.
-	waitFor(t, 10*time.Second, "pam run logs to show hello", func() bool {
+	eventually.Wait(t, 10*time.Second, "pam run logs to show hello", func() bool {
 		return strings.Contains(pam("run", "logs", run.ID), "\nhello\n")
 	})
 }
@@ -364,7 +253,7 @@ func TestLogsFollow(t *testing.T) {
 	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell",
 		"prompt": "for i in 1 2 3 4; do echo line-$i; sleep 0.5; done"}, &r)
 	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
-	req, _ := http.NewRequest("GET", s.url+"/api/v1/runs/"+r.ID+"/logs?follow=true", nil)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", s.url+"/api/v1/runs/"+r.ID+"/logs?follow=true", nil)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -387,10 +276,4 @@ func TestLogsFollow(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("logs?follow=true did not end after the run ended")
 	}
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
 }

@@ -7,16 +7,15 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
@@ -29,73 +28,41 @@ import (
 // serveProc is one `pam serve` that a test may kill -9 and start again.
 type serveProc struct {
 	t    testing.TB
-	env  []string
-	port int
-	cmd  *exec.Cmd
-	errb *buffer
+	opts pamtest.ServeOptions
+	proc *pamtest.Serve
 }
 
 // newFaultSystem starts serve on the database at dbURL (a storetest clone
 // when empty) with the given extra environment.
 func newFaultSystem(t *testing.T, dbURL string, extraEnv ...string) (*system, *serveProc) {
 	t.Helper()
+	pamtest.Require(t, "tmux")
 	if dbURL == "" {
 		dbURL = storetest.URL(t)
 	}
-	data := shortDir(t, "pams-")
-	env := append([]string{"PAM_DATA_DIR=" + data, "PAM_DATABASE_URL=" + dbURL, "PAM_BIND=127.0.0.1",
-		"PAM_LOG_LEVEL=debug", "PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)
-	sp := &serveProc{t: t, env: env}
+	sp := &serveProc{t: t, opts: pamtest.ServeOptions{DataDir: pamtest.ShortDir(t, "pams-"), DatabaseURL: dbURL,
+		Env: append([]string{"PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)}}
 	base := sp.start()
-	u, _ := url.Parse(base)
-	sp.port, _ = strconv.Atoi(u.Port())
-	b, err := os.ReadFile(filepath.Join(data, "token"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &system{t: t, url: base, token: strings.TrimSpace(string(b))}, sp
+	sp.opts.Port = sp.proc.Port
+	return &system{t: t, url: base, token: sp.proc.Token}, sp
 }
 
 // start runs serve (on its first port after the first start) and waits
 // until it listens; it returns the base URL.
 func (sp *serveProc) start() string {
 	sp.t.Helper()
-	env := append(append([]string{}, sp.env...), "PAM_PORT="+strconv.Itoa(sp.port))
-	cmd, out, errb := start(sp.t, "serve", env, "serve")
-	sp.cmd, sp.errb = cmd, errb
-	var url string
-	if !eventually.Within(60*time.Second, func() bool {
-		if m := listenRe.FindStringSubmatch(out.String()); m != nil {
-			url = m[1]
-		}
-		return url != ""
-	}) {
-		sp.t.Fatalf("serve did not start: %s", errb.String())
-	}
-	return url
+	sp.proc = pamtest.StartServe(sp.t, sp.opts)
+	return sp.proc.URL
 }
 
 // kill9 kills serve with SIGKILL and reaps it.
-func (sp *serveProc) kill9() {
-	sp.t.Helper()
-	kill9(sp.t, sp.cmd)
-}
-
-func kill9(t testing.TB, cmd *exec.Cmd) {
-	t.Helper()
-	if err := syscall.Kill(cmd.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill -9 %d: %v", cmd.Process.Pid, err)
-	}
-	_ = cmd.Wait()
-}
+func (sp *serveProc) kill9() { sp.proc.Kill9() }
 
 // workerProc is one host's `pam worker`, restartable on its data dir.
 type workerProc struct {
-	s                      *system
-	name, data, tmux, pamu string
-	env                    []string
-	cmd                    *exec.Cmd
-	errb                   *buffer
+	s    *system
+	opts pamtest.WorkerOptions
+	proc *pamtest.Proc
 }
 
 // faultWorker provisions a host and starts its worker against pamURL (the
@@ -104,16 +71,10 @@ func (s *system) faultWorker(name, pamURL string, extraEnv ...string) *workerPro
 	s.t.Helper()
 	var created wire.HostCreated
 	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name}, &created)
-	w := &workerProc{s: s, name: name, data: shortDir(s.t, "pamw-"), tmux: shortDir(s.t, "pamx-"), pamu: pamURL}
-	w.env = append([]string{"PAM_URL=" + pamURL, "PAM_WORKER_TOKEN=" + created.WorkerToken, "PAM_HOST_NAME=" + name,
-		"PAM_DATA_DIR=" + w.data, "TMUX_TMPDIR=" + w.tmux, "PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=300ms",
-		"PAM_RECONCILE_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=500ms", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s",
-		"PAM_LOG_LEVEL=debug", "PAM_CONFIG_DIR=" + w.data}, extraEnv...)
-	s.t.Cleanup(func() {
-		cmd := exec.Command("tmux", "-L", "pam", "kill-server")
-		cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+w.tmux)
-		_ = cmd.Run()
-	})
+	w := &workerProc{s: s, opts: pamtest.WorkerOptions{URL: pamURL, Token: created.WorkerToken, Name: name,
+		DataDir: pamtest.ShortDir(s.t, "pamw-"), Tmux: pamtest.NewTmux(s.t),
+		Env: append([]string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=300ms", "PAM_RECONCILE_INTERVAL=500ms",
+			"PAM_HEARTBEAT_INTERVAL=500ms", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}, extraEnv...)}}
 	w.start()
 	s.waitHost(name, "online", 30*time.Second)
 	return w
@@ -122,18 +83,18 @@ func (s *system) faultWorker(name, pamURL string, extraEnv ...string) *workerPro
 // start runs the worker process (again).
 func (w *workerProc) start() {
 	w.s.t.Helper()
-	w.cmd, _, w.errb = start(w.s.t, "worker "+w.name, w.env, "worker")
+	w.proc = pamtest.StartWorker(w.s.t, w.opts)
 }
 
 // kill9 kills the worker with SIGKILL: no cleanup of any kind.
-func (w *workerProc) kill9() { kill9(w.s.t, w.cmd) }
+func (w *workerProc) kill9() { w.proc.Kill9() }
 
 // waitLog waits until the current process's log has a line with all of
 // the given strings.
 func (w *workerProc) waitLog(d time.Duration, parts ...string) {
 	w.s.t.Helper()
-	waitUntil(w.s.t, d, "worker log line with "+strings.Join(parts, " "), func() bool {
-		for _, line := range strings.Split(w.errb.String(), "\n") {
+	eventually.Wait(w.s.t, d, "worker log line with "+strings.Join(parts, " "), func() bool {
+		for _, line := range strings.Split(w.proc.Stderr.String(), "\n") {
 			all := true
 			for _, p := range parts {
 				all = all && strings.Contains(line, p)
@@ -148,10 +109,8 @@ func (w *workerProc) waitLog(d time.Duration, parts ...string) {
 
 // tmuxCmd runs tmux on this worker's socket.
 func (w *workerProc) tmuxCmd(args ...string) (string, error) {
-	cmd := exec.Command("tmux", append([]string{"-L", "pam"}, args...)...)
-	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+w.tmux)
-	out, err := cmd.CombinedOutput()
-	return strings.TrimSpace(string(out)), err
+	out, err := w.opts.Tmux.Run(args...)
+	return strings.TrimSpace(out), err
 }
 
 // panePID is the pid of the session's pane process (the wrapper).
@@ -172,7 +131,7 @@ func (w *workerProc) hasSession(session string) bool {
 
 // spooled lists the signal files in the worker's spool.
 func (w *workerProc) spooled() []string {
-	ents, _ := os.ReadDir(filepath.Join(w.data, "worker", "spool"))
+	ents, _ := os.ReadDir(filepath.Join(w.opts.DataDir, "worker", "spool"))
 	var out []string
 	for _, e := range ents {
 		if strings.HasSuffix(e.Name(), ".json") && !strings.HasPrefix(e.Name(), ".") {
@@ -182,15 +141,9 @@ func (w *workerProc) spooled() []string {
 	return out
 }
 
-// waitUntil polls cond every 20ms until it holds or d passes.
-func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
-}
-
 func (s *system) waitHost(name, status string, d time.Duration) {
 	s.t.Helper()
-	waitUntil(s.t, d, "host "+name+" "+status, func() bool {
+	eventually.Wait(s.t, d, "host "+name+" "+status, func() bool {
 		var h wire.Host
 		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
 		return h.Status == status
@@ -271,7 +224,7 @@ func (s *system) runShell(taskID, prompt string, extra map[string]any) wire.Run 
 // decides when the agent moves on.
 type gate string
 
-func newGate(t *testing.T) gate { return gate(shortDir(t, "pamg-")) }
+func newGate(t *testing.T) gate { return gate(pamtest.ShortDir(t, "pamg-")) }
 
 // wait is the shell text that waits for the file name in the gate.
 func (g gate) wait(name string) string {
@@ -285,10 +238,10 @@ func (g gate) open(t *testing.T, name string) {
 	}
 }
 
-// hook is the shell text that calls `pam hook kind` the way a provider's
-// hook does, with a JSON event on stdin.
-func hookCall(kind string) string {
-	return fmt.Sprintf(`echo '{"hook_event_name":"PostToolUse"}' | %s hook %s`, pamBin, kind)
+// hookCall is the shell text that calls `pam hook kind` the way a
+// provider's hook does, with a JSON event on stdin.
+func hookCall(t testing.TB, kind string) string {
+	return fmt.Sprintf(`echo '{"hook_event_name":"PostToolUse"}' | %s hook %s`, pamtest.Pam(t), kind)
 }
 
 // proxy is a TCP proxy between a worker and serve that a test can cut

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"pam/internal/embeddb"
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -76,7 +77,7 @@ func TestFaultServeKilledWhileRunFinishes(t *testing.T) {
 	sp.kill9()
 	tKill := time.Now()
 	g.open(t, "go")
-	waitUntil(t, 30*time.Second, "the finished signal in the spool", func() bool {
+	eventually.Wait(t, 30*time.Second, "the finished signal in the spool", func() bool {
 		for _, f := range w.spooled() {
 			if strings.HasSuffix(f, "-finished.json") {
 				return true
@@ -93,7 +94,7 @@ func TestFaultServeKilledWhileRunFinishes(t *testing.T) {
 	if got.Status != "exited" || countTopic(evs, "run.finished") != 1 || countTopic(evs, "run.exited") != 1 {
 		t.Fatalf("run %s; events %v", got.Status, s.topics(r.ID))
 	}
-	waitUntil(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
+	eventually.Wait(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
 	// Past the restart grace: the host stayed online throughout.
 	for time.Since(tBack) < offlineAfter+2*time.Second {
 		if h := s.host("fault-serve"); h.Status != "online" {
@@ -117,9 +118,9 @@ func TestFaultPartition(t *testing.T) {
 	p := newProxy(t, s.url)
 	w := s.faultWorker("fault-part", p.URL())
 	g := newGate(t)
-	prompt := strings.Join([]string{hookCall("progress"), g.wait("1"), hookCall("progress"), hookCall("progress"), g.wait("2"), "exit 0"}, "; ")
+	prompt := strings.Join([]string{hookCall(t, "progress"), g.wait("1"), hookCall(t, "progress"), hookCall(t, "progress"), g.wait("2"), "exit 0"}, "; ")
 	r := s.runShell(s.task().ID, prompt, nil)
-	waitUntil(t, 60*time.Second, "the first progress", func() bool { return slices.Equal(progressSeqs(s.events(r.ID)), []int{1}) })
+	eventually.Wait(t, 60*time.Second, "the first progress", func() bool { return slices.Equal(progressSeqs(s.events(r.ID)), []int{1}) })
 
 	p.Cut()
 	tCut := time.Now()
@@ -127,13 +128,13 @@ func TestFaultPartition(t *testing.T) {
 	tOffline := time.Now()
 	g.open(t, "1")
 	g.open(t, "2")
-	waitUntil(t, 30*time.Second, "progress 2, 3 and finished in the spool", func() bool { return len(w.spooled()) == 3 })
+	eventually.Wait(t, 30*time.Second, "progress 2, 3 and finished in the spool", func() bool { return len(w.spooled()) == 3 })
 	if got := s.waitRun(r.ID, "", time.Second, func(wire.Run) bool { return true }); got.Status != "running" || got.Attempt != 1 {
 		t.Fatalf("during the partition the run is %s attempt %d", got.Status, got.Attempt)
 	}
 	// The session ends after its hold-open; with no word from serve the
 	// worker reports nothing.
-	waitUntil(t, 30*time.Second, "the session to end", func() bool { return !w.hasSession(r.SessionName) })
+	eventually.Wait(t, 30*time.Second, "the session to end", func() bool { return !w.hasSession(r.SessionName) })
 
 	p.Heal()
 	tHeal := time.Now()
@@ -164,7 +165,7 @@ func TestFaultPartitionPastHostLost(t *testing.T) {
 	g := newGate(t)
 	// Attempt 1 waits, then says something late and keeps running;
 	// attempt 2 (elsewhere) completes at once.
-	prompt := fmt.Sprintf(`if [ "$PAM_ATTEMPT" = 1 ]; then %s; %s; while :; do sleep 1; done; else exit 0; fi`, g.wait("late"), hookCall("progress"))
+	prompt := fmt.Sprintf(`if [ "$PAM_ATTEMPT" = 1 ]; then %s; %s; while :; do sleep 1; done; else exit 0; fi`, g.wait("late"), hookCall(t, "progress"))
 	r := s.runShell(s.task().ID, prompt, nil)
 	s.waitRun(r.ID, "running on A", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 	s.faultWorker("fault-lost-b", s.url)
@@ -190,10 +191,10 @@ func TestFaultPartitionPastHostLost(t *testing.T) {
 
 	p.Heal()
 	tHeal := time.Now()
-	waitUntil(t, 30*time.Second, "run.stale_session", func() bool { return countTopic(s.events(r.ID), "run.stale_session") == 1 })
+	eventually.Wait(t, 30*time.Second, "run.stale_session", func() bool { return countTopic(s.events(r.ID), "run.stale_session") == 1 })
 	tFlagged := time.Now()
 	g.open(t, "late")
-	waitUntil(t, 30*time.Second, "the late progress journaled as stale", func() bool { return countTopic(s.events(r.ID), "run.stale_signal") >= 1 })
+	eventually.Wait(t, 30*time.Second, "the late progress journaled as stale", func() bool { return countTopic(s.events(r.ID), "run.stale_signal") >= 1 })
 	// Several reconciliations later: still flagged once, never killed.
 	time.Sleep(2 * time.Second)
 	if !a.hasSession(r.SessionName) {
@@ -234,7 +235,7 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 		// spawns the CLI: the shell may not have written its pids yet.
 		// Killing the server before it did would leave nothing to check.
 		pids := filepath.Join(string(g), r.ID+".pids")
-		waitUntil(t, 30*time.Second, "attempt 1 of "+r.ID+" to record its pids", func() bool {
+		eventually.Wait(t, 30*time.Second, "attempt 1 of "+r.ID+" to record its pids", func() bool {
 			b, _ := os.ReadFile(pids)
 			return len(strings.Fields(string(b))) == 2
 		})
@@ -261,7 +262,7 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(string(g), r.ID+".pids"))
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
-			waitUntil(t, 10*time.Second, fmt.Sprintf("process %d of attempt 1 to end", pid), func() bool {
+			eventually.Wait(t, 10*time.Second, fmt.Sprintf("process %d of attempt 1 to end", pid), func() bool {
 				return pid > 0 && syscall.Kill(pid, 0) != nil
 			})
 		}
@@ -278,17 +279,11 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 // replays), everything resumes.
 func TestFaultPostgresRestart(t *testing.T) {
 	t.Parallel()
-	dir, err := os.MkdirTemp("", "pamdb-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o711); err != nil { // the cluster runs as postgres when root
-		t.Fatal(err)
-	}
+	pamtest.Require(t, "postgres")
+	dir := pamtest.ShortDir(t, "pamdb-") // traversable: the cluster runs as postgres when root
 	// Durable, as serve runs it: a crash must not lose what was committed.
 	opts := embeddb.Options{Dir: filepath.Join(dir, "pg"), Database: "pam", Durable: true, StartTimeout: time.Minute}
-	ctx := context.Background()
+	ctx := t.Context()
 	db, err := embeddb.Start(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -298,9 +293,9 @@ func TestFaultPostgresRestart(t *testing.T) {
 	s, _ := newFaultSystem(t, db.URL(), "PAM_HOST_OFFLINE_AFTER=30s")
 	w := s.faultWorker("fault-pg", s.url)
 	g := newGate(t)
-	prompt := strings.Join([]string{hookCall("progress"), g.wait("1"), hookCall("progress"), g.wait("2"), "exit 0"}, "; ")
+	prompt := strings.Join([]string{hookCall(t, "progress"), g.wait("1"), hookCall(t, "progress"), g.wait("2"), "exit 0"}, "; ")
 	r := s.runShell(s.task().ID, prompt, nil)
-	waitUntil(t, 60*time.Second, "the first progress", func() bool { return slices.Equal(progressSeqs(s.events(r.ID)), []int{1}) })
+	eventually.Wait(t, 60*time.Second, "the first progress", func() bool { return slices.Equal(progressSeqs(s.events(r.ID)), []int{1}) })
 
 	// An immediate shutdown: every backend gone at once, crash recovery on
 	// the next start.
@@ -312,10 +307,10 @@ func TestFaultPostgresRestart(t *testing.T) {
 	}
 	tDown := time.Now()
 	health := func() int { code, _ := s.call("GET", "/healthz", nil); return code }
-	waitUntil(t, 10*time.Second, "/healthz 503", func() bool { return health() == 503 })
+	eventually.Wait(t, 10*time.Second, "/healthz 503", func() bool { return health() == 503 })
 	g.open(t, "1")
 	g.open(t, "2")
-	waitUntil(t, 30*time.Second, "progress 2 and finished in the spool", func() bool { return len(w.spooled()) == 2 })
+	eventually.Wait(t, 30*time.Second, "progress 2 and finished in the spool", func() bool { return len(w.spooled()) == 2 })
 	// The worker tries to replay while the database is down, and keeps
 	// the files.
 	w.waitLog(30*time.Second, "spool replay paused")
@@ -326,7 +321,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	tUp := time.Now()
-	waitUntil(t, 30*time.Second, "/healthz 200", func() bool { return health() == 200 })
+	eventually.Wait(t, 30*time.Second, "/healthz 200", func() bool { return health() == 200 })
 	tHealthy := time.Now()
 	got := s.waitRun(r.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) })
 	tDone := time.Now()
@@ -334,7 +329,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	if got.Status != "exited" || !slices.Equal(progressSeqs(evs), []int{1, 2}) || countTopic(evs, "run.finished") != 1 {
 		t.Fatalf("run %s; progress %v; events %v", got.Status, progressSeqs(evs), s.topics(r.ID))
 	}
-	waitUntil(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
+	eventually.Wait(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
 	// Everything resumes: a new run goes through.
 	r2 := s.runShell(s.task().ID, "exit 0", nil)
 	if got := s.waitRun(r2.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) }); got.Status != "exited" {
@@ -354,8 +349,8 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 	g := newGate(t)
 	r := s.runShell(s.task().ID, g.wait("go")+"; exit 0", nil)
 	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
-	dir := filepath.Join(w.data, "worker")
-	waitUntil(t, 30*time.Second, "runcache.json with the run", func() bool {
+	dir := filepath.Join(w.opts.DataDir, "worker")
+	eventually.Wait(t, 30*time.Second, "runcache.json with the run", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "runcache.json"))
 		return strings.Contains(string(b), r.ID)
 	})
@@ -374,7 +369,7 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 	}
 	w.start()
 	w.waitLog(30*time.Second, "uplink connected")
-	waitUntil(t, 30*time.Second, "three files set aside in worker.log", func() bool {
+	eventually.Wait(t, 30*time.Second, "three files set aside in worker.log", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "worker.log"))
 		return strings.Count(string(b), "unreadable file set aside") == 3
 	})
@@ -395,7 +390,7 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 		t.Errorf("set aside: %v", aside)
 	}
 	// Reconciliation ran against the orchestrator and rewrote the cache.
-	waitUntil(t, 30*time.Second, "a fresh runcache.json", func() bool {
+	eventually.Wait(t, 30*time.Second, "a fresh runcache.json", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "runcache.json"))
 		return strings.Contains(string(b), r.ID) && strings.Contains(string(b), `"host_id"`)
 	})
@@ -416,10 +411,10 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 // runs; the other exits 1 naming the holder's pid.
 func TestFaultTwoWorkersOneDataDir(t *testing.T) {
 	t.Parallel()
-	data := shortDir(t, "pamw-")
-	tmuxDir := shortDir(t, "pamx-")
-	env := append(os.Environ(), "PAM_URL=http://127.0.0.1:1", "PAM_WORKER_TOKEN="+strings.Repeat("ab", 32), "PAM_HOST_NAME=twin",
-		"PAM_DATA_DIR="+data, "PAM_CONFIG_DIR="+data, "TMUX_TMPDIR="+tmuxDir, "PAM_LOG_LEVEL=info")
+	data := pamtest.ShortDir(t, "pamw-")
+	tm := pamtest.NewTmux(t)
+	env := []string{"PAM_URL=http://127.0.0.1:1", "PAM_WORKER_TOKEN=" + strings.Repeat("ab", 32), "PAM_HOST_NAME=twin",
+		"PAM_DATA_DIR=" + data, "PAM_CONFIG_DIR=" + data, tm.Env(), "PAM_LOG_LEVEL=info"}
 	type exit struct {
 		i    int
 		code int
@@ -428,12 +423,12 @@ func TestFaultTwoWorkersOneDataDir(t *testing.T) {
 	for round := range 50 {
 		t0 := time.Now()
 		var cmds [2]*exec.Cmd
-		var errs [2]*buffer
+		var errs [2]*pamtest.Buffer
 		done := make(chan exit, 2)
 		for i := range cmds {
-			cmds[i] = exec.Command(pamBin, "worker")
-			cmds[i].Env = env
-			errs[i] = &buffer{}
+			cmds[i] = pamtest.Command(t, "worker")
+			cmds[i].Env = append(cmds[i].Env, env...)
+			errs[i] = &pamtest.Buffer{}
 			cmds[i].Stderr = errs[i]
 		}
 		for i := range cmds {
@@ -468,7 +463,7 @@ func TestFaultTwoWorkersOneDataDir(t *testing.T) {
 			t.Fatalf("round %d: loser exited %d: %s", round, loser.code, msg)
 		}
 		// The winner runs: it holds the lock and wrote worker.json.
-		waitUntil(t, 10*time.Second, "the winner's worker.json", func() bool {
+		eventually.Wait(t, 10*time.Second, "the winner's worker.json", func() bool {
 			b, _ := os.ReadFile(filepath.Join(data, "worker", "worker.json"))
 			return strings.Contains(string(b), fmt.Sprintf(`"pid": %d,`, winner.Process.Pid))
 		})

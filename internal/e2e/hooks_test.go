@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -42,8 +44,8 @@ PAMP=$(printf %s "$N" | sed -n 's/^notify=\["\([^"]*\)","hook","completed"\]$/\1
 func TestProviderHooks(t *testing.T) {
 	t.Parallel()
 	s, _ := newFaultSystem(t, "")
-	conf := shortDir(t, "pamc-")
-	bin := shortDir(t, "pamb-")
+	conf := pamtest.ShortDir(t, "pamc-")
+	bin := pamtest.ShortDir(t, "pamb-")
 	for name, text := range map[string]string{"claude": fakeClaude, "codex": fakeCodex} {
 		if err := os.WriteFile(filepath.Join(bin, name), []byte(text), 0o755); err != nil {
 			t.Fatal(err)
@@ -80,10 +82,10 @@ func TestProviderHooks(t *testing.T) {
 		}
 		// Hold-open: the closing line says how and until when; then the
 		// session goes (PAM_HOLD_OPEN=3s).
-		waitUntil(t, 10*time.Second, "the closing line in the pane", func() bool {
+		eventually.Wait(t, 10*time.Second, "the closing line in the pane", func() bool {
 			out, _ := w.tmuxCmd("capture-pane", "-p", "-t", "="+r.SessionName+":")
 			return strings.Contains(out, "finished with exit code 0 (exited) — this session stays open until")
 		})
-		waitUntil(t, 15*time.Second, "the session cleaned up after hold-open", func() bool { return !w.hasSession(r.SessionName) })
+		eventually.Wait(t, 15*time.Second, "the session cleaned up after hold-open", func() bool { return !w.hasSession(r.SessionName) })
 	}
 }

@@ -46,7 +46,7 @@ func (s *system) dialWSWith(client *http.Client, runID, kind string, q url.Value
 	if hdr == nil {
 		hdr = http.Header{"Authorization": {"Bearer " + s.token}}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(s.t.Context(), 15*time.Second)
 	defer cancel()
 	c, resp, err := websocket.Dial(ctx, s.wsURL(runID, kind, q), &websocket.DialOptions{HTTPHeader: hdr, HTTPClient: client})
 	if err != nil {
@@ -92,7 +92,7 @@ func (s *system) attach(runID string, q url.Values) *tclient {
 
 func (tm *tclient) read() {
 	for {
-		_, b, err := tm.c.Read(context.Background())
+		_, b, err := tm.c.Read(tm.t.Context())
 		tm.mu.Lock()
 		if err != nil {
 			tm.closed = err
@@ -189,7 +189,7 @@ func (tm *tclient) send(f wire.TermFrame) error {
 }
 
 func (tm *tclient) sendRaw(b []byte) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(tm.t.Context(), 10*time.Second)
 	defer cancel()
 	return tm.c.Write(ctx, websocket.MessageText, b)
 }
@@ -246,7 +246,7 @@ func (s *system) runEvents(runID, topic string) []wire.Event {
 // metric reads one unlabelled sample from /metrics.
 func (s *system) metric(name string) float64 {
 	s.t.Helper()
-	req, _ := http.NewRequest("GET", s.url+"/metrics", nil)
+	req, _ := http.NewRequestWithContext(s.t.Context(), "GET", s.url+"/metrics", nil)
 	req.Header.Set("Authorization", "Bearer "+s.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -105,7 +105,7 @@ func TestPaneViewerGetsScreenThenChanges(t *testing.T) {
 	c := s.mustWS(r.ID, "pane", nil)
 	read := func() wire.PaneSnapshot {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
 		_, b, err := c.Read(ctx)
 		if err != nil {
@@ -130,8 +130,8 @@ func TestPaneViewerGetsScreenThenChanges(t *testing.T) {
 		prev = p
 	}
 	// Read-only: a data frame from the viewer closes its socket.
-	_ = c.Write(context.Background(), websocket.MessageText, []byte(`{"type":"input"}`))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	_ = c.Write(t.Context(), websocket.MessageText, []byte(`{"type":"input"}`))
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	for {
 		if _, _, err := c.Read(ctx); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 )
 
 // parentDir makes a short folder for one test's clusters and removes it when
@@ -24,6 +25,7 @@ import (
 // traverse it (t.TempDir is 0700, and too deep for a socket path).
 func parentDir(t *testing.T) string {
 	t.Helper()
+	pamtest.Require(t, "postgres")
 	base := os.TempDir()
 	if len(base) > 40 {
 		base = "/tmp"
@@ -63,7 +65,7 @@ func clusterDir(t *testing.T) string {
 // start starts a cluster and stops it when the test ends.
 func start(t *testing.T, opts Options) *Cluster {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	c, err := Start(ctx, opts)
 	if err != nil {
@@ -79,7 +81,7 @@ func start(t *testing.T, opts Options) *Cluster {
 
 func connect(t *testing.T, url string) *pgx.Conn {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -91,7 +93,7 @@ func connect(t *testing.T, url string) *pgx.Conn {
 
 func mustExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
-	if _, err := conn.Exec(context.Background(), sql, args...); err != nil {
+	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 }
@@ -99,7 +101,7 @@ func mustExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
 func queryString(t *testing.T, conn *pgx.Conn, sql string, args ...any) string {
 	t.Helper()
 	var s string
-	if err := conn.QueryRow(context.Background(), sql, args...).Scan(&s); err != nil {
+	if err := conn.QueryRow(t.Context(), sql, args...).Scan(&s); err != nil {
 		t.Fatalf("%s: %v", sql, err)
 	}
 	return s
@@ -253,7 +255,7 @@ func TestKilledServerIsAdoptedAndCrashIsRecovered(t *testing.T) {
 	t.Parallel()
 	dir := clusterDir(t)
 	opts := Options{Dir: dir, Durable: true}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 
 	// A server that is kill -9'd never runs Stop: its postmaster (in its own
@@ -383,7 +385,7 @@ func TestSocketPathLimit(t *testing.T) {
 	limit := maxSocketPath()
 
 	tooLong := dirOfSocketLen(limit + 1)
-	_, err := Start(context.Background(), Options{Dir: tooLong})
+	_, err := Start(t.Context(), Options{Dir: tooLong})
 	if err == nil {
 		t.Fatalf("Start with a %d-byte socket path succeeded", limit+1)
 	}

@@ -3,11 +3,13 @@ package journal_test
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 
 	"pam/internal/embeddb"
 	"pam/internal/journal"
@@ -42,7 +44,7 @@ func BenchmarkSSEFanout100(b *testing.B) {
 			}
 		})
 	}
-	waitFor(b, "every subscriber", func() bool { return hub.Subscribers() == subscribers })
+	eventually.Wait(b, testTimeout, "every subscriber", func() bool { return hub.Subscribers() == subscribers })
 
 	ctx := context.Background()
 	b.ResetTimer()
@@ -94,18 +96,14 @@ func BenchmarkJournalAppend(b *testing.B) {
 // durableStore starts a private cluster with fsync on for the benchmark.
 func durableStore(b *testing.B) *store.Store {
 	b.Helper()
-	dir, err := os.MkdirTemp("", "pambench-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	_ = os.Chmod(dir, 0o711)
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	c, err := embeddb.Start(context.Background(), embeddb.Options{Dir: dir + "/pg", Durable: true})
+	pamtest.Require(b, "postgres")
+	dir := pamtest.ShortDir(b, "pambench-") // traversable: the cluster runs as postgres when root
+	c, err := embeddb.Start(b.Context(), embeddb.Options{Dir: dir + "/pg", Durable: true})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = c.Stop() })
-	s, err := store.Open(context.Background(), c.URL())
+	s, err := store.Open(b.Context(), c.URL())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"pam/internal/eventually"
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -268,10 +267,4 @@ func eventSeqs(evs []wire.Event) []int64 {
 		out[i] = e.Seq
 	}
 	return out
-}
-
-// waitFor polls cond until it holds or testTimeout passes.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, testTimeout, what, cond)
 }

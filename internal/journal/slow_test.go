@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -65,7 +67,7 @@ func testSlowSubscriber(t *testing.T, maxPending int) {
 	if _, err := fmt.Fprintf(slow, "GET /?after=%d HTTP/1.1\r\nHost: pam\r\n\r\n", start); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the slow subscriber", func() bool { return hub.Subscribers() == 1 })
+	eventually.Wait(t, testTimeout, "the slow subscriber", func() bool { return hub.Subscribers() == 1 })
 
 	fast := connect(t, srv.URL+"?after="+itoa(start), "")
 	var received atomic.Int64
@@ -91,7 +93,7 @@ func testSlowSubscriber(t *testing.T, maxPending int) {
 			t.Fatalf("slow subscriber not dropped after %d events (%d subscribers)", sent, hub.Subscribers())
 		}
 		// Pace the writer by the fast client so only the slow one lags.
-		waitFor(t, "the fast subscriber to keep up", func() bool { return received.Load() >= sent-8 })
+		eventually.Wait(t, testTimeout, "the fast subscriber to keep up", func() bool { return received.Load() >= sent-8 })
 		journal1(t, s, store.NewEvent{Topic: "run.progress", Payload: map[string]any{"i": sent, "blob": blob}})
 		sent++
 	}
@@ -102,7 +104,7 @@ func testSlowSubscriber(t *testing.T, maxPending int) {
 
 	journalN(t, s, "run.progress", 5)
 	sent += 5
-	waitFor(t, "the fast subscriber to get every event", func() bool { return received.Load() >= sent })
+	eventually.Wait(t, testTimeout, "the fast subscriber to get every event", func() bool { return received.Load() >= sent })
 	fast.Close()
 	checkFrames(t, <-frames, stored(t, s, start, ""))
 

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -41,7 +43,7 @@ func TestResumeWithLastEventID(t *testing.T) {
 	got := first.read(t, 40)
 	checkFrames(t, got, all[:40])
 	first.Close()
-	waitFor(t, "the first subscriber to leave", func() bool { return hub.Subscribers() == 0 })
+	eventually.Wait(t, testTimeout, "the first subscriber to leave", func() bool { return hub.Subscribers() == 0 })
 
 	second := connect(t, srv.URL, itoa(got[39].ID))
 	checkFrames(t, second.read(t, 60), all[40:])
@@ -61,7 +63,7 @@ func TestResumeWhileJournaling(t *testing.T) {
 	journalN(t, s, "run.started", 100)
 
 	const writers, perWriter = 4, 50
-	ctx := context.Background()
+	ctx := t.Context()
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -99,7 +101,7 @@ func TestResumeWhileJournaling(t *testing.T) {
 
 func TestResumeAcrossRestart(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	url := storetest.URL(t)
 
 	s1, err := store.Open(ctx, url)
@@ -225,7 +227,7 @@ func TestBackfillPages(t *testing.T) {
 
 func TestPurgedCursorGetsSnapshot(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := storetest.New(t)
 	hub, _ := startHub(t, s, wakeOnly)
 	srv := newServer(t, hub)
@@ -263,7 +265,7 @@ func TestPurgedCursorGetsSnapshot(t *testing.T) {
 
 func TestRunPurgesByRetention(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	s := storetest.New(t)
 	journalN(t, s, "run.started", 5)
 	if _, err := s.Pool.Exec(ctx, `UPDATE events SET created_at = now() - interval '2 hours'`); err != nil {
@@ -273,7 +275,7 @@ func TestRunPurgesByRetention(t *testing.T) {
 	oldest := stored(t, s, 0, "")[4].Seq
 
 	hub, _ := startHub(t, s, journal.Options{PollInterval: time.Hour, Retention: time.Hour})
-	waitFor(t, "the purge at start", func() bool {
+	eventually.Wait(t, testTimeout, "the purge at start", func() bool {
 		n, err := s.PurgedThrough(ctx)
 		return err == nil && n == oldest
 	})
@@ -327,7 +329,7 @@ func TestServeBeforeRun(t *testing.T) {
 			connected <- result{err: err}
 			return
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+		ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 		resp, err := http.DefaultClient.Do(req.WithContext(ctx))
 		if err != nil {
 			cancel()

@@ -8,135 +8,28 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-var pamBin string
+func TestMain(m *testing.M) { storetest.Main(m) }
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "pambin-")
-	if err != nil {
-		panic(err)
-	}
-	pamBin = filepath.Join(dir, "pam")
-	out, err := exec.Command("go", "build", "-o", pamBin, "../../cmd/pam").CombinedOutput()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "build pam: %v\n%s", err, out)
-		os.Exit(1)
-	}
-	defer os.RemoveAll(dir)
-	storetest.Main(m)
-}
-
-// proc is a `pam serve` process under test.
-type proc struct {
-	t      *testing.T
-	cmd    *exec.Cmd
-	URL    string
-	lines  chan string
-	stderr *safeBuffer
-	done   chan struct{}
-}
-
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
-
-// startServe runs `pam serve` with env and waits until it prints where it
-// listens (or fails the test when wait is true and it does not).
-func startServe(t *testing.T, wait bool, env ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(pamBin, "serve")
-	cmd.Env = append(os.Environ(), "PAM_BIND=127.0.0.1", "PAM_PORT=0", "PAM_LOG_LEVEL=debug")
-	cmd.Env = append(cmd.Env, env...)
-	stdout, _ := cmd.StdoutPipe()
-	p := &proc{t: t, cmd: cmd, lines: make(chan string, 100), stderr: &safeBuffer{}, done: make(chan struct{})}
-	cmd.Stderr = p.stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() { p.kill(syscall.SIGKILL) })
-	if wait {
-		p.waitListening(90 * time.Second)
-	}
-	return p
-}
-
-func (p *proc) waitListening(d time.Duration) {
-	p.t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case line, ok := <-p.lines:
-			if !ok {
-				p.t.Fatalf("pam serve exited before listening: %s", p.stderr)
-			}
-			if m := listenRe.FindStringSubmatch(line); m != nil {
-				p.URL = m[1]
-				return
-			}
-		case <-deadline:
-			p.t.Fatalf("pam serve did not listen within %s: %s", d, p.stderr)
-		}
-	}
-}
-
-func (p *proc) kill(sig syscall.Signal) {
-	if p.cmd.Process != nil {
-		_ = p.cmd.Process.Signal(sig)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) exitCode() int {
-	<-p.done
-	return p.cmd.ProcessState.ExitCode()
-}
-
-// safeBuffer collects a process's stderr while tests read it.
-type safeBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *safeBuffer) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(b)
-}
-
-func (w *safeBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
+// stopWait is how long a serve has to exit after a signal in these tests.
+const stopWait = 30 * time.Second
 
 func get(t *testing.T, url, token string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", url, nil)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", url, nil)
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
@@ -151,7 +44,7 @@ func get(t *testing.T, url, token string) (int, []byte) {
 
 func post(t *testing.T, url, token, body string) (int, []byte) {
 	t.Helper()
-	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req, _ := http.NewRequestWithContext(t.Context(), "POST", url, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -181,22 +74,13 @@ func readToken(t *testing.T, dir string) string {
 }
 
 // dataDir makes a data dir the postgres user can traverse when root.
-func dataDir(t *testing.T) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "pamdata-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_ = os.Chmod(d, 0o711)
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
-}
+func dataDir(t *testing.T) string { return pamtest.ShortDir(t, "pamdata-") }
 
 func TestServeExternalDatabase(t *testing.T) {
 	t.Parallel()
 	dir := dataDir(t)
 	dbURL := storetest.URL(t)
-	p := startServe(t, true, "PAM_DATA_DIR="+dir, "PAM_DATABASE_URL="+dbURL)
+	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dir, DatabaseURL: dbURL})
 	tok := readToken(t, dir)
 	st, _ := os.Stat(dir)
 	if st.Mode().Perm() != 0o700 {
@@ -213,20 +97,20 @@ func TestServeExternalDatabase(t *testing.T) {
 	}
 
 	// One server per data dir: a second one exits 1 naming the lock.
-	second := startServe(t, false, "PAM_DATA_DIR="+dir, "PAM_DATABASE_URL="+dbURL)
-	if code := second.exitCode(); code != 1 {
+	second := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dir, DatabaseURL: dbURL, NoWait: true})
+	if code := second.Wait(stopWait); code != 1 {
 		t.Fatalf("second serve on one data dir exited %d, want 1", code)
 	}
-	if !strings.Contains(second.stderr.String(), "serve.lock") {
-		t.Fatalf("second serve's message does not name serve.lock: %s", second.stderr)
+	if !strings.Contains(second.Stderr.String(), "serve.lock") {
+		t.Fatalf("second serve's message does not name serve.lock: %s", second.Stderr)
 	}
 
 	// SIGTERM: graceful, exit 0; the token is never logged.
-	p.kill(syscall.SIGTERM)
-	if code := p.exitCode(); code != 0 {
-		t.Fatalf("serve exited %d after SIGTERM: %s", code, p.stderr)
+	p.Stop(syscall.SIGTERM, stopWait)
+	if code := p.Wait(stopWait); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM: %s", code, p.Stderr)
 	}
-	if strings.Contains(p.stderr.String(), tok) {
+	if strings.Contains(p.Stderr.String(), tok) {
 		t.Fatal("the operator token appears in serve's log")
 	}
 }
@@ -234,27 +118,20 @@ func TestServeExternalDatabase(t *testing.T) {
 func TestServeStandbyTakesOver(t *testing.T) {
 	t.Parallel()
 	dbURL := storetest.URL(t)
-	active := startServe(t, true, "PAM_DATA_DIR="+dataDir(t), "PAM_DATABASE_URL="+dbURL)
-	standby := startServe(t, false, "PAM_DATA_DIR="+dataDir(t), "PAM_DATABASE_URL="+dbURL)
+	active := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL})
+	standby := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL, NoWait: true})
 	// The standby says it waits and does not listen while the active runs.
-	waitFor(t, 30*time.Second, "standby message", func() bool {
-		return strings.Contains(standby.stderr.String(), "standby")
+	eventually.Wait(t, 30*time.Second, "standby message", func() bool {
+		return strings.Contains(standby.Stderr.String(), "standby")
 	})
-	select {
-	case line := <-standby.lines:
-		t.Fatalf("standby printed %q while another server was active", line)
-	default:
+	if out := standby.Stdout.String(); out != "" {
+		t.Fatalf("standby printed %q while another server was active", out)
 	}
-	active.kill(syscall.SIGTERM)
-	standby.waitListening(30 * time.Second)
+	active.Stop(syscall.SIGTERM, stopWait)
+	standby.WaitListening(30 * time.Second)
 	if code, _ := get(t, standby.URL+"/healthz", ""); code != 200 {
 		t.Fatalf("standby after takeover: healthz %d", code)
 	}
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
 }
 
 // TestSSEResumeAcrossRestart: events journaled by one serve process are
@@ -263,8 +140,8 @@ func TestSSEResumeAcrossRestart(t *testing.T) {
 	t.Parallel()
 	dir := dataDir(t)
 	dbURL := storetest.URL(t)
-	env := []string{"PAM_DATA_DIR=" + dir, "PAM_DATABASE_URL=" + dbURL}
-	p := startServe(t, true, env...)
+	opts := pamtest.ServeOptions{DataDir: dir, DatabaseURL: dbURL}
+	p := pamtest.StartServe(t, opts)
 	tok := readToken(t, dir)
 	for i := 0; i < 30; i++ {
 		if code, body := post(t, p.URL+"/api/v1/projects", tok, fmt.Sprintf(`{"name":"p%d"}`, i)); code != 201 {
@@ -275,9 +152,9 @@ func TestSSEResumeAcrossRestart(t *testing.T) {
 	if ids[0] != 1 || ids[9] != 10 {
 		t.Fatalf("first ten ids %v", ids)
 	}
-	p.kill(syscall.SIGKILL)
+	p.Stop(syscall.SIGKILL, stopWait)
 
-	p2 := startServe(t, true, env...)
+	p2 := pamtest.StartServe(t, opts)
 	for i := 30; i < 40; i++ {
 		post(t, p2.URL+"/api/v1/projects", tok, fmt.Sprintf(`{"name":"p%d"}`, i))
 	}
@@ -292,7 +169,7 @@ func TestSSEResumeAcrossRestart(t *testing.T) {
 // readSSE reads n events from the stream resuming after last.
 func readSSE(t *testing.T, base, tok, last string, n int) []int64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, "GET", base+"/api/v1/events/stream", nil)
 	req.Header.Set("Authorization", "Bearer "+tok)
@@ -330,10 +207,10 @@ func readSSE(t *testing.T, base, tok, last string, n int) []int64 {
 func TestServeEmbeddedDatabase(t *testing.T) {
 	t.Parallel()
 	dir := dataDir(t)
-	env := []string{"PAM_DATA_DIR=" + dir, "PAM_DATABASE_URL="}
+	opts := pamtest.ServeOptions{DataDir: dir} // no database URL: the embedded one
 
 	start := time.Now()
-	p := startServe(t, true, env...)
+	p := pamtest.StartServe(t, opts)
 	t.Logf("cold start (initdb + start + migrate): %s", time.Since(start).Round(time.Millisecond))
 	tok := readToken(t, dir)
 	if _, err := os.Stat(filepath.Join(dir, "postgres", "PG_VERSION")); err != nil {
@@ -350,23 +227,23 @@ func TestServeEmbeddedDatabase(t *testing.T) {
 	}
 
 	// kill -9 the server: its database keeps running and is adopted.
-	p.kill(syscall.SIGKILL)
-	p = startServe(t, true, env...)
+	p.Stop(syscall.SIGKILL, stopWait)
+	p = pamtest.StartServe(t, opts)
 	if code, body := get(t, p.URL+"/api/v1/projects/survivor", tok); code != 200 {
 		t.Fatalf("after kill -9 and restart: %d %s", code, body)
 	}
 
 	// A clean stop stops the database too.
-	p.kill(syscall.SIGTERM)
-	if code := p.exitCode(); code != 0 {
-		t.Fatalf("exit %d: %s", code, p.stderr)
+	p.Stop(syscall.SIGTERM, stopWait)
+	if code := p.Wait(stopWait); code != 0 {
+		t.Fatalf("exit %d: %s", code, p.Stderr)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "postgres", "postmaster.pid")); err == nil {
 		t.Fatal("postmaster.pid left after a clean stop: the database was not stopped")
 	}
 
 	start = time.Now()
-	p = startServe(t, true, env...)
+	p = pamtest.StartServe(t, opts)
 	t.Logf("warm start (existing cluster): %s", time.Since(start).Round(time.Millisecond))
 	if code, _ := get(t, p.URL+"/api/v1/projects/survivor", tok); code != 200 {
 		t.Fatalf("after warm start: %d", code)
@@ -379,19 +256,19 @@ func TestServeEmbeddedDatabase(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	waitFor(t, 30*time.Second, "healthz 503", func() bool {
+	eventually.Wait(t, 30*time.Second, "healthz 503", func() bool {
 		code, _ := get(t, p.URL+"/healthz", "")
 		return code == 503
 	})
 	if code, body := get(t, p.URL+"/api/v1/projects", tok); code != 503 || !strings.Contains(string(body), `"unavailable"`) {
 		t.Fatalf("API with the database down: %d %s", code, body)
 	}
-	p.kill(syscall.SIGTERM)
+	p.Stop(syscall.SIGTERM, stopWait)
 
 	// The next start recovers the crashed cluster.
-	p = startServe(t, true, env...)
+	p = pamtest.StartServe(t, opts)
 	if code, _ := get(t, p.URL+"/api/v1/projects/survivor", tok); code != 200 {
 		t.Fatalf("after database crash and restart: %d", code)
 	}
-	p.kill(syscall.SIGTERM)
+	p.Stop(syscall.SIGTERM, stopWait)
 }

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 )
 
@@ -55,8 +57,8 @@ func TestServeNativeTLS(t *testing.T) {
 	t.Parallel()
 	dir := dataDir(t)
 	certFile, keyFile, pool := selfSigned(t, dir)
-	p := startServe(t, true, "PAM_DATA_DIR="+dir, "PAM_DATABASE_URL="+storetest.URL(t),
-		"PAM_TLS_CERT="+certFile, "PAM_TLS_KEY="+keyFile)
+	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dir, DatabaseURL: storetest.URL(t),
+		Env: []string{"PAM_TLS_CERT=" + certFile, "PAM_TLS_KEY=" + keyFile}})
 	if !strings.HasPrefix(p.URL, "https://") {
 		t.Fatalf("serve with TLS prints %s", p.URL)
 	}
@@ -73,19 +75,20 @@ func TestServeNativeTLS(t *testing.T) {
 	if code, _ := get(t, strings.Replace(p.URL, "https://", "http://", 1)+"/healthz", ""); code == 200 {
 		t.Fatal("plain HTTP answered on the TLS port")
 	}
-	p.kill(syscall.SIGTERM)
+	p.Stop(syscall.SIGTERM, stopWait)
 }
 
 func TestServeWarnsPlainNonLoopback(t *testing.T) {
 	t.Parallel()
-	p := startServe(t, true, "PAM_DATA_DIR="+dataDir(t), "PAM_DATABASE_URL="+storetest.URL(t), "PAM_BIND=0.0.0.0")
-	waitFor(t, 10*time.Second, "a warning for plain HTTP on 0.0.0.0", func() bool {
-		return strings.Contains(p.stderr.String(), "non-loopback")
+	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t), Env: []string{"PAM_BIND=0.0.0.0"}})
+	eventually.Wait(t, 10*time.Second, "a warning for plain HTTP on 0.0.0.0", func() bool {
+		return strings.Contains(p.Stderr.String(), "non-loopback")
 	})
-	p.kill(syscall.SIGTERM)
+	p.Stop(syscall.SIGTERM, stopWait)
 
-	bad := startServe(t, false, "PAM_DATA_DIR="+dataDir(t), "PAM_DATABASE_URL="+storetest.URL(t), "PAM_TLS_CERT=/nonexistent", "PAM_TLS_KEY=/nonexistent")
-	if code := bad.exitCode(); code != 1 || !strings.Contains(bad.stderr.String(), "PAM_TLS_CERT") {
-		t.Fatalf("bad TLS files: exit %d: %s", code, bad.stderr)
+	bad := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t),
+		Env: []string{"PAM_TLS_CERT=/nonexistent", "PAM_TLS_KEY=/nonexistent"}, NoWait: true})
+	if code := bad.Wait(stopWait); code != 1 || !strings.Contains(bad.Stderr.String(), "PAM_TLS_CERT") {
+		t.Fatalf("bad TLS files: exit %d: %s", code, bad.Stderr)
 	}
 }

@@ -71,7 +71,7 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 func (e *runEnv) waitPasses(n int64) {
 	e.t.Helper()
 	from := e.passes.Load()
-	waitFor(e.t, 10*time.Second, "dispatcher passes", func() bool { return e.passes.Load() >= from+n })
+	eventually.Wait(e.t, 10*time.Second, "dispatcher passes", func() bool { return e.passes.Load() >= from+n })
 }
 
 type fakeWorker struct {
@@ -218,14 +218,8 @@ func (e *runEnv) run(id string) wire.Run {
 func (e *runEnv) waitRun(id, what string, cond func(wire.Run) bool) wire.Run {
 	e.t.Helper()
 	var r wire.Run
-	waitFor(e.t, 15*time.Second, "run "+id+": "+what, func() bool { r = e.run(id); return cond(r) })
+	eventually.Wait(e.t, 15*time.Second, "run "+id+": "+what, func() bool { r = e.run(id); return cond(r) })
 	return r
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t testing.TB, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
 }
 
 func (e *runEnv) topics(runID string) string {
@@ -268,7 +262,7 @@ func TestRunLifecycleWithSimulatedWorker(t *testing.T) {
 	}
 	now := time.Now()
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: d.Attempt, Capture: "hello\n", Timestamp: &now})
-	waitFor(t, 5*time.Second, "the pane to show the snapshot", func() bool {
+	eventually.Wait(t, 5*time.Second, "the pane to show the snapshot", func() bool {
 		var p wire.Pane
 		e.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
 		return p.Capture == "hello\n" && p.Seq == 1
@@ -732,7 +726,7 @@ func TestDispatcherCapacityAcrossDispatchers(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 60*time.Second, "all 200 runs to exit", func() bool {
+	eventually.Wait(t, 60*time.Second, "all 200 runs to exit", func() bool {
 		var l wire.RunList
 		e.must(200, "GET", "/api/v1/runs?status=exited&limit=1000", nil, &l)
 		return len(l.Runs) == 200

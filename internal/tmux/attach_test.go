@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+
 	"github.com/creack/pty"
 
 	"pam/internal/wire"
@@ -84,12 +86,12 @@ func TestAttachCommandInPTY(t *testing.T) {
 		o, _ := s.raw("display-message", "-p", "-t", "=pam-0123abcd:", "#{window_width}")
 		return strings.TrimSpace(o)
 	}
-	waitFor(t, 10*time.Second, "the window to take the client's size", func() bool { return width() == "100" })
+	eventually.Wait(t, 10*time.Second, "the window to take the client's size", func() bool { return width() == "100" })
 	if _, err := f.Write([]byte("typed-through\r")); err != nil {
 		t.Fatal(err)
 	}
 	waitCapture(t, s.tm, name, "typed-through\ntyped-through")
-	waitFor(t, 10*time.Second, "the echo on the client", func() bool {
+	eventually.Wait(t, 10*time.Second, "the echo on the client", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Contains(out.String(), "typed-through")
@@ -97,7 +99,7 @@ func TestAttachCommandInPTY(t *testing.T) {
 	if err := pty.Setsize(f, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the window to follow a resize", func() bool { return width() == "120" })
+	eventually.Wait(t, 10*time.Second, "the window to follow a resize", func() bool { return width() == "120" })
 	_ = cmd.Process.Signal(syscall.SIGHUP) // the terminal hangs up
 	f.Close()
 	waitErr := make(chan error, 1)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pam/internal/pamtest"
 )
 
 // BenchmarkCaptureHash is one cycle of the worker's capture loop for one
@@ -17,17 +19,12 @@ import (
 // processes it forks, and the tmux server: at 1 Hz, cpu-µs/op is the CPU
 // per session per second (1000 µs/op = 0.1% of one core).
 func BenchmarkCaptureHash(b *testing.B) {
-	dir, err := os.MkdirTemp("", "pb")
+	dir := pamtest.NewTmux(b).Dir
+	tm, err := New(Options{TmuxTmpDir: dir})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	tm, err := New(Options{TmuxTmpDir: dir})
-	if err != nil {
-		b.Skip(err)
-	}
 	s := &server{dir: dir, tm: tm}
-	defer s.raw("kill-server")
 	name, _ := ParseSessionName("pam-0123abcd")
 	c := b.Context()
 	err = tm.NewSession(c, Spawn{Name: name, Cwd: dir, Title: "bench", RunID: runA, Attempt: 1,

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 )
 
 // server is a private tmux server for one test: its own TMUX_TMPDIR
@@ -22,20 +23,11 @@ type server struct {
 
 func newServer(t *testing.T) *server {
 	t.Helper()
-	if _, err := exec.LookPath("tmux"); err != nil {
-		t.Skip("tmux not installed")
-	}
-	dir, err := os.MkdirTemp("", "pt")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// Test-only: the whole private server goes when the test ends, on its
+	// own socket directory. Production code has no kill-server at all.
+	dir := pamtest.NewTmux(t).Dir
 	s := &server{t: t, dir: dir}
-	t.Cleanup(func() {
-		// Test-only: the whole private server goes, on its own socket
-		// directory. Production code has no kill-server at all.
-		s.raw("kill-server")
-		os.RemoveAll(dir)
-	})
+	var err error
 	s.tm, err = New(Options{TmuxTmpDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -53,15 +45,9 @@ func (s *server) raw(args ...string) (string, error) {
 }
 
 func ctx(t *testing.T) context.Context {
-	c, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	c, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
 }
 
 // waitCapture waits until the pane shows want and returns the capture.
@@ -71,7 +57,7 @@ func waitCapture(t *testing.T, tm *Tmux, name SessionName, want string) string {
 	var err error
 	if !eventually.Within(10*time.Second, func() bool {
 		var out string
-		if out, err = tm.Capture(context.Background(), name); err != nil {
+		if out, err = tm.Capture(t.Context(), name); err != nil {
 			return true
 		}
 		last = out
@@ -97,5 +83,12 @@ func (s *server) spawn(name SessionName, runID string, cmd ...string) {
 	err := s.tm.NewSession(ctx(s.t), Spawn{Name: name, Cwd: s.t.TempDir(), Title: "test-task", RunID: runID, Attempt: 1, Command: cmd})
 	if err != nil {
 		s.t.Fatal(err)
+	}
+}
+
+// The harness kills pam's tmux servers by this name.
+func TestSocketMatchesHarness(t *testing.T) {
+	if Socket != pamtest.TmuxSocket {
+		t.Fatalf("tmux.Socket %q, pamtest.TmuxSocket %q", Socket, pamtest.TmuxSocket)
 	}
 }

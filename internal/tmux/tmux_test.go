@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+
 	"pam/internal/wire"
 )
 
@@ -230,7 +232,7 @@ func TestNoServer(t *testing.T) {
 	}
 	// A server that started and then lost its last session: same answer.
 	s.spawn(name, runA, "/bin/sh", "-c", "exit 0")
-	waitFor(t, 10*time.Second, "the session to end", func() bool {
+	eventually.Wait(t, 10*time.Second, "the session to end", func() bool {
 		list, err := s.tm.ListSessions(c)
 		return err == nil && len(list) == 0
 	})
@@ -253,7 +255,7 @@ func TestSendKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out string
-	waitFor(t, 10*time.Second, "cat to print the last line", func() bool {
+	eventually.Wait(t, 10*time.Second, "cat to print the last line", func() bool {
 		out, _ = s.tm.Capture(c, name)
 		return strings.Count(out, "end\n") == 2
 	})
@@ -282,7 +284,7 @@ func TestSendKeys(t *testing.T) {
 	if err := s.tm.SendKeys(c, name, []wire.Key{{Key: "C-c"}}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "cat to end on C-c", func() bool {
+	eventually.Wait(t, 10*time.Second, "cat to end on C-c", func() bool {
 		alive, err := s.tm.Alive(c, name)
 		return err == nil && !alive
 	})
@@ -344,7 +346,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 	if alive, _ := s.tm.Alive(c, name); alive {
 		t.Error("session still alive")
 	}
-	waitFor(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
+	eventually.Wait(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
 }
 
 func TestStopForce(t *testing.T) {
@@ -365,7 +367,7 @@ func TestStopForce(t *testing.T) {
 	if alive, _ := s.tm.Alive(c, name); alive {
 		t.Error("session still alive")
 	}
-	waitFor(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
+	eventually.Wait(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
 	// Stopping a stopped session is fine.
 	if err := s.tm.Stop(c, name, time.Second, false); err != nil {
 		t.Errorf("second Stop: %v", err)
@@ -383,7 +385,7 @@ func TestStopForegroundGroup(t *testing.T) {
 	// sh -m (job control) runs sleep in its own foreground group.
 	s.spawn(name, runA, "/bin/sh", "-mc", "sleep 300; echo after")
 	var fg int
-	waitFor(t, 10*time.Second, "a separate foreground group", func() bool {
+	eventually.Wait(t, 10*time.Second, "a separate foreground group", func() bool {
 		p, err := s.tm.Pane(c, name)
 		if err != nil {
 			t.Fatal(err)
@@ -395,5 +397,5 @@ func TestStopForegroundGroup(t *testing.T) {
 	if err := s.tm.Stop(c, name, 20*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the foreground group to die", func() bool { return !groupAlive(fg) })
+	eventually.Wait(t, 5*time.Second, "the foreground group to die", func() bool { return !groupAlive(fg) })
 }

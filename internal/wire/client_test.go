@@ -176,7 +176,7 @@ func TestErrorDecoding(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = c.GetProject(context.Background(), "x")
+			_, err = c.GetProject(t.Context(), "x")
 			got, ok := AsError(err)
 			if !ok {
 				t.Fatalf("error %v (%T) is not a *wire.Error", err, err)
@@ -245,7 +245,7 @@ func TestClientRoutes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	str := func(s string) *string { return &s }
 	no := false
 	pos := 2
@@ -339,7 +339,7 @@ func TestStreamEvents(t *testing.T) {
 	defer srv.Close()
 	c, _ := NewClient(srv.URL, "t", "")
 	var ids []string
-	err := c.StreamEvents(context.Background(), 4, "run.*", func(name, id string, data []byte) error {
+	err := c.StreamEvents(t.Context(), 4, "run.*", func(name, id string, data []byte) error {
 		var ev Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			t.Errorf("data %q: %v", data, err)
@@ -370,7 +370,7 @@ func TestStreamEventsEndsWithContext(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _ := NewClient(srv.URL, "t", "")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	err := c.StreamEvents(ctx, 0, "", func(name, id string, data []byte) error {
 		cancel()
 		return nil
@@ -387,7 +387,7 @@ func TestStreamEventsRefused(t *testing.T) {
 	}))
 	defer srv.Close()
 	c, _ := NewClient(srv.URL, "t", "")
-	err := c.StreamEvents(context.Background(), 0, "", func(string, string, []byte) error { return nil })
+	err := c.StreamEvents(t.Context(), 0, "", func(string, string, []byte) error { return nil })
 	if !HasCode(err, CodeUnauthorized) {
 		t.Fatalf("err %v, want unauthorized", err)
 	}
@@ -421,7 +421,7 @@ func TestCAFileTrustsServer(t *testing.T) {
 	defer srv.Close()
 	// Without the CA the server's certificate is refused.
 	c, _ := NewClient(srv.URL, "", "")
-	if _, err := c.Health(context.Background()); err == nil {
+	if _, err := c.Health(t.Context()); err == nil {
 		t.Fatal("untrusted certificate accepted")
 	}
 	ca := t.TempDir() + "/ca.pem"
@@ -432,7 +432,7 @@ func TestCAFileTrustsServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Health(context.Background()); err != nil {
+	if _, err := c.Health(t.Context()); err != nil {
 		t.Fatalf("with PAM_CA_FILE: %v", err)
 	}
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -41,7 +40,7 @@ func TestIdleSlowdown(t *testing.T) {
 	step := func() time.Duration {
 		t.Helper()
 		r.next = time.Time{} // due now
-		w.captureDue(context.Background(), base)
+		w.captureDue(t.Context(), base)
 		return r.interval
 	}
 	want := []time.Duration{base, 2 * base, 4 * base, 5 * base, 5 * base}
@@ -59,7 +58,7 @@ func TestIdleSlowdown(t *testing.T) {
 	}
 	// Not due: not captured.
 	before := r.next
-	w.captureDue(context.Background(), base)
+	w.captureDue(t.Context(), base)
 	if r.next != before {
 		t.Error("a pane that was not due was captured")
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -172,7 +173,7 @@ func (o *fakeOrch) sendRaw(c *websocket.Conn, b []byte) error {
 func (o *fakeOrch) current() *websocket.Conn {
 	o.t.Helper()
 	var c *websocket.Conn
-	waitFor(o.t, 10*time.Second, "an uplink", func() bool {
+	eventually.Wait(o.t, 10*time.Second, "an uplink", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		c = o.conn
@@ -213,7 +214,7 @@ func (o *fakeOrch) wait(from int, what string, match func(wire.Frame) bool) (wir
 	o.t.Helper()
 	var got wire.Frame
 	idx := -1
-	waitFor(o.t, 15*time.Second, what, func() bool {
+	eventually.Wait(o.t, 15*time.Second, what, func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		for i := from; i < len(o.frames); i++ {
@@ -250,12 +251,6 @@ func isType(typ, runID string) func(wire.Frame) bool {
 	return func(f wire.Frame) bool { return f.Type == typ && (runID == "" || f.RunID == runID) }
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, d, what, cond)
-}
-
 // fakePam is the sessions' foreground command in these tests: it prints
 // its arguments and sleeps (ignoring SIGTERM for run ids holding 7777, to
 // exercise the stop ladder). The real wrapper is `pam exec run`.
@@ -281,21 +276,11 @@ type harness struct {
 // private tmux server whose invocations are recorded, and a fake pam.
 func newHarness(t *testing.T, orch *fakeOrch) *harness {
 	t.Helper()
+	tmuxDir := pamtest.NewTmux(t).Dir
 	real, err := exec.LookPath("tmux")
-	if err != nil {
-		t.Skip("tmux not installed")
-	}
-	tmuxDir, err := os.MkdirTemp("", "pw")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		// Test-only, on the private socket directory.
-		cmd := exec.Command(real, "-L", tmux.Socket, "kill-server")
-		cmd.Env = []string{"TMUX_TMPDIR=" + tmuxDir}
-		_ = cmd.Run()
-		os.RemoveAll(tmuxDir)
-	})
 	bin := t.TempDir()
 	calls := filepath.Join(bin, "calls")
 	recorder := filepath.Join(bin, "tmux")
@@ -368,7 +353,7 @@ func (h *harness) tmuxCalls() []string {
 
 func (h *harness) sessions() []tmux.Session {
 	h.t.Helper()
-	list, err := h.tm.ListSessions(context.Background())
+	list, err := h.tm.ListSessions(h.t.Context())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -54,7 +55,7 @@ func TestLivenessIgnoresRunsSpawnedDuringTheList(t *testing.T) {
 	// Two whole passes after the held one: the run must still be ours and
 	// nothing reported about it.
 	after := passes.Load()
-	waitFor(t, 10*time.Second, "two more liveness passes", func() bool { return passes.Load() >= after+3 })
+	eventually.Wait(t, 10*time.Second, "two more liveness passes", func() bool { return passes.Load() >= after+3 })
 	if n := orch.count(from, isType(wire.FrameRunState, runA)); n != 0 {
 		t.Errorf("a run spawned during the list was reported %d times", n)
 	}

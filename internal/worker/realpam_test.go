@@ -1,57 +1,16 @@
 package worker
 
 import (
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
-var (
-	buildOnce sync.Once
-	buildDir  string
-	pamPath   string
-	buildErr  error
-	buildOut  []byte
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
-}
-
-// realPam builds cmd/pam once per test binary.
-func realPam(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := filepath.Abs(filepath.Join("..", "..", "cmd", "pam"))
-		if err != nil {
-			buildErr = err
-			return
-		}
-		buildDir, buildErr = os.MkdirTemp("", "pam-build")
-		if buildErr != nil {
-			return
-		}
-		out := filepath.Join(buildDir, "pam")
-		cmd := exec.Command("go", "build", "-o", out, ".")
-		cmd.Dir = dir
-		buildOut, buildErr = cmd.CombinedOutput()
-		pamPath = out
-	})
-	if buildErr != nil {
-		t.Fatalf("go build ./cmd/pam: %v\n%s", buildErr, buildOut)
-	}
-	return pamPath
-}
+func TestMain(m *testing.M) { pamtest.Main(m) }
 
 // The whole chain on one host with the real wrapper: the worker writes
 // the dispatch file, tmux runs `pam exec run`, the wrapper finds the
@@ -64,7 +23,7 @@ func TestRealWrapper(t *testing.T) {
 	}
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
-	h.opts.PamBinary = realPam(t)
+	h.opts.PamBinary = pamtest.Pam(t)
 	h.opts.ConfigDir = t.TempDir() // built-in providers only
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
@@ -75,7 +34,7 @@ func TestRealWrapper(t *testing.T) {
 	orch.wait(from, "the provider's output in a snapshot", func(f wire.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, "hello-from-42")
 	})
-	waitFor(t, 15*time.Second, "started and finished signals", func() bool {
+	eventually.Wait(t, 15*time.Second, "started and finished signals", func() bool {
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		kinds := map[string]bool{}
@@ -91,5 +50,5 @@ func TestRealWrapper(t *testing.T) {
 		t.Fatal("the session did not stay open after the CLI exited")
 	}
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
-	waitFor(t, 15*time.Second, "the session to go", func() bool { _, ok := h.session(runA); return !ok })
+	eventually.Wait(t, 15*time.Second, "the session to go", func() bool { _, ok := h.session(runA); return !ok })
 }

@@ -1,7 +1,6 @@
 package worker
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/spool"
 	"pam/internal/tmux"
 	"pam/internal/wire"
@@ -113,7 +113,7 @@ func (h *harness) oldSession(runID string, attempt int, command ...string) tmux.
 	if len(command) == 0 {
 		command = []string{h.opts.PamBinary, "session", runID}
 	}
-	if err := h.tm.NewSession(context.Background(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Command: command}); err != nil {
+	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Command: command}); err != nil {
 		h.t.Fatal(err)
 	}
 	return name
@@ -195,9 +195,9 @@ func TestReconcileDiscrimination(t *testing.T) {
 	orch.wait(0, "spawn_failed of the missing spawning run", isState(wire.StateSpawnFailed, runMissSpwn))
 	orch.wait(0, "a snapshot of the re-adopted session", isType(wire.FrameSnapshot, runDesired))
 	for _, id := range []string{runPastHold, runStopped, runElse, runOlder} {
-		waitFor(t, 10*time.Second, "the session of "+id+" to be stopped", func() bool { return !h.alive(names[id]) })
+		eventually.Wait(t, 10*time.Second, "the session of "+id+" to be stopped", func() bool { return !h.alive(names[id]) })
 	}
-	waitFor(t, 10*time.Second, "the orphan to be killed after its hold", func() bool { return !h.alive(names[runOrphan]) })
+	eventually.Wait(t, 10*time.Second, "the orphan to be killed after its hold", func() bool { return !h.alive(names[runOrphan]) })
 	// Several passes later: what is kept is still there, reported once.
 	if !h.alive(names[runHostLost]) || !h.alive(names[runHold]) || !h.alive(names[runDesired]) {
 		t.Errorf("a session that must be kept is gone: %+v", h.sessions())
@@ -247,7 +247,7 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	lost := h.oldSession(runMissing, 1)
 	h.start()
 	cache := filepath.Join(h.opts.DataDir, "worker", "runcache.json")
-	waitFor(t, 10*time.Second, "runcache.json with the desired runs", func() bool {
+	eventually.Wait(t, 10*time.Second, "runcache.json with the desired runs", func() bool {
 		b, _ := os.ReadFile(cache)
 		var c runCache
 		return json.Unmarshal(b, &c) == nil && len(c.Runs) == 2 && c.HostID == "host-1"
@@ -259,13 +259,13 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	from := orch.mark()
 	h.oldSession(runOrphan, 1)
 	h.oldSession(runDesired, 1)
-	if err := h.tm.KillSession(context.Background(), lost); err != nil {
+	if err := h.tm.KillSession(t.Context(), lost); err != nil {
 		t.Fatal(err)
 	}
 	orch.wait(from, "a snapshot of the cached desired run", isType(wire.FrameSnapshot, runDesired))
 	// Several whole passes with the orchestrator down.
 	after := passes.Load()
-	waitFor(t, 10*time.Second, "three reconciliation passes", func() bool { return passes.Load() >= after+3 })
+	eventually.Wait(t, 10*time.Second, "three reconciliation passes", func() bool { return passes.Load() >= after+3 })
 	if n := orch.count(from, isType(wire.FrameRunState, "")); n != 0 {
 		t.Errorf("%d run_state frames during the partition", n)
 	}
@@ -302,10 +302,10 @@ func TestLivenessConfirmsLoss(t *testing.T) {
 	// as the tmux server crashing.
 	for _, id := range []string{runB, runA} {
 		s, _ := h.session(id)
-		if err := h.tm.KillSession(context.Background(), s.Name); err != nil {
+		if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, 10*time.Second, "the run forgotten", func() bool {
+		eventually.Wait(t, 10*time.Second, "the run forgotten", func() bool {
 			_, err := os.Stat(filepath.Join(h.opts.DataDir, "worker", "dispatch", id+".json"))
 			return err != nil
 		})
@@ -314,7 +314,7 @@ func TestLivenessConfirmsLoss(t *testing.T) {
 	if f.Attempt == nil || *f.Attempt != 1 {
 		t.Errorf("report %+v", f)
 	}
-	waitFor(t, 10*time.Second, "both runs forgotten", func() bool { return h.dispatchFiles() == 0 })
+	eventually.Wait(t, 10*time.Second, "both runs forgotten", func() bool { return h.dispatchFiles() == 0 })
 	if n := orch.count(from, isType(wire.FrameRunState, runB)); n != 0 {
 		t.Errorf("the ended run was reported %d times", n)
 	}
@@ -375,7 +375,7 @@ func TestZombieReported(t *testing.T) {
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	name := h.oldSession(runDesired, 1, "/bin/sh", "-c", "sleep 0.3")
 	orch.wait(0, "wrapper_died", isState(wire.StateWrapperDied, runDesired))
-	waitFor(t, 10*time.Second, "the dead session removed", func() bool { return !h.alive(name) })
+	eventually.Wait(t, 10*time.Second, "the dead session removed", func() bool { return !h.alive(name) })
 	if _, err := exec_(h, "has-session", "-t", "=keeper"); err != nil {
 		t.Error("a session that is not pam's was touched")
 	}
@@ -465,7 +465,7 @@ func TestReplaySpool(t *testing.T) {
 		}
 	})
 	h.start()
-	waitFor(t, 10*time.Second, "two tries", func() bool {
+	eventually.Wait(t, 10*time.Second, "two tries", func() bool {
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		return len(orch.signals) >= 2
@@ -484,7 +484,7 @@ func TestReplaySpool(t *testing.T) {
 			t.Errorf("%s deleted on a 503", p)
 		}
 	}
-	waitFor(t, 10*time.Second, "A's signals replayed and deleted", func() bool {
+	eventually.Wait(t, 10*time.Second, "A's signals replayed and deleted", func() bool {
 		for _, i := range []int{0, 2, 4, 5} {
 			if _, err := os.Stat(paths[i]); err == nil {
 				return false
@@ -526,7 +526,7 @@ func TestReplaySpool(t *testing.T) {
 		}
 	}
 	orch.mu.Unlock()
-	waitFor(t, 5*time.Second, "the corrupt file set aside", func() bool {
+	eventually.Wait(t, 5*time.Second, "the corrupt file set aside", func() bool {
 		entries, _ := os.ReadDir(filepath.Join(dir, "bad"))
 		_, err := os.Stat(corrupt)
 		return len(entries) == 1 && strings.HasPrefix(entries[0].Name(), filepath.Base(corrupt)) && err != nil

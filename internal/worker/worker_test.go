@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -65,7 +66,7 @@ func TestRegisterHeartbeatAndFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start()
-	waitFor(t, 10*time.Second, "a second registration", func() bool { return len(orch.regs()) == 2 })
+	eventually.Wait(t, 10*time.Second, "a second registration", func() bool { return len(orch.regs()) == 2 })
 	if got := orch.regs()[1].InstanceID; got != r.InstanceID {
 		t.Errorf("instance id changed across restarts: %s then %s", r.InstanceID, got)
 	}
@@ -138,7 +139,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 
 	// The run log: a timestamp line, then the pane text; 0600.
 	logPath := filepath.Join(h.opts.DataDir, "runs", runA+".log")
-	waitFor(t, 5*time.Second, "the run log", func() bool {
+	eventually.Wait(t, 5*time.Second, "the run log", func() bool {
 		b, _ := os.ReadFile(logPath)
 		return strings.Contains(string(b), wantCmd)
 	})
@@ -170,7 +171,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 
 	// A repeated dispatch of the same attempt is acked again and not
 	// respawned: same pane process, one session.
-	pane, err := h.tm.Pane(context.Background(), s.Name)
+	pane, err := h.tm.Pane(t.Context(), s.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 	}
 	_, i := orch.wait(from2, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	orch.wait(i+1, "a heartbeat", isType(wire.FrameHeartbeat, ""))
-	pane2, err := h.tm.Pane(context.Background(), s.Name)
+	pane2, err := h.tm.Pane(t.Context(), s.Name)
 	if err != nil || pane2.PID != pane.PID || len(h.sessions()) != 1 {
 		t.Errorf("respawned: pane pid %d then %d (%v), sessions %+v", pane.PID, pane2.PID, err, h.sessions())
 	}
@@ -272,13 +273,13 @@ func TestStop(t *testing.T) {
 
 	// Graceful: SIGTERM ends the fake pam well within the grace.
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
-	waitFor(t, 10*time.Second, "run A's session to go", func() bool { _, ok := h.session(runA); return !ok })
-	waitFor(t, 5*time.Second, "run A's dispatch file to go", func() bool { _, err := os.Stat(dispatch(runA)); return err != nil })
+	eventually.Wait(t, 10*time.Second, "run A's session to go", func() bool { _, ok := h.session(runA); return !ok })
+	eventually.Wait(t, 5*time.Second, "run A's dispatch file to go", func() bool { _, err := os.Stat(dispatch(runA)); return err != nil })
 
 	// Forced: a process ignoring SIGTERM is killed at once.
 	start := time.Now()
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runStubborn, Attempt: wire.IntPtr(1), Force: true})
-	waitFor(t, 10*time.Second, "the stubborn session to go", func() bool { _, ok := h.session(runStubborn); return !ok })
+	eventually.Wait(t, 10*time.Second, "the stubborn session to go", func() bool { _, ok := h.session(runStubborn); return !ok })
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("forced stop took %s", d)
 	}
@@ -291,7 +292,7 @@ func TestStop(t *testing.T) {
 		t.Error("a stop of attempt 2 ended attempt 3")
 	}
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runB, Attempt: wire.IntPtr(3), Force: true})
-	waitFor(t, 10*time.Second, "run B's session to go", func() bool { _, ok := h.session(runB); return !ok })
+	eventually.Wait(t, 10*time.Second, "run B's session to go", func() bool { _, ok := h.session(runB); return !ok })
 
 	// After the stops, capacity is free again: a new dispatch is taken.
 	h.spawnRun(runC, 1)
@@ -396,7 +397,7 @@ func TestSecondWorkerRefused(t *testing.T) {
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	o := h.opts
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	err := Run(ctx, o)
 	if err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
@@ -423,7 +424,7 @@ func TestReconnectResendsSnapshots(t *testing.T) {
 	orch.mu.Unlock()
 	from := orch.mark()
 	orch.drop()
-	waitFor(t, 15*time.Second, "a new uplink", func() bool {
+	eventually.Wait(t, 15*time.Second, "a new uplink", func() bool {
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		return orch.conns == 2
@@ -499,10 +500,10 @@ func TestVanishedSessionForgotten(t *testing.T) {
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	h.spawnRun(runA, 1)
 	s, _ := h.session(runA)
-	if err := h.tm.KillSession(context.Background(), s.Name); err != nil {
+	if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "the dispatch file to go", func() bool {
+	eventually.Wait(t, 10*time.Second, "the dispatch file to go", func() bool {
 		_, err := os.Stat(filepath.Join(h.opts.DataDir, "worker", "dispatch", runA+".json"))
 		return err != nil
 	})
@@ -628,7 +629,7 @@ func TestOptionsRefused(t *testing.T) {
 	} {
 		o := good
 		mod(&o)
-		if err := Run(context.Background(), o); err == nil {
+		if err := Run(t.Context(), o); err == nil {
 			t.Errorf("%s: accepted", what)
 		}
 	}
@@ -651,14 +652,14 @@ func TestReconcileRequest(t *testing.T) {
 	orch.send(h.dispatchFrame(runA, 1))
 	orch.wait(from, "the ack", isType(wire.FrameRunDispatchAck, runA))
 	dispatch := filepath.Join(h.opts.DataDir, "worker", "dispatch", runA+".json")
-	waitFor(t, 10*time.Second, "the session", func() bool { _, ok := h.session(runA); return ok })
+	eventually.Wait(t, 10*time.Second, "the session", func() bool { _, ok := h.session(runA); return ok })
 	s, _ := h.session(runA)
-	if err := h.tm.KillSession(context.Background(), s.Name); err != nil {
+	if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(dispatch); err != nil {
 		t.Fatalf("dispatch file gone before the reconcile: %v", err)
 	}
 	reconcile <- struct{}{}
-	waitFor(t, 10*time.Second, "the run to be forgotten", func() bool { _, err := os.Stat(dispatch); return err != nil })
+	eventually.Wait(t, 10*time.Second, "the run to be forgotten", func() bool { _, err := os.Stat(dispatch); return err != nil })
 }

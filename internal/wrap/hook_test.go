@@ -1,7 +1,6 @@
 package wrap
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -31,14 +30,14 @@ func TestHookPosts(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 20 {
 		wg.Go(func() {
-			if out, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalProgress)); err != nil || out.Result != wire.ResultApplied {
+			if out, err := Hook(t.Context(), hookOptions(orch.URL, dir, runID, wire.SignalProgress)); err != nil || out.Result != wire.ResultApplied {
 				t.Errorf("progress hook: %+v %v", out, err)
 			}
 		})
 	}
 	wg.Wait()
 	for _, kind := range []string{wire.SignalCompleted, wire.SignalFailed} {
-		if _, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, kind)); err != nil {
+		if _, err := Hook(t.Context(), hookOptions(orch.URL, dir, runID, kind)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,7 +88,7 @@ func TestHookSpools(t *testing.T) {
 	dir := t.TempDir()
 	runID := uuid.NewString()
 	start := time.Now()
-	out, err := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalProgress))
+	out, err := Hook(t.Context(), hookOptions(orch.URL, dir, runID, wire.SignalProgress))
 	if err != nil || out.Spooled == "" {
 		t.Fatalf("not spooled: %+v %v", out, err)
 	}
@@ -99,7 +98,7 @@ func TestHookSpools(t *testing.T) {
 	mu.Lock()
 	down = false
 	mu.Unlock()
-	if out, _ := Hook(context.Background(), hookOptions(orch.URL, dir, runID, wire.SignalCompleted)); out.Spooled == "" {
+	if out, _ := Hook(t.Context(), hookOptions(orch.URL, dir, runID, wire.SignalCompleted)); out.Spooled == "" {
 		t.Errorf("a signal behind a spooled one was posted: %+v", out)
 	}
 	files, _, _ := spool.List(spool.Dir(dir))
@@ -123,7 +122,7 @@ func TestHookRefusesBadEnvironment(t *testing.T) {
 	} {
 		o := good
 		mod(&o)
-		if _, err := Hook(context.Background(), o); err == nil {
+		if _, err := Hook(t.Context(), o); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
 	}

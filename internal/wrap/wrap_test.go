@@ -91,12 +91,6 @@ func (o *orchestrator) signals() []received {
 	return append([]received(nil), o.got...)
 }
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	eventually.Wait(t, 10*time.Second, what, cond)
-}
-
 // fixture is a worker data dir with one dispatch in it.
 type fixture struct {
 	runID     string
@@ -202,7 +196,7 @@ func TestShellRunAndHoldOpen(t *testing.T) {
 	o.HoldOpen = 200 * time.Millisecond
 	o.Now = func() time.Time { return time.Date(2025, 6, 1, 15, 4, 5, 0, time.UTC) }
 	start := time.Now()
-	code := Run(context.Background(), o)
+	code := Run(t.Context(), o)
 	elapsed := time.Since(start)
 	if code != 3 {
 		t.Errorf("exit %d, want 3\nstderr:\n%s", code, f.stderr)
@@ -249,7 +243,7 @@ env = { FROM_CATALOG = "yes", PAM_RUN_ID = "not-this" }
 	o := f.options()
 	o.HTTPClient = http.DefaultClient // the CA file does not exist here
 	o.Environ = append(o.Environ, "PAM_WORKER_TOKEN=worker-secret", "PAM_TOKEN=operator-secret", "PAM_DATABASE_URL=postgres://x:db-secret@h/db", "KEEP_ME=1", "PAM_SIGNAL_TOKEN=stale")
-	if code := Run(context.Background(), o); code != 0 {
+	if code := Run(t.Context(), o); code != 0 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	out := f.stdout.String()
@@ -285,7 +279,7 @@ func TestProcessEnvironment(t *testing.T) {
 	f := newFixture(t, orch.URL, "shell", "/bin/sh", "env")
 	o := f.options()
 	o.Environ = nil
-	if code := Run(context.Background(), o); code != 0 {
+	if code := Run(t.Context(), o); code != 0 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	out := f.stdout.String()
@@ -317,7 +311,7 @@ hooks = "claude"
 `, bin))
 	o := f.options()
 	o.PamBinary = "/opt/pam/bin/pam"
-	if code := Run(context.Background(), o); code != 0 {
+	if code := Run(t.Context(), o); code != 0 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	if _, err := os.Stat(pwned); err == nil {
@@ -339,7 +333,7 @@ func TestOrchestratorDownSpools(t *testing.T) {
 	orch.Close() // nothing listens there any more
 	f := newFixture(t, url, "shell", "/bin/sh", "exit 4")
 	start := time.Now()
-	if code := Run(context.Background(), f.options()); code != 4 {
+	if code := Run(t.Context(), f.options()); code != 4 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	if d := time.Since(start); d > 5*time.Second {
@@ -373,7 +367,7 @@ func TestRetryThenSpoolKeepsOrder(t *testing.T) {
 		return http.StatusServiceUnavailable, `{"error":{"code":"unavailable","message":"database down"}}`
 	}
 	f := newFixture(t, orch.URL, "shell", "/bin/sh", "exit 0")
-	if code := Run(context.Background(), f.options()); code != 0 {
+	if code := Run(t.Context(), f.options()); code != 0 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	got := orch.signals()
@@ -402,7 +396,7 @@ func TestRefusedIsReportedNotSpooled(t *testing.T) {
 		return http.StatusOK, `{"result":"ignored"}`
 	}
 	f := newFixture(t, orch.URL, "shell", "/bin/sh", "true")
-	if code := Run(context.Background(), f.options()); code != 0 {
+	if code := Run(t.Context(), f.options()); code != 0 {
 		t.Fatalf("exit %d\n%s", code, f.stderr)
 	}
 	if got := orch.signals(); len(got) != 2 || got[1].Signal.Kind != wire.SignalFinished {
@@ -450,7 +444,7 @@ func TestBadDispatch(t *testing.T) {
 			tc.write(t, f)
 			o := f.options()
 			o.HoldOpen = 50 * time.Millisecond
-			code := Run(context.Background(), o)
+			code := Run(t.Context(), o)
 			if code != ExitNoDispatch {
 				t.Errorf("exit %d", code)
 			}
@@ -469,7 +463,7 @@ func TestBadDispatch(t *testing.T) {
 	t.Run("bad run id", func(t *testing.T) {
 		t.Parallel()
 		var stderr bytes.Buffer
-		code := Run(context.Background(), Options{WorkerDataDir: t.TempDir(), RunID: "../../etc/passwd", Stderr: &stderr, HoldOpen: time.Hour})
+		code := Run(t.Context(), Options{WorkerDataDir: t.TempDir(), RunID: "../../etc/passwd", Stderr: &stderr, HoldOpen: time.Hour})
 		if code != ExitUsage || !strings.Contains(stderr.String(), "not a run id") {
 			t.Errorf("exit %d: %s", code, stderr.String())
 		}
@@ -506,7 +500,7 @@ func TestSpawnFailure(t *testing.T) {
 			if tc.catalog != "" {
 				f.writeCatalog(t, tc.catalog)
 			}
-			code := Run(context.Background(), f.options())
+			code := Run(t.Context(), f.options())
 			if code != tc.code {
 				t.Errorf("exit %d, want %d\n%s", code, tc.code, f.stderr)
 			}
@@ -535,11 +529,11 @@ func TestCancelStopsCLI(t *testing.T) {
 	f := newFixture(t, orch.URL, "shell", "/bin/sh", "exec sleep 60")
 	o := f.options()
 	o.HoldOpen = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, o) }()
-	waitFor(t, "started", func() bool { return len(orch.signals()) == 1 })
+	eventually.Wait(t, 10*time.Second, "started", func() bool { return len(orch.signals()) == 1 })
 	cancel()
 	var code int
 	select {
@@ -574,13 +568,13 @@ func TestSignals(t *testing.T) {
 		var log syncBuffer
 		o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		done := make(chan int, 1)
-		go func() { done <- Run(context.Background(), o) }()
-		waitFor(t, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
+		go func() { done <- Run(t.Context(), o) }()
+		eventually.Wait(t, 10*time.Second, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 		// The SIGINT must be seen while the CLI runs, not queue for hold-open.
-		waitFor(t, "the SIGINT", func() bool { return strings.Contains(log.String(), "signal=interrupt") })
+		eventually.Wait(t, 10*time.Second, "the SIGINT", func() bool { return strings.Contains(log.String(), "signal=interrupt") })
 		os.WriteFile(gate, nil, 0o600)
-		waitFor(t, "hold-open", func() bool { return strings.Contains(f.stderr.String(), "stays open until") })
+		eventually.Wait(t, 10*time.Second, "hold-open", func() bool { return strings.Contains(f.stderr.String(), "stays open until") })
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 		select {
 		case code := <-done:
@@ -598,8 +592,8 @@ func TestSignals(t *testing.T) {
 		o.HandleSignals = true
 		o.HoldOpen = time.Hour
 		done := make(chan int, 1)
-		go func() { done <- Run(context.Background(), o) }()
-		waitFor(t, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
+		go func() { done <- Run(t.Context(), o) }()
+		eventually.Wait(t, 10*time.Second, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
 		syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		select {
 		case code := <-done:
@@ -645,7 +639,7 @@ func TestSenderFallsBackToPosting(t *testing.T) {
 	}
 	var report syncBuffer
 	s := &Sender{Client: orch.Client(), APIURL: orch.URL, Token: "tok", RunID: run, SpoolDir: dir, Report: &report}
-	out := s.Send(context.Background(), wire.Signal{Kind: wire.SignalFinished, Attempt: &one, Source: wire.SourceWrapper})
+	out := s.Send(t.Context(), wire.Signal{Kind: wire.SignalFinished, Attempt: &one, Source: wire.SourceWrapper})
 	if !out.Delivered() || out.Result != wire.ResultApplied {
 		t.Errorf("outcome %+v\n%s", out, report.String())
 	}

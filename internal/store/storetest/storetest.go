@@ -1,5 +1,6 @@
 // Package storetest gives each test its own real PostgreSQL database: one
-// private cluster per test binary (or PAM_TEST_DATABASE_URL), a template
+// private cluster per test binary (or PAM_TEST_DATABASE_URL; without
+// either, pamtest.Require skips or, under CI, fails the test), a template
 // database migrated once, and a clone of it per test, so tests run in
 // parallel without seeing each other's rows.
 package storetest
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/embeddb"
+	"pam/internal/pamtest"
 	"pam/internal/store"
 )
 
@@ -33,28 +35,16 @@ var (
 	setupOnce sync.Once
 )
 
-// Main wraps testing.M.Run and stops the private cluster afterwards. Call
-// it from TestMain in every package that uses New or URL.
-func Main(m *testing.M) { os.Exit(M(m).Run()) }
+// Main wraps testing.M.Run (through pamtest.Main) and stops the private
+// cluster afterwards. Call it from TestMain in every package that uses
+// New or URL.
+func Main(m *testing.M) { pamtest.Main(m) }
 
-// M wraps m so that its Run also stops the private cluster, for a TestMain
-// that hands m to something that exits itself, such as
-// goleak.VerifyTestMain: the leak check then runs after the cluster's
-// process and the goroutine waiting for it are gone.
-func M(m *testing.M) interface{ Run() int } { return runner{m} }
-
-type runner struct{ m *testing.M }
-
-func (r runner) Run() int {
-	code := r.m.Run()
-	if cluster != nil {
-		_ = cluster.Stop()
-	}
-	if tmpDir != "" {
-		_ = os.RemoveAll(tmpDir)
-	}
-	return code
-}
+// M wraps m so that its Run also stops the private cluster (and does
+// what pamtest.Main does), for a TestMain that hands m to something that
+// exits itself, such as goleak.VerifyTestMain: the leak check then runs
+// after the cluster's process and the goroutine waiting for it are gone.
+func M(m *testing.M) interface{ Run() int } { return pamtest.M(m) }
 
 func setup() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -67,6 +57,12 @@ func setup() error {
 			return err
 		}
 		tmpDir = dir
+		pamtest.AtExit(func() {
+			if cluster != nil {
+				_ = cluster.Stop()
+			}
+			_ = os.RemoveAll(tmpDir)
+		})
 		// When root, the cluster runs as postgres, which must traverse here.
 		if err := os.Chmod(dir, 0o711); err != nil {
 			return err
@@ -142,6 +138,9 @@ func WithDatabase(u, db string) string {
 // returns its connection string; it is dropped when the test ends.
 func URL(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("PAM_TEST_DATABASE_URL") == "" {
+		pamtest.Require(t, "postgres")
+	}
 	setupOnce.Do(func() { setupErr = setup() })
 	if setupErr != nil {
 		t.Fatalf("test database: %v", setupErr)

@@ -1,0 +1,6 @@
+//go:build !race
+
+package pamtest
+
+// raceEnabled is false without -race; see race.go.
+const raceEnabled = false
