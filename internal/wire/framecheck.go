@@ -7,6 +7,7 @@ import (
 	"io"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -56,48 +57,110 @@ var (
 	codeRe        = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 )
 
-// frameChecks holds the stateless rules of each uplink frame type (§10):
-// its keys are the frame types pam knows.
-var frameChecks = map[string]func(*Frame) error{
-	// Orchestrator → worker.
-	FrameHeartbeatAck: checkHeartbeatAck,
-	FrameRunDispatch:  checkRunDispatch,
-	FrameRunStop:      checkRunStop,
-	FrameSendKeys:     checkSendKeys,
-	FrameSignalAck:    checkSignalAck,
-	FrameAttachOpen:   checkAttachOpen,
-	FrameAttachInput:  checkAttachInput,
-	FrameAttachResize: checkAttachResize,
-	FrameAttachClose:  checkAttachClose,
-	FrameLogRequest:   checkLogRequest,
-	FrameError:        checkError,
-	// Worker → orchestrator.
-	FrameHeartbeat:      checkHeartbeat,
-	FrameRunDispatchAck: checkRunDispatchAck,
-	FrameSnapshot:       checkSnapshot,
-	FrameSignal:         checkSignal,
-	FrameLogChunk:       checkLogChunk,
-	FrameRunState:       checkRunState,
-	FrameAttachOutput:   checkAttachOutput,
-	FrameAttachClosed:   checkAttachClosed,
+// frameRule is what Validate holds one frame type to: the fields it may
+// carry (§10) and the stateless rules of their values.
+type frameRule struct {
+	fields string
+	check  func(*Frame) error
 }
 
-// Validate checks everything about f that needs no state: ids are UUIDs,
-// attempts are 1 or more, enums hold known values, session names are
-// pam-<8 hex> and the run's own, sizes and free text are bounded. What it
+// frameChecks holds the rules of each uplink frame type; its keys are the
+// frame types pam knows. An error answer names the run of the frame it
+// refuses (error's run_id), and a refused signal's answer carries the
+// error's code and message (signal_ack's code and message).
+var frameChecks = map[string]frameRule{
+	// Orchestrator → worker.
+	FrameHeartbeatAck: {"timestamp", checkHeartbeatAck},
+	FrameRunDispatch:  {"run_id task_id provider session_name attempt cwd prompt args task_title signal_token", checkRunDispatch},
+	FrameRunStop:      {"run_id attempt force", checkRunStop},
+	FrameSendKeys:     {"run_id attempt keys", checkSendKeys},
+	FrameSignalAck:    {"run_id attempt kind seq result code message", checkSignalAck},
+	FrameAttachOpen:   {"attach_id run_id session_name rows cols", checkAttachOpen},
+	FrameAttachInput:  {"attach_id bytes", checkAttachInput},
+	FrameAttachResize: {"attach_id rows cols", checkAttachResize},
+	FrameAttachClose:  {"attach_id", checkAttachClose},
+	FrameLogRequest:   {"request_id run_id offset", checkLogRequest},
+	FrameError:        {"code message run_id", checkError},
+	// Worker → orchestrator.
+	FrameHeartbeat:      {"host_id instance_id timestamp", checkHeartbeat},
+	FrameRunDispatchAck: {"run_id attempt accepted reason", checkRunDispatchAck},
+	FrameSnapshot:       {"run_id attempt capture timestamp", checkSnapshot},
+	FrameSignal:         {"run_id kind attempt seq source payload timestamp", checkSignal},
+	FrameLogChunk:       {"run_id text timestamp request_id eof", checkLogChunk},
+	FrameRunState:       {"run_id attempt state detail", checkRunState},
+	FrameAttachOutput:   {"attach_id bytes", checkAttachOutput},
+	FrameAttachClosed:   {"attach_id reason", checkAttachClosed},
+}
+
+// frameField tells whether a frame carries one field, by its JSON name
+// (a zero value is not carried: it is not encoded).
+type frameField struct {
+	name string
+	set  func(*Frame) bool
+}
+
+// frameFields lists every field of Frame but type.
+var frameFields = []frameField{
+	{"run_id", func(f *Frame) bool { return f.RunID != "" }},
+	{"attempt", func(f *Frame) bool { return f.Attempt != nil }},
+	{"timestamp", func(f *Frame) bool { return f.Timestamp != nil }},
+	{"host_id", func(f *Frame) bool { return f.HostID != "" }},
+	{"instance_id", func(f *Frame) bool { return f.InstanceID != "" }},
+	{"task_id", func(f *Frame) bool { return f.TaskID != "" }},
+	{"provider", func(f *Frame) bool { return f.Provider != "" }},
+	{"session_name", func(f *Frame) bool { return f.SessionName != "" }},
+	{"cwd", func(f *Frame) bool { return f.Cwd != "" }},
+	{"prompt", func(f *Frame) bool { return f.Prompt != "" }},
+	{"args", func(f *Frame) bool { return len(f.Args) > 0 }},
+	{"task_title", func(f *Frame) bool { return f.TaskTitle != "" }},
+	{"signal_token", func(f *Frame) bool { return f.SignalToken != "" }},
+	{"accepted", func(f *Frame) bool { return f.Accepted != nil }},
+	{"reason", func(f *Frame) bool { return f.Reason != "" }},
+	{"force", func(f *Frame) bool { return f.Force }},
+	{"keys", func(f *Frame) bool { return len(f.Keys) > 0 }},
+	{"kind", func(f *Frame) bool { return f.Kind != "" }},
+	{"seq", func(f *Frame) bool { return f.Seq != nil }},
+	{"source", func(f *Frame) bool { return f.Source != "" }},
+	{"payload", func(f *Frame) bool { return len(f.Payload) > 0 }},
+	{"result", func(f *Frame) bool { return f.Result != "" }},
+	{"capture", func(f *Frame) bool { return f.Capture != "" }},
+	{"text", func(f *Frame) bool { return f.Text != "" }},
+	{"request_id", func(f *Frame) bool { return f.RequestID != "" }},
+	{"offset", func(f *Frame) bool { return f.Offset != nil }},
+	{"eof", func(f *Frame) bool { return f.EOF }},
+	{"state", func(f *Frame) bool { return f.State != "" }},
+	{"detail", func(f *Frame) bool { return f.Detail != "" }},
+	{"attach_id", func(f *Frame) bool { return f.AttachID != "" }},
+	{"bytes", func(f *Frame) bool { return len(f.Bytes) > 0 }},
+	{"rows", func(f *Frame) bool { return f.Rows != 0 }},
+	{"cols", func(f *Frame) bool { return f.Cols != 0 }},
+	{"code", func(f *Frame) bool { return f.Code != "" }},
+	{"message", func(f *Frame) bool { return f.Message != "" }},
+}
+
+// Validate checks everything about f that needs no state: it carries only
+// the fields of its type, ids are UUIDs, attempts are 1 or more, enums
+// hold known values, session names are pam-<8 hex> and the run's own,
+// sizes and free text are bounded. What it
 // accepts can be handed to tmux, a file or the database without another
 // look; what it refuses is answered and dropped (§10). The error is a
 // *Error naming the field (validation_failed, or key_not_allowed for
 // send_keys), its message starting with the frame type.
 func (f Frame) Validate() error {
-	check, ok := frameChecks[f.Type]
+	rule, ok := frameChecks[f.Type]
 	if !ok {
 		return Invalid("type", "unknown frame type %s", quote(f.Type))
+	}
+	allowed := strings.Fields(rule.fields)
+	for _, field := range frameFields {
+		if field.set(&f) && !slices.Contains(allowed, field.name) {
+			return framed(f.Type, Invalid(field.name, "%s is not a field of this frame", field.name))
+		}
 	}
 	if err := checkTimestamp(f.Timestamp); err != nil {
 		return framed(f.Type, err)
 	}
-	return framed(f.Type, check(&f))
+	return framed(f.Type, rule.check(&f))
 }
 
 // framed prefixes the message of a frame's validation error with its type.

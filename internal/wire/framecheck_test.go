@@ -2,6 +2,8 @@ package wire
 
 import (
 	"encoding/json"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,10 @@ func TestValidateRefuses(t *testing.T) {
 		field string
 	}{
 		{"", "unknown type", func(f *Frame) { f.Type = "no_such_frame" }, "type"},
+		{FrameHeartbeat, "a field of another frame", func(f *Frame) { f.Detail = "x" }, "detail"},
+		{FrameRunState, "a capture", func(f *Frame) { f.Capture = "x" }, "capture"},
+		{FrameError, "a force flag", func(f *Frame) { f.Force = true }, "force"},
+		{FrameAttachInput, "rows", func(f *Frame) { f.Rows = 3 }, "rows"},
 
 		{FrameRunDispatch, "bad run id", func(f *Frame) { f.RunID = "../../etc/passwd" }, "run_id"},
 		{FrameRunDispatch, "uppercase run id", func(f *Frame) { f.RunID = strings.ToUpper(tRun) }, "run_id"},
@@ -229,6 +235,33 @@ func TestValidateRefuses(t *testing.T) {
 		}
 		if len(e.Message) > 300 {
 			t.Errorf("%s %s: message of %d bytes", c.typ, c.what, len(e.Message))
+		}
+	}
+}
+
+// Every field of Frame is known to Validate, so none escapes the check
+// that a frame carries only the fields of its type.
+func TestFrameFieldsComplete(t *testing.T) {
+	known := map[string]bool{"type": true}
+	for _, f := range frameFields {
+		known[f.name] = true
+	}
+	rt := reflect.TypeFor[Frame]()
+	for i := range rt.NumField() {
+		name, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+		if !known[name] {
+			t.Errorf("Frame field %s (%s) is not in frameFields", rt.Field(i).Name, name)
+		}
+		delete(known, name)
+	}
+	for name := range known {
+		t.Errorf("frameFields names %s, which Frame does not have", name)
+	}
+	for typ, rule := range frameChecks {
+		for _, name := range strings.Fields(rule.fields) {
+			if name == "type" || !slices.ContainsFunc(frameFields, func(f frameField) bool { return f.name == name }) {
+				t.Errorf("%s allows unknown field %s", typ, name)
+			}
 		}
 	}
 }
