@@ -141,11 +141,11 @@ var frameFields = []frameField{
 // Validate checks everything about f that needs no state: it carries only
 // the fields of its type, ids are UUIDs, attempts are 1 or more, enums
 // hold known values, session names are pam-<8 hex> and the run's own,
-// sizes and free text are bounded. What it
-// accepts can be handed to tmux, a file or the database without another
-// look; what it refuses is answered and dropped (§10). The error is a
-// *Error naming the field (validation_failed, or key_not_allowed for
-// send_keys), its message starting with the frame type.
+// sizes and free text are bounded. What it accepts can be handed to tmux,
+// a file or the database without another look; what it refuses is
+// answered and dropped (§10). The error is a *Error naming the field
+// (validation_failed, or key_not_allowed for send_keys), its message
+// starting with the frame type.
 func (f Frame) Validate() error {
 	rule, ok := frameChecks[f.Type]
 	if !ok {
