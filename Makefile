@@ -40,16 +40,10 @@ cover: deps
 test-short: deps
 	$(GO) test -short -count=1 -p 2 -timeout 10m ./...
 
-# Fuzz targets are discovered, so new ones are fuzzed without editing this.
-# `go test -fuzz` takes one package and one target at a time.
+# Fuzz targets are discovered (scripts/fuzz.sh), so new ones are fuzzed
+# without editing this; each runs for FUZZTIME.
 fuzz: deps
-	@targets=$$($(GO) test -list '^Fuzz' ./... | awk '/^Fuzz/ { f[n++] = $$1; next } /^ok[ \t]/ { for (i = 0; i < n; i++) print $$2 ":" f[i]; n = 0 }'); \
-	if [ -z "$$targets" ]; then echo "no fuzz targets"; exit 0; fi; \
-	for t in $$targets; do \
-		pkg=$${t%%:*}; name=$${t##*:}; \
-		echo "==> fuzz $$pkg $$name for $(FUZZTIME)"; \
-		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) "$$pkg"; \
-	done
+	@GO='$(GO)' FUZZTIME='$(FUZZTIME)' bash scripts/fuzz.sh
 
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -timeout 30m ./...

@@ -70,17 +70,26 @@ type fileShape struct {
 // keys, bad names and unknown placeholders are refused with an error that
 // names the file and the offending key.
 func Load(configDir string) (*Catalog, error) {
-	c := &Catalog{Proxy: map[string]string{}, providers: builtins()}
 	if configDir == "" {
-		return c, nil
+		return parse("", nil)
 	}
 	path := filepath.Join(configDir, FileName)
 	data, err := readBounded(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return c, nil
+		return parse("", nil)
 	}
 	if err != nil {
 		return nil, err
+	}
+	return parse(path, data)
+}
+
+// parse merges the content of the providers.toml at path over the
+// built-ins; path "" means there is no file. Errors name path.
+func parse(path string, data []byte) (*Catalog, error) {
+	c := &Catalog{Proxy: map[string]string{}, providers: builtins()}
+	if path == "" {
+		return c, nil
 	}
 	c.File = path
 	var f fileShape

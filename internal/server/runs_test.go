@@ -116,6 +116,9 @@ func (w *fakeWorker) connect() {
 				return
 			}
 			f, err := wire.DecodeFrame(b)
+			if err == nil {
+				err = f.Validate()
+			}
 			if err != nil {
 				w.t.Errorf("server sent a malformed frame: %v: %s", err, b)
 				return
@@ -448,6 +451,70 @@ func TestSignalIngestTable(t *testing.T) {
 				w.expect(wire.FrameHeartbeatAck)
 			}
 		})
+	}
+}
+
+// TestInvalidUplinkFrames: a frame that decodes but fails Validate is
+// answered (malformed_frame, or a signal_ack with the error's code for a
+// signal) and dropped without a write; the uplink stays.
+func TestInvalidUplinkFrames(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-inv", 4, "shell")
+	r := e.start(nil)
+	d := w.expect(wire.FrameRunDispatch)
+	w.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == "spawning" })
+	before := e.topics(r.ID)
+	one := wire.IntPtr(1)
+	for _, c := range []struct {
+		what  string
+		f     wire.Frame
+		field string
+	}{
+		{"unknown run_state", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: "exploded"}, "state"},
+		{"run_state detail too long", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateSessionLost, Detail: strings.Repeat("é", wire.MaxText+1)}, "detail"},
+		{"run_state detail with NUL", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateSpawnFailed, Detail: "a\x00b"}, "detail"},
+		{"run_state without attempt", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, State: wire.StateTmuxCrash}, "attempt"},
+		{"ack without accepted", wire.Frame{Type: wire.FrameRunDispatchAck, RunID: r.ID, Attempt: one}, "accepted"},
+		{"ack of attempt 0", wire.Frame{Type: wire.FrameRunDispatchAck, RunID: r.ID, Attempt: wire.IntPtr(0), Accepted: new(bool)}, "attempt"},
+		{"snapshot of an uppercase run id", wire.Frame{Type: wire.FrameSnapshot, RunID: strings.ToUpper(r.ID), Attempt: one, Capture: "x"}, "run_id"},
+		{"heartbeat with a bad host id", wire.Frame{Type: wire.FrameHeartbeat, HostID: "host-1"}, "host_id"},
+		{"attach_output with a bad attach id", wire.Frame{Type: wire.FrameAttachOutput, AttachID: "a1", Bytes: []byte("x")}, "attach_id"},
+		{"log_chunk without a request id", wire.Frame{Type: wire.FrameLogChunk, RunID: r.ID, Text: "x"}, "request_id"},
+	} {
+		w.send(c.f)
+		got := w.expect(wire.FrameError)
+		if got.Code != wire.CodeMalformedFrame || !strings.Contains(got.Message, c.field) || len([]rune(got.Message)) > wire.MaxText {
+			t.Errorf("%s: answered %+v, want malformed_frame naming %s", c.what, got, c.field)
+		}
+	}
+	for _, c := range []struct {
+		what string
+		f    wire.Frame
+		code string
+	}{
+		{"negative seq", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(-1)), Source: "wrapper"}, "validation_failed"},
+		{"payload with NUL", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(3)), Source: "wrapper", Payload: json.RawMessage(`{"x":"\u0000"}`)}, "validation_failed"},
+		{"attempt 0", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(0), Kind: "started", Source: "wrapper"}, "validation_failed"},
+		{"huge kind", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: strings.Repeat("k", 5000), Source: "wrapper"}, "validation_failed"},
+	} {
+		w.send(c.f)
+		got := w.expect(wire.FrameSignalAck)
+		if got.Code != c.code || got.Result != "" {
+			t.Errorf("%s: answered %+v, want code %s", c.what, got, c.code)
+		}
+	}
+	if got := e.run(r.ID); got.Status != "spawning" {
+		t.Errorf("invalid frames changed the run: %+v", got)
+	}
+	if ts := e.topics(r.ID); ts != before {
+		t.Errorf("invalid frames journaled: %s, before %s", ts, before)
+	}
+	// The uplink stays: the next valid frame is taken.
+	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "started", Source: "wrapper"})
+	if ack := w.expect(wire.FrameSignalAck); ack.Result != wire.ResultApplied {
+		t.Fatalf("started after the invalid frames: %+v", ack)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -44,7 +45,11 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 		}
 		f, err := wire.DecodeFrame(data)
 		if err != nil {
-			u.send(wire.Frame{Type: wire.FrameError, Code: "malformed_frame", Message: err.Error()})
+			u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
+			continue
+		}
+		if err := f.Validate(); err != nil {
+			u.refuseInvalid(f, err)
 			continue
 		}
 		u.handle(ctx, f)
@@ -203,5 +208,44 @@ func (u *uplinkSession) refuse(f wire.Frame, err error) {
 		u.s.log.Error("uplink frame", "type", f.Type, "run_id", f.RunID, "err", err)
 		we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
 	}
-	u.send(wire.Frame{Type: wire.FrameError, Code: we.Code, Message: f.Type + ": " + we.Message, RunID: f.RunID})
+	u.send(wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(f.Type + ": " + we.Message), RunID: validOrEmpty(f.RunID)})
+}
+
+// refuseInvalid answers a frame that Validate refused and drops it (§10):
+// a signal with the signal_ack its HTTP twin would get, carrying the
+// error's code; any other frame with malformed_frame. Echoed fields are
+// cut short, so the answer itself is a valid frame.
+func (u *uplinkSession) refuseInvalid(f wire.Frame, err error) {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		we = &wire.Error{Code: wire.CodeValidationFailed, Message: err.Error()}
+	}
+	u.s.log.Warn("invalid uplink frame dropped", "host", u.host.Name, "type", f.Type, "err", we.Message)
+	if f.Type == wire.FrameSignal {
+		u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: echo(f.RunID), Attempt: f.Attempt, Kind: echo(f.Kind), Seq: f.Seq,
+			Code: we.Code, Message: wire.BoundText(we.Message)})
+		return
+	}
+	u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(we.Message), RunID: validOrEmpty(f.RunID)})
+}
+
+// validOrEmpty is a run id to name in an answer: only a valid one.
+func validOrEmpty(id string) string {
+	if wire.ValidUUID(id) {
+		return id
+	}
+	return ""
+}
+
+// echo cuts a refused field short for the answer that names it.
+func echo(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }

@@ -74,8 +74,9 @@ type Bad struct {
 // Dir is the spool folder of a worker data dir.
 func Dir(workerDataDir string) string { return filepath.Join(workerDataDir, "spool") }
 
-// nameRe matches a spool file name: seq, run id, attempt, kind.
-var nameRe = regexp.MustCompile(`^([0-9]{20})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([0-9]+)-([a-z]+)\.json$`)
+// nameRe matches a spool file name: seq, run id, attempt (1 or more,
+// without leading zeros), kind.
+var nameRe = regexp.MustCompile(`^([0-9]{20})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([1-9][0-9]*)-([a-z]+)\.json$`)
 
 // name is a parsed spool file name.
 type name struct {
@@ -85,6 +86,10 @@ type name struct {
 	kind    string
 }
 
+// parseName takes only the names Write makes: a name is listed, read and
+// deleted as n.String(), so a name that does not print back as itself
+// (an attempt 0 or 01) would stand for another file, or for none, and
+// hold its run's signals in the spool for ever.
 func parseName(s string) (name, bool) {
 	m := nameRe.FindStringSubmatch(s)
 	if m == nil {
@@ -95,7 +100,11 @@ func parseName(s string) (name, bool) {
 	if err1 != nil || err2 != nil || !validKind(m[4]) {
 		return name{}, false
 	}
-	return name{seq: seq, runID: m[2], attempt: att, kind: m[4]}, true
+	n := name{seq: seq, runID: m[2], attempt: att, kind: m[4]}
+	if n.String() != s {
+		return name{}, false
+	}
+	return n, true
 }
 
 func (n name) String() string {
@@ -303,6 +312,12 @@ func readEntry(path string, n name) (Entry, error) {
 	if err != nil {
 		return Entry{}, err
 	}
+	return decodeEntry(data, n)
+}
+
+// decodeEntry reads the content of the spool file named n: a whole
+// signal that agrees with its name, or an error (a torn or foreign file).
+func decodeEntry(data []byte, n name) (Entry, error) {
 	if len(data) > maxFile {
 		return Entry{}, fmt.Errorf("larger than %d bytes", maxFile)
 	}

@@ -230,26 +230,11 @@ func (t *Tmux) Capture(ctx context.Context, name SessionName) (string, error) {
 // bracketed-paste mode. An agent's prompt thus takes a pasted line as
 // text, not as typing that could trigger its key bindings.
 func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) error {
-	if err := name.check(); err != nil {
+	cmds, buffers, err := sendKeysCommands(name, keys)
+	if err != nil {
 		return err
 	}
-	if err := wire.ValidateKeys(keys); err != nil {
-		return fmt.Errorf("send keys to %s: %w", name, err)
-	}
-	cmds := make([][]string, 0, 2*len(keys))
-	var buffers []string
-	for _, k := range keys {
-		if k.Key != "" {
-			cmds = append(cmds, []string{"send-keys", "-t", name.target(), k.Key})
-			continue
-		}
-		buf := pasteBuffer(name)
-		buffers = append(buffers, buf)
-		cmds = append(cmds,
-			[]string{"set-buffer", "-b", buf, "--", k.Text},
-			[]string{"paste-buffer", "-p", "-d", "-b", buf, "-t", name.target()})
-	}
-	_, err := t.run(ctx, cmds...)
+	_, err = t.run(ctx, cmds...)
 	if err != nil {
 		// A failed sequence stops at the failing command: remove the
 		// buffers it left behind (best effort; they hold no secret).
@@ -264,6 +249,32 @@ func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) 
 		return fmt.Errorf("send keys to %s: %w", name, err)
 	}
 	return nil
+}
+
+// sendKeysCommands turns keys into the tmux commands SendKeys runs, and
+// the paste buffers they create, after checking the name and the keys.
+// It is where a key request becomes tmux arguments, kept apart from
+// running them so that it can be fuzzed.
+func sendKeysCommands(name SessionName, keys []wire.Key) (cmds [][]string, buffers []string, err error) {
+	if err := name.check(); err != nil {
+		return nil, nil, err
+	}
+	if err := wire.ValidateKeys(keys); err != nil {
+		return nil, nil, fmt.Errorf("send keys to %s: %w", name, err)
+	}
+	cmds = make([][]string, 0, 2*len(keys))
+	for _, k := range keys {
+		if k.Key != "" {
+			cmds = append(cmds, []string{"send-keys", "-t", name.target(), k.Key})
+			continue
+		}
+		buf := pasteBuffer(name)
+		buffers = append(buffers, buf)
+		cmds = append(cmds,
+			[]string{"set-buffer", "-b", buf, "--", k.Text},
+			[]string{"paste-buffer", "-p", "-d", "-b", buf, "-t", name.target()})
+	}
+	return cmds, buffers, nil
 }
 
 // pasteBuffer is a fresh buffer name for one text entry: concurrent

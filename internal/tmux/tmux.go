@@ -141,10 +141,10 @@ func escapeArg(a string) string {
 	return a
 }
 
-// run executes one tmux invocation holding the given commands, in order,
-// in the server's command queue (so a sequence is atomic with respect to
-// panes exiting). Arguments are escaped; the separators are ours.
-func (t *Tmux) run(ctx context.Context, cmds ...[]string) (string, error) {
+// commandLine is the argv (after the binary) of one tmux invocation
+// running cmds in order on pam's socket: each argument escaped, the
+// separators ours.
+func commandLine(cmds ...[]string) []string {
 	args := []string{"-L", Socket, "-f", os.DevNull}
 	for i, c := range cmds {
 		if i > 0 {
@@ -154,6 +154,14 @@ func (t *Tmux) run(ctx context.Context, cmds ...[]string) (string, error) {
 			args = append(args, escapeArg(a))
 		}
 	}
+	return args
+}
+
+// run executes one tmux invocation holding the given commands, in order,
+// in the server's command queue (so a sequence is atomic with respect to
+// panes exiting). Arguments are escaped; the separators are ours.
+func (t *Tmux) run(ctx context.Context, cmds ...[]string) (string, error) {
+	args := commandLine(cmds...)
 	ctx, cancel := context.WithTimeout(ctx, t.timeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, t.bin, args...)

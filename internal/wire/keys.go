@@ -39,7 +39,7 @@ func ValidateKeys(keys []Key) error {
 			return refuse("an entry is either a key or a text, not both")
 		case k.Key != "":
 			if !AllowedKeys[k.Key] {
-				return refuse(fmt.Sprintf("key %q is not allowed (Enter, C-c, C-d, BSpace, DC)", k.Key))
+				return refuse(fmt.Sprintf("key %s is not allowed (Enter, C-c, C-d, BSpace, DC)", quote(k.Key)))
 			}
 		case k.Text != "":
 			total += len(k.Text)

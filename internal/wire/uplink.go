@@ -120,7 +120,10 @@ type Frame struct {
 func IntPtr(n int) *int { return &n }
 
 // DecodeFrame parses one frame, refusing oversized input, unknown fields
-// and unknown types.
+// and unknown types. It checks the shape only; Validate checks the
+// contents, so that a receiver can answer a frame it could read but not
+// take (a refused run_dispatch is acked, a refused signal is
+// signal_acked).
 func DecodeFrame(b []byte) (Frame, error) {
 	var f Frame
 	if len(b) > MaxFrame {
@@ -129,14 +132,11 @@ func DecodeFrame(b []byte) (Frame, error) {
 	if err := decodeStrictBytes(b, &f); err != nil {
 		return f, err
 	}
-	switch f.Type {
-	case FrameHeartbeatAck, FrameRunDispatch, FrameRunStop, FrameSendKeys, FrameSignalAck,
-		FrameAttachOpen, FrameAttachInput, FrameAttachResize, FrameAttachClose, FrameLogRequest, FrameError,
-		FrameHeartbeat, FrameRunDispatchAck, FrameSnapshot, FrameSignal, FrameLogChunk, FrameRunState,
-		FrameAttachOutput, FrameAttachClosed:
-		return f, nil
-	case "":
+	if f.Type == "" {
 		return f, fmt.Errorf("frame without a type")
 	}
-	return f, fmt.Errorf("unknown frame type %q", f.Type)
+	if _, ok := frameChecks[f.Type]; !ok {
+		return f, fmt.Errorf("unknown frame type %s", quote(f.Type))
+	}
+	return f, nil
 }

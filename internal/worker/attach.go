@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/creack/pty"
-	"github.com/google/uuid"
 
 	"pam/internal/tmux"
 	"pam/internal/wire"
@@ -54,36 +53,23 @@ type relay struct {
 	stop   chan struct{}
 }
 
-// openRelay answers attach_open. It checks that the run is one of this
-// worker's live sessions and that the session name is that run's, then
-// starts the tmux client; any refusal is an attach_closed with the reason.
+// openRelay answers a valid attach_open (Validate checked the ids, that
+// the session name is the run's and the size). It checks that the run is
+// one of this worker's live sessions, then starts the tmux client; any
+// refusal is an attach_closed with the reason.
 func (w *agent) openRelay(f wire.Frame) {
 	refuse := func(reason string) {
 		w.log.Warn("attach refused", "attach_id", f.AttachID, "run_id", f.RunID, "reason", reason)
-		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: reason})
+		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: wire.BoundText(reason)})
 	}
-	if _, err := uuid.Parse(f.AttachID); err != nil {
-		if f.AttachID != "" && len(f.AttachID) <= 64 {
-			refuse("attach_id is not a UUID")
-		}
-		return
-	}
-	if !tmux.ValidRunID(f.RunID) {
-		refuse("run_id is not a lowercase UUID")
-		return
-	}
-	name, _ := tmux.SessionForRun(f.RunID)
-	if f.SessionName != name.String() {
-		refuse(fmt.Sprintf("session_name %q is not %s, the session of this run", f.SessionName, name))
+	name, err := tmux.SessionForRun(f.RunID)
+	if err != nil {
+		refuse(err.Error()) // not reached: Validate checked the run id
 		return
 	}
 	rows, cols := f.Rows, f.Cols
 	if rows == 0 && cols == 0 {
 		rows, cols = 24, 80
-	}
-	if !wire.ValidTermSize(rows, cols) {
-		refuse(fmt.Sprintf("size %dx%d is out of bounds", rows, cols))
-		return
 	}
 	w.mu.Lock()
 	r := w.runs[f.RunID]
@@ -220,11 +206,11 @@ func (w *agent) relayInput(f wire.Frame) {
 	}
 }
 
-// relayResize answers attach_resize: the PTY takes the new size and tmux
-// resizes the window to it.
+// relayResize answers attach_resize (its size in bounds: Validate): the
+// PTY takes the new size and tmux resizes the window to it.
 func (w *agent) relayResize(f wire.Frame) {
 	rl := w.relay(f.AttachID)
-	if rl == nil || !wire.ValidTermSize(f.Rows, f.Cols) {
+	if rl == nil {
 		return
 	}
 	if err := pty.Setsize(rl.pty, &pty.Winsize{Rows: uint16(f.Rows), Cols: uint16(f.Cols)}); err != nil {

@@ -25,6 +25,12 @@ import (
 
 const workerToken = "feedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedface"
 
+// testHostID is the host id the fake orchestrator registers the worker as.
+const testHostID = "0f0f0f0f-5555-4555-8555-555555555555"
+
+// testTaskID is the task of every run the fake orchestrator dispatches.
+const testTaskID = "7a5c0000-6666-4666-8666-666666666666"
+
 // fakeOrch is a small in-test orchestrator: the register route and the
 // uplink WebSocket of contract §10, recording what the worker sends.
 type fakeOrch struct {
@@ -37,7 +43,7 @@ type fakeOrch struct {
 	conn          *websocket.Conn
 	conns         int
 	frames        []wire.Frame
-	bad           []string // frames the worker sent that do not decode
+	bad           []string // frames the worker sent that do not decode or validate
 	signals       []postedSignal
 	// runs is what GET /api/internal/worker/runs[/{id}] answer (reconcile_test.go).
 	runs fakeRuns
@@ -63,7 +69,7 @@ func newFakeOrch(t *testing.T) *fakeOrch {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		if len(o.bad) > 0 {
-			t.Errorf("the worker sent frames that do not decode: %q", o.bad)
+			t.Errorf("the worker sent frames that do not decode or validate: %q", o.bad)
 		}
 	})
 	return o
@@ -97,7 +103,7 @@ func (o *fakeOrch) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(wire.Registered{HostID: "host-1", Status: "online", Protocol: wire.UplinkProtocol})
+	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: "online", Protocol: wire.UplinkProtocol})
 }
 
 func (o *fakeOrch) signal(w http.ResponseWriter, r *http.Request) {
@@ -141,9 +147,12 @@ func (o *fakeOrch) uplink(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		f, err := wire.DecodeFrame(data)
+		if err == nil {
+			err = f.Validate()
+		}
 		o.mu.Lock()
 		if err != nil {
-			o.bad = append(o.bad, string(data))
+			o.bad = append(o.bad, err.Error()+": "+string(data))
 		} else {
 			o.frames = append(o.frames, f)
 		}
@@ -373,7 +382,7 @@ func (h *harness) session(runID string) (tmux.Session, bool) {
 func (h *harness) dispatchFrame(runID string, attempt int) wire.Frame {
 	return wire.Frame{
 		Type: wire.FrameRunDispatch, RunID: runID, Attempt: wire.IntPtr(attempt),
-		TaskID: "task-1", Provider: "shell", SessionName: "pam-" + runID[:8],
+		TaskID: testTaskID, Provider: "shell", SessionName: "pam-" + runID[:8],
 		Cwd: h.t.TempDir(), Prompt: "echo hi; rm -rf /", Args: []string{"--flag"},
 		TaskTitle: "Fix the Login Bug!", SignalToken: "signal-token-" + runID[:8],
 	}

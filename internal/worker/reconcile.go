@@ -402,7 +402,7 @@ func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 		first = now
 		w.rs.orphans[s.Name] = now
 		detail := fmt.Sprintf("session %s: %s; held %s, then killed", s.Name, why, w.o.OrphanHold)
-		w.queueFrame(wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: detail})
+		w.queueFrame(wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)})
 		w.report("orphan session held for inspection", "session", s.Name.String(), "why", why, "hold", w.o.OrphanHold)
 	}
 	if s.RunID != "" {

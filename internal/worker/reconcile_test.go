@@ -145,25 +145,25 @@ func TestReconcileDiscrimination(t *testing.T) {
 	now := time.Now().UTC()
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
-		hostLost := wire.RunAttempt{Attempt: 1, HostID: ptr("host-1"), Outcome: ptr("failed"), FailureReason: ptr(wire.FailHostLost)}
+		hostLost := wire.RunAttempt{Attempt: 1, HostID: ptr(testHostID), Outcome: ptr("failed"), FailureReason: ptr(wire.FailHostLost)}
 		r.known[runHostLost] = workerRun(runHostLost, 2, wire.RunRunning, "host-2", hostLost)
-		hold := workerRun(runHold, 1, wire.RunExited, "host-1")
+		hold := workerRun(runHold, 1, wire.RunExited, testHostID)
 		hold.FinishedAt = &now
 		r.known[runHold] = hold
-		past := workerRun(runPastHold, 1, wire.RunExited, "host-1")
+		past := workerRun(runPastHold, 1, wire.RunExited, testHostID)
 		past.FinishedAt = ptr(now.Add(-2 * time.Hour))
 		r.known[runPastHold] = past
-		r.known[runStopped] = workerRun(runStopped, 1, wire.RunStopped, "host-1")
+		r.known[runStopped] = workerRun(runStopped, 1, wire.RunStopped, testHostID)
 		r.known[runElse] = workerRun(runElse, 1, wire.RunRunning, "host-2")
 		r.known[runOlder] = workerRun(runOlder, 2, wire.RunRunning, "host-2",
-			wire.RunAttempt{Attempt: 1, HostID: ptr("host-1"), Outcome: ptr("failed"), FailureReason: ptr(wire.FailExitNonzero)})
+			wire.RunAttempt{Attempt: 1, HostID: ptr(testHostID), Outcome: ptr("failed"), FailureReason: ptr(wire.FailExitNonzero)})
 		// runDesired's session comes after the start; until then the
 		// orchestrator cannot confirm its loss (no answer for it).
-		r.desired = append(r.desired, workerRun(runDesired, 1, wire.RunRunning, "host-1"))
+		r.desired = append(r.desired, workerRun(runDesired, 1, wire.RunRunning, testHostID))
 		for _, d := range []wire.WorkerRun{
-			workerRun(runMissing, 1, wire.RunRunning, "host-1"),
-			workerRun(runMissSpwn, 1, wire.RunSpawning, "host-1"),
-			workerRun(runSpooled, 1, wire.RunRunning, "host-1"),
+			workerRun(runMissing, 1, wire.RunRunning, testHostID),
+			workerRun(runMissSpwn, 1, wire.RunSpawning, testHostID),
+			workerRun(runSpooled, 1, wire.RunRunning, testHostID),
 		} {
 			r.desired = append(r.desired, d)
 			r.known[d.RunID] = d
@@ -234,12 +234,12 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
 	h.opts.ReconcileInterval = 100 * time.Millisecond
-	missing := workerRun(runMissing, 1, wire.RunRunning, "host-1")
+	missing := workerRun(runMissing, 1, wire.RunRunning, testHostID)
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
 		// runDesired has no session yet and the orchestrator cannot
 		// confirm its loss (no answer for it): it is not reported.
-		r.desired = []wire.WorkerRun{workerRun(runDesired, 1, wire.RunRunning, "host-1"), missing}
+		r.desired = []wire.WorkerRun{workerRun(runDesired, 1, wire.RunRunning, testHostID), missing}
 		r.known[runMissing] = missing
 	})
 	var passes atomic.Int64
@@ -250,7 +250,7 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	eventually.Wait(t, 10*time.Second, "runcache.json with the desired runs", func() bool {
 		b, _ := os.ReadFile(cache)
 		var c runCache
-		return json.Unmarshal(b, &c) == nil && len(c.Runs) == 2 && c.HostID == "host-1"
+		return json.Unmarshal(b, &c) == nil && len(c.Runs) == 2 && c.HostID == testHostID
 	})
 	if st, _ := os.Stat(cache); st.Mode().Perm() != 0o600 {
 		t.Errorf("runcache.json mode %v", st.Mode())
@@ -290,8 +290,8 @@ func TestLivenessConfirmsLoss(t *testing.T) {
 	h := newHarness(t, orch)
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
-		r.known[runA] = workerRun(runA, 1, wire.RunRunning, "host-1")
-		r.known[runB] = workerRun(runB, 1, wire.RunExited, "host-1")
+		r.known[runA] = workerRun(runA, 1, wire.RunRunning, testHostID)
+		r.known[runB] = workerRun(runB, 1, wire.RunExited, testHostID)
 	})
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
@@ -337,8 +337,8 @@ func TestTmuxCrashReported(t *testing.T) {
 	h := newHarness(t, orch)
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
-		r.known[runA] = workerRun(runA, 1, wire.RunRunning, "host-1")
-		r.known[runB] = workerRun(runB, 1, wire.RunRunning, "host-1")
+		r.known[runA] = workerRun(runA, 1, wire.RunRunning, testHostID)
+		r.known[runB] = workerRun(runB, 1, wire.RunRunning, testHostID)
 	})
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
@@ -359,7 +359,7 @@ func TestZombieReported(t *testing.T) {
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
 	h.opts.ReconcileInterval = 200 * time.Millisecond
-	z := workerRun(runDesired, 1, wire.RunRunning, "host-1")
+	z := workerRun(runDesired, 1, wire.RunRunning, testHostID)
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
 		r.desired = []wire.WorkerRun{z}

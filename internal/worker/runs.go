@@ -24,6 +24,10 @@ func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 		w.log.Warn("malformed frame from the orchestrator dropped", "err", err, "bytes", len(data))
 		return
 	}
+	if err := f.Validate(); err != nil {
+		w.refuseInvalid(conn, f, err)
+		return
+	}
 	switch f.Type {
 	case wire.FrameHeartbeatAck:
 		w.log.Debug("heartbeat acked")
@@ -52,15 +56,37 @@ func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 	}
 }
 
-// dispatch answers a run_dispatch: validate, ack at once (before any
-// kill or spawn), then spawn in the background.
-func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame) {
-	attempt := 0
-	if f.Attempt != nil {
-		attempt = *f.Attempt
+// refuseInvalid answers a frame that Validate refused, where an answer
+// can name what it refuses: a run_dispatch of a valid run and attempt is
+// acked as refused (so the offer is withdrawn at once), an attach_open
+// with a valid attach id gets attach_closed. Anything else is logged and
+// dropped: an answer the orchestrator could not match would be refused
+// in turn.
+func (w *agent) refuseInvalid(conn *websocket.Conn, f wire.Frame, err error) {
+	reason := err.Error()
+	if we, ok := wire.AsError(err); ok {
+		reason = we.Message
 	}
+	reason = wire.BoundText(reason)
+	w.log.Warn("invalid frame from the orchestrator refused", "type", f.Type, "reason", reason)
+	switch {
+	case f.Type == wire.FrameRunDispatch && wire.ValidUUID(f.RunID) && f.Attempt != nil && *f.Attempt >= 1:
+		no := false
+		ack := wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: f.Attempt, Accepted: &no, Reason: reason}
+		if err := w.sendOn(conn, ack); err != nil {
+			w.log.Warn("ack", "run_id", f.RunID, "err", err)
+		}
+	case f.Type == wire.FrameAttachOpen && wire.ValidUUID(f.AttachID):
+		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: reason})
+	}
+}
+
+// dispatch answers a valid run_dispatch: check this host can take it,
+// ack at once (before any kill or spawn), then spawn in the background.
+func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame) {
+	attempt := *f.Attempt
 	ack := func(accepted bool, reason string) error {
-		return w.sendOn(conn, wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &accepted, Reason: reason})
+		return w.sendOn(conn, wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &accepted, Reason: wire.BoundText(reason)})
 	}
 	refuse := func(reason string) {
 		w.log.Warn("run refused", "run_id", f.RunID, "attempt", attempt, "reason", reason)
@@ -68,17 +94,9 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 			w.log.Warn("ack", "run_id", f.RunID, "err", err)
 		}
 	}
-	if !tmux.ValidRunID(f.RunID) {
-		refuse("run_id is not a lowercase UUID")
-		return
-	}
-	if attempt < 1 {
-		refuse("attempt must be 1 or more")
-		return
-	}
-	name, _ := tmux.SessionForRun(f.RunID)
-	if f.SessionName != name.String() {
-		refuse(fmt.Sprintf("session_name %q is not %s, the name of this run", f.SessionName, name))
+	name, err := tmux.SessionForRun(f.RunID)
+	if err != nil {
+		refuse(err.Error()) // not reached: Validate checked the run id
 		return
 	}
 	binary, ok := w.o.Providers()[f.Provider]
@@ -162,7 +180,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		w.forget(r, gen, false)
 		w.sendState(r.id, attempt, wire.StateSpawnFailed, detail)
 	}
-	cwd := f.Cwd
+	cwd := f.Cwd // absolute or empty (Validate)
 	if cwd == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
@@ -172,7 +190,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		cwd = home
 	}
 	if !filepath.IsAbs(cwd) {
-		fail(fmt.Sprintf("cwd %q is not an absolute path", cwd))
+		fail(fmt.Sprintf("the home directory %q is not an absolute path", cwd))
 		return
 	}
 	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
@@ -256,11 +274,11 @@ func (w *agent) forget(r *run, gen uint64, stopped bool) {
 // background. A stop naming an older attempt than the live one is
 // ignored: it must not end the newer incarnation.
 func (w *agent) stop(ctx context.Context, f wire.Frame) {
-	if !tmux.ValidRunID(f.RunID) {
+	name, err := tmux.SessionForRun(f.RunID)
+	if err != nil {
 		w.log.Warn("run_stop with a bad run_id dropped", "run_id", f.RunID)
 		return
 	}
-	name, _ := tmux.SessionForRun(f.RunID)
 	grace := w.o.StopGrace
 	w.mu.Lock()
 	r := w.runs[f.RunID]
@@ -330,12 +348,9 @@ func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.Sess
 	return false // no such session: nothing to stop
 }
 
-// sendKeys answers send_keys after checking the allowlist again.
+// sendKeys answers a valid send_keys: Validate checked the allowlist
+// again (§7), and tmux checks it once more before it runs.
 func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
-	if err := wire.ValidateKeys(f.Keys); err != nil {
-		w.log.Warn("send_keys refused", "run_id", f.RunID, "err", err)
-		return
-	}
 	w.mu.Lock()
 	r := w.runs[f.RunID]
 	if r == nil || r.state != stateLive || (f.Attempt != nil && *f.Attempt != r.attempt) {

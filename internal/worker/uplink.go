@@ -300,7 +300,7 @@ func (w *agent) send(f wire.Frame) error {
 
 // sendState reports a run_state; without an uplink it waits for the next.
 func (w *agent) sendState(runID string, attempt int, state, detail string) {
-	f := wire.Frame{Type: wire.FrameRunState, RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: detail}
+	f := wire.Frame{Type: wire.FrameRunState, RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: wire.BoundText(detail)}
 	if err := w.send(f); err != nil {
 		w.requeue([]wire.Frame{f})
 	}

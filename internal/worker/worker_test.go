@@ -40,7 +40,7 @@ func TestRegisterHeartbeatAndFiles(t *testing.T) {
 		!slices.Equal(r.Providers, []string{"fake", "shell"}) || !tmux.ValidRunID(r.InstanceID) || !strings.Contains(r.Platform, "/") {
 		t.Errorf("register body = %+v", r)
 	}
-	if hb.HostID != "host-1" || hb.InstanceID != r.InstanceID || hb.Timestamp == nil {
+	if hb.HostID != testHostID || hb.InstanceID != r.InstanceID || hb.Timestamp == nil {
 		t.Errorf("heartbeat = %+v", hb)
 	}
 	// Heartbeats keep coming.
@@ -122,7 +122,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := wire.Dispatch{RunID: runA, Attempt: 2, APIURL: orch.srv.URL, SignalToken: "signal-token-0a0a0a0a",
-		Provider: "shell", Binary: "/bin/sh", TaskID: "task-1", TaskTitle: "Fix the Login Bug!", Prompt: "echo hi; rm -rf /",
+		Provider: "shell", Binary: "/bin/sh", TaskID: testTaskID, TaskTitle: "Fix the Login Bug!", Prompt: "echo hi; rm -rf /",
 		Args: []string{"--flag"}, Cwd: df.Cwd, SessionName: "pam-0a0a0a0a", WorkerDataDir: filepath.Join(h.opts.DataDir, "worker")}
 	if d.RunID != want.RunID || d.Attempt != want.Attempt || d.APIURL != want.APIURL || d.SignalToken != want.SignalToken ||
 		d.Provider != want.Provider || d.Binary != want.Binary || d.TaskID != want.TaskID || d.TaskTitle != want.TaskTitle ||
@@ -214,6 +214,9 @@ func TestDispatchRefusals(t *testing.T) {
 	h.spawnRun(runA, 2)
 	before := h.tmuxCalls()
 
+	// A dispatch naming a valid run and attempt is acked as refused, with
+	// the reason; one whose ack could not name them is dropped unanswered
+	// (reason ""), which the ack of a later refusal, of runC, proves.
 	refusals := []struct {
 		what   string
 		mod    func(*wire.Frame)
@@ -223,10 +226,13 @@ func TestDispatchRefusals(t *testing.T) {
 		{"session name of another run", func(f *wire.Frame) { f.SessionName = "pam-0a0a0a0a" }, "session_name"},
 		{"injected session name", func(f *wire.Frame) { f.SessionName = "pam-0b0b0b0b;kill-server" }, "session_name"},
 		{"unknown provider", func(f *wire.Frame) { f.Provider = "nope" }, "provider"},
-		{"bad run id", func(f *wire.Frame) { f.RunID = "../../etc/passwd" }, "run_id"},
-		{"uppercase run id", func(f *wire.Frame) { f.RunID = strings.ToUpper(runB) }, "run_id"},
-		{"attempt 0", func(f *wire.Frame) { f.Attempt = wire.IntPtr(0) }, "attempt"},
-		{"no attempt", func(f *wire.Frame) { f.Attempt = nil }, "attempt"},
+		{"bad provider name", func(f *wire.Frame) { f.Provider = "../sh" }, "provider"},
+		{"relative cwd", func(f *wire.Frame) { f.Cwd = "tmp" }, "cwd"},
+		{"no signal token", func(f *wire.Frame) { f.SignalToken = "" }, "signal_token"},
+		{"bad run id", func(f *wire.Frame) { f.RunID = "../../etc/passwd" }, ""},
+		{"uppercase run id", func(f *wire.Frame) { f.RunID = strings.ToUpper(runB) }, ""},
+		{"attempt 0", func(f *wire.Frame) { f.Attempt = wire.IntPtr(0) }, ""},
+		{"no attempt", func(f *wire.Frame) { f.Attempt = nil }, ""},
 		{"over capacity", func(f *wire.Frame) {}, "capacity"},
 	}
 	for _, r := range refusals {
@@ -234,6 +240,16 @@ func TestDispatchRefusals(t *testing.T) {
 		r.mod(&f)
 		from := orch.mark()
 		orch.send(f)
+		if r.reason == "" {
+			sentinel := h.dispatchFrame(runC, 1)
+			sentinel.Provider = "nope"
+			orch.send(sentinel)
+			_, at := orch.wait(from, "the ack of the dispatch after "+r.what, isType(wire.FrameRunDispatchAck, runC))
+			if n := orch.count(from, func(g wire.Frame) bool { return g.Type == wire.FrameRunDispatchAck && g.RunID != runC }); n != 0 {
+				t.Errorf("%s: %d acks before frame %d, want none", r.what, n, at)
+			}
+			continue
+		}
 		ack, _ := orch.wait(from, "the ack of "+r.what, isType(wire.FrameRunDispatchAck, f.RunID))
 		if ack.Accepted == nil || *ack.Accepted || !strings.Contains(ack.Reason, r.reason) {
 			t.Errorf("%s: ack = accepted %v reason %q, want a refusal naming %q", r.what, ack.Accepted, ack.Reason, r.reason)
@@ -361,7 +377,9 @@ func TestMalformedFramesKeepTheUplink(t *testing.T) {
 	for _, raw := range []string{
 		`not json`, `{}`, `{"type":"no_such_frame"}`, `{"type":"run_dispatch","bogus":1}`, `[1,2]`,
 		`{"type":"run_stop","run_id":"../x"}`, `{"type":"send_keys","run_id":"` + runA + `","keys":[{"key":"C-b"}]}`,
-		`{"type":"heartbeat","host_id":"x"}`, `{"type":"attach_open","attach_id":"a1"}`, `{"type":"log_request","run_id":"nope","request_id":"q"}`,
+		`{"type":"heartbeat","host_id":"x"}`, `{"type":"attach_open","attach_id":"a1"}`,
+		`{"type":"attach_open","attach_id":"` + relay1 + `"}`, `{"type":"log_request","run_id":"nope","request_id":"` + relay2 + `"}`,
+		`{"type":"run_dispatch","run_id":"` + runB + `","attempt":1,"session_name":"pam-0b0b0b0b;x"}`,
 	} {
 		if err := orch.sendRaw(c, []byte(raw)); err != nil {
 			t.Fatal(err)
@@ -375,18 +393,24 @@ func TestMalformedFramesKeepTheUplink(t *testing.T) {
 	if conns != 1 || len(orch.regs()) != 1 {
 		t.Errorf("the worker reconnected (%d uplinks, %d registrations) after malformed frames", conns, len(orch.regs()))
 	}
-	ac, _ := orch.wait(0, "attach_closed", isType(wire.FrameAttachClosed, ""))
-	if ac.AttachID != "a1" || ac.Reason == "" {
+	// Answered where the answer can name what it refuses (a valid attach
+	// id, a valid run and attempt); the rest dropped unanswered.
+	if n := orch.count(0, isType(wire.FrameAttachClosed, "")); n != 1 {
+		t.Errorf("%d attach_closed answers, want 1 (for %s)", n, relay1)
+	}
+	if ac, _ := orch.wait(0, "attach_closed", isType(wire.FrameAttachClosed, "")); ac.AttachID != relay1 || !strings.Contains(ac.Reason, "run_id") {
 		t.Errorf("attach_closed = %+v", ac)
 	}
-	lc, _ := orch.wait(0, "log_chunk", isType(wire.FrameLogChunk, ""))
-	if lc.RequestID != "q" || !lc.EOF || lc.Text != "" {
-		t.Errorf("log_chunk for a bad run id = %+v", lc)
+	if ack, _ := orch.wait(0, "the refusal of a bad dispatch", isType(wire.FrameRunDispatchAck, runB)); *ack.Accepted || !strings.Contains(ack.Reason, "session_name") {
+		t.Errorf("run_dispatch_ack = %+v", ack)
+	}
+	if n := orch.count(0, isType(wire.FrameLogChunk, "")); n != 0 {
+		t.Errorf("%d log chunks for a log_request with a bad run id", n)
 	}
 	orch.mu.Lock()
 	defer orch.mu.Unlock()
 	if len(orch.bad) > 0 {
-		t.Errorf("the worker sent frames that do not decode: %q", orch.bad)
+		t.Errorf("the worker sent frames that do not decode or validate: %q", orch.bad)
 	}
 }
 
@@ -433,7 +457,7 @@ func TestReconnectResendsSnapshots(t *testing.T) {
 		t.Errorf("%d registrations: the failed ones were not retried", n)
 	}
 	hb, hbAt := orch.wait(from, "a heartbeat after reconnect", isType(wire.FrameHeartbeat, ""))
-	if hb.HostID != "host-1" {
+	if hb.HostID != testHostID {
 		t.Errorf("heartbeat = %+v", hb)
 	}
 	// The latest snapshot of each live session, unchanged, right after.
@@ -559,13 +583,13 @@ func TestLogRequest(t *testing.T) {
 		}
 		return got.String()
 	}
-	if got := read("all", 0); got != text {
+	if got := read("aaaaaaaa-0000-4000-8000-0000000000a1", 0); got != text {
 		t.Errorf("log from 0: got %d bytes, want %d", len(got), len(text))
 	}
-	if got := read("tail", 1000); got != text[1000:] {
+	if got := read("aaaaaaaa-0000-4000-8000-0000000000a2", 1000); got != text[1000:] {
 		t.Errorf("log from 1000: got %d bytes, want %d", len(got), len(text)-1000)
 	}
-	if got := read("past", int64(len(text)+5)); got != "" {
+	if got := read("aaaaaaaa-0000-4000-8000-0000000000a3", int64(len(text)+5)); got != "" {
 		t.Errorf("log past the end: %q", got)
 	}
 }
