@@ -24,7 +24,7 @@ func TestLivenessIgnoresRunsSpawnedDuringTheList(t *testing.T) {
 	h := newHarness(t, orch)
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
-		r.known[runA] = workerRun(runA, 1, wire.RunRunning, "host-1")
+		r.known[runA] = workerRun(runA, 1, wire.RunRunning, testHostID)
 	})
 	var armed atomic.Bool
 	var passes atomic.Int64
