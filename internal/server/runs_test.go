@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -30,6 +29,7 @@ func newRunEnvB(b *testing.B) *runEnv { return newRunEnv(b, runOpts{}) }
 // workers are simulated by fakeWorker, a real uplink WebSocket client.
 type runEnv struct {
 	*env
+	srv   *server.Server
 	fleet *fleet.Fleet
 	disp  *dispatch.Dispatcher
 	task  wire.WorkItem
@@ -51,12 +51,12 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	fl := fleet.New(1000)
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond})
 	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	ts := httptest.NewServer(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	t.Cleanup(func() { srv.CloseStreams(); cancel(); <-done; ts.Close() })
-	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, fleet: fl, disp: d}
+	t.Cleanup(func() { cancel(); <-done })
+	ts := serve(t, srv)
+	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, srv: srv, fleet: fl, disp: d}
 	p := e.project("Runs")
 	e.task = e.item(p.Slug, "task", "Do the thing", nil)
 	return e
