@@ -35,15 +35,25 @@ var (
 
 // Main wraps testing.M.Run and stops the private cluster afterwards. Call
 // it from TestMain in every package that uses New or URL.
-func Main(m *testing.M) {
-	code := m.Run()
+func Main(m *testing.M) { os.Exit(M(m).Run()) }
+
+// M wraps m so that its Run also stops the private cluster, for a TestMain
+// that hands m to something that exits itself, such as
+// goleak.VerifyTestMain: the leak check then runs after the cluster's
+// process and the goroutine waiting for it are gone.
+func M(m *testing.M) interface{ Run() int } { return runner{m} }
+
+type runner struct{ m *testing.M }
+
+func (r runner) Run() int {
+	code := r.m.Run()
 	if cluster != nil {
 		_ = cluster.Stop()
 	}
 	if tmpDir != "" {
 		_ = os.RemoveAll(tmpDir)
 	}
-	os.Exit(code)
+	return code
 }
 
 func setup() error {
