@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -36,8 +38,12 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "build pam: %v\n%s", err, out)
 		os.Exit(1)
 	}
-	defer os.RemoveAll(dir)
-	storetest.Main(m)
+	// The serve tests run the binary, but the in-process ones (run_test.go)
+	// must leave no goroutine of Run behind.
+	goleak.VerifyTestMain(storetest.M(m), goleak.Cleanup(func(code int) {
+		os.RemoveAll(dir)
+		os.Exit(code)
+	}))
 }
 
 // proc is a `pam serve` process under test.
