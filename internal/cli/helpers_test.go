@@ -10,10 +10,14 @@ import (
 	"sync"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// commands that run loops (serve, up, worker, watch) must wait for them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const testToken = "0123456789abcdef0123456789abcdef"
 
