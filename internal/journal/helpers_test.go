@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/journal"
 	"pam/internal/store"
@@ -21,7 +23,9 @@ import (
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// tailer, the purge loop and every subscriber must end with Run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // testTimeout bounds every wait of these tests.
 const testTimeout = 20 * time.Second

@@ -14,13 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/server"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// server's sockets, watchers and relays must all be stopped and waited for.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const testToken = "0123456789abcdef0123456789abcdef"
 

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/wire"
 )
 
@@ -20,12 +22,16 @@ var (
 	buildOut  []byte
 )
 
+// TestMain fails the package when a goroutine outlives its tests: Run's
+// loops, the spawn and stop operations and the attach relays must all
+// have ended when Run returns.
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if buildDir != "" {
-		os.RemoveAll(buildDir)
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		if buildDir != "" {
+			os.RemoveAll(buildDir)
+		}
+		os.Exit(code)
+	}))
 }
 
 // realPam builds cmd/pam once per test binary.
