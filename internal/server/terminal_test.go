@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
+	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
 	"pam/internal/server"
@@ -219,9 +220,16 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 // handlers (their connections are hijacked) and the lease watcher. A
 // pane viewer that reads nothing keeps its handler in the close handshake
 // for seconds, so a Shutdown that returned without waiting would leave it
-// subscribed. Once Shutdown has begun, sockets are refused.
+// subscribed. Once Shutdown has begun, sockets are refused. When the test
+// and its cleanups are done, no goroutine is left: not parallel, since
+// goleak looks at the whole process (parallel tests start after it).
 func TestShutdownWaitsForSockets(t *testing.T) {
-	t.Parallel()
+	storetest.URL(t) // the test cluster and its waiter outlive this test
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { // the last cleanup: after the server's and the store's
+		http.DefaultClient.CloseIdleConnections()
+		goleak.VerifyNone(t, before)
+	})
 	e := newRunEnv(t, runOpts{})
 	w := e.worker("host-stop", 4, "shell")
 	r := e.runningRun(w)
