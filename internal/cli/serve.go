@@ -193,6 +193,7 @@ func localHostToken(ctx context.Context, base, operatorToken, hostName, dataDir 
 	if err != nil {
 		return "", err
 	}
+	defer client.HTTP.CloseIdleConnections() // its goroutines end here, not when serve does
 	var tok string
 	created, err := client.CreateHost(ctx, wire.CreateHost{Name: hostName})
 	switch {
