@@ -12,12 +12,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/serve"
 	"pam/internal/store/storetest"
 	"pam/internal/worker"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// commands that run loops (serve, up, worker, watch) must wait for them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const testToken = "0123456789abcdef0123456789abcdef"
 
@@ -74,7 +78,7 @@ func (e *testEnv) env() Env {
 // pam runs the command line in-process.
 func (e *testEnv) pam(args ...string) result {
 	e.t.Helper()
-	return e.pamCtx(context.Background(), args...)
+	return e.pamCtx(e.t.Context(), args...)
 }
 
 func (e *testEnv) pamCtx(ctx context.Context, args ...string) result {

@@ -9,9 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 
+	"golang.org/x/sync/errgroup"
+
 	"pam/internal/datadir"
 	"pam/internal/serve"
 	"pam/internal/wire"
+	"pam/internal/worker"
 )
 
 var serveCmd = &command{
@@ -99,6 +102,9 @@ func startServe(x *invocation, up bool) error {
 // listens, a worker for this machine in the same process, registered as a
 // host named after the machine (provisioned on first start; its token kept
 // in <data>/worker/token). Ctrl-C stops both; sessions stay with tmux.
+//
+// Both run in one errgroup: whichever ends first, or fails, ends the
+// other, and startUp returns once both have, with the first error.
 func startUp(x *invocation) error {
 	o, err := serveOptions(x, true)
 	if err != nil {
@@ -106,61 +112,66 @@ func startUp(x *invocation) error {
 	}
 	ctx, cancel := context.WithCancel(x.ctx)
 	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
 	type ready struct{ base, token string }
 	readyc := make(chan ready, 1)
 	o.Ready = func(base, token string) { readyc <- ready{base, token} }
-	servec := make(chan error, 1)
-	go func() { servec <- x.env.Serve(ctx, o) }()
-	var r ready
-	select {
-	case err := <-servec:
-		if errors.Is(err, context.Canceled) && x.ctx.Err() != nil {
-			return nil
+	g.Go(func() error {
+		defer cancel() // serve gone: the worker has no one to talk to
+		if err := x.env.Serve(gctx, o); err != nil {
+			return fmt.Errorf("serve: %w", err)
 		}
-		return err
-	case r = <-readyc:
+		return nil
+	})
+	g.Go(func() error {
+		defer cancel()
+		var r ready
+		select {
+		case <-gctx.Done():
+			return nil
+		case r = <-readyc:
+		}
+		wo, err := upWorkerOptions(gctx, x, o, r.base, r.token)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(x.stdout, "worker: this machine runs agents as host %s\n", wo.HostName)
+		if err := x.env.Worker(gctx, wo); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		return nil
+	})
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) && x.ctx.Err() != nil {
+		return nil
 	}
+	return err
+}
+
+// upWorkerOptions provisions the local host on the serve at base and
+// returns the options of pam up's worker.
+func upWorkerOptions(ctx context.Context, x *invocation, o serve.Options, base, operatorToken string) (worker.Options, error) {
 	hostName := x.cfg.str("PAM_HOST_NAME")
 	if hostName == "" {
+		var err error
 		if hostName, err = os.Hostname(); err != nil {
-			return fmt.Errorf("host name: %w", err)
+			return worker.Options{}, fmt.Errorf("host name: %w", err)
 		}
 	}
 	dataDir := o.DataDir
 	if dataDir == "" {
 		dataDir = datadir.DefaultDataDirIn(x.env.getenv)
 	}
-	token, err := localHostToken(ctx, r.base, r.token, hostName, dataDir)
+	token, err := localHostToken(ctx, base, operatorToken, hostName, dataDir)
 	if err != nil {
-		cancel()
-		<-servec
-		return fmt.Errorf("provision the local host %s: %w", hostName, err)
+		return worker.Options{}, fmt.Errorf("provision the local host %s: %w", hostName, err)
 	}
-	wo, err := localWorkerOptions(x, r.base, token)
+	wo, err := localWorkerOptions(x, base, token)
 	if err != nil {
-		cancel()
-		<-servec
-		return err
+		return worker.Options{}, err
 	}
 	wo.HostName, wo.DataDir = hostName, dataDir
-	fmt.Fprintf(x.stdout, "worker: this machine runs agents as host %s\n", hostName)
-	workerc := make(chan error, 1)
-	go func() { workerc <- x.env.Worker(ctx, wo) }()
-	var first error
-	select {
-	case first = <-servec:
-		cancel()
-		<-workerc
-	case first = <-workerc:
-		cancel()
-		if err := <-servec; first == nil {
-			first = err
-		}
-	}
-	if errors.Is(first, context.Canceled) && x.ctx.Err() != nil {
-		return nil
-	}
-	return first
+	return wo, nil
 }
 
 // localHostToken returns the worker token of the host named hostName,
@@ -178,6 +189,7 @@ func localHostToken(ctx context.Context, base, operatorToken, hostName, dataDir 
 	if err != nil {
 		return "", err
 	}
+	defer client.HTTP.CloseIdleConnections() // its goroutines end here, not when serve does
 	var tok string
 	created, err := client.CreateHost(ctx, wire.CreateHost{Name: hostName})
 	switch {

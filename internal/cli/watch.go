@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -50,12 +51,16 @@ func watchPane(ctx context.Context, c *wire.Client, runID string, out io.Writer)
 	}
 	defer ws.CloseNow()
 	ws.SetReadLimit(wire.MaxFrame)
+	// The poller and the reader end with ctx; watchPane waits for them.
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
 	ended := make(chan string, 1)
-	go watchRunEnd(ctx, c, run.ID, ended)
+	wg.Go(func() { watchRunEnd(ctx, c, run.ID, ended) })
 	tty := isTerminal(out)
 	frames := make(chan wire.PaneSnapshot)
 	readErr := make(chan error, 1)
-	go func() {
+	wg.Go(func() {
 		for {
 			_, b, err := ws.Read(ctx)
 			if err != nil {
@@ -72,7 +77,7 @@ func watchPane(ctx context.Context, c *wire.Client, runID string, out io.Writer)
 				return
 			}
 		}
-	}()
+	})
 	if tty {
 		fmt.Fprint(out, "\x1b[H\x1b[2J")
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"pam/internal/datadir"
@@ -31,10 +33,16 @@ var workerCmd = &command{
 			signal.Notify(hup, syscall.SIGHUP)
 			defer signal.Stop(hup)
 			reconcile := make(chan struct{}, 1)
-			go func() {
+			// The forwarder lives as long as the worker, not the command's
+			// context: it is stopped and waited for when the worker returns.
+			ctx, cancel := context.WithCancel(x.ctx)
+			var wg sync.WaitGroup
+			defer wg.Wait()
+			defer cancel()
+			wg.Go(func() {
 				for {
 					select {
-					case <-x.ctx.Done():
+					case <-ctx.Done():
 						return
 					case <-hup:
 						select {
@@ -43,7 +51,7 @@ var workerCmd = &command{
 						}
 					}
 				}
-			}()
+			})
 			o.Reconcile = reconcile
 			return x.env.Worker(x.ctx, o)
 		}

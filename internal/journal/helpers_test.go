@@ -14,13 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/journal"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// tailer, the purge loop and every subscriber must end with Run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // testTimeout bounds every wait of these tests.
 const testTimeout = 20 * time.Second

@@ -47,4 +47,8 @@ type Options struct {
 	Stdout io.Writer
 	// Version is reported by /healthz-adjacent surfaces and logs.
 	Version string
+
+	// checkLeaderEvery is how often the active-server lock's connection
+	// is checked; 0 is 3s. Tests shorten it.
+	checkLeaderEvery time.Duration
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"pam/internal/datadir"
 	"pam/internal/dispatch"
@@ -72,10 +73,12 @@ func Run(ctx context.Context, o Options) (err error) {
 		dbURL = cluster.URL()
 	}
 
-	leader, err := becomeActive(ctx, dbURL, o.Logger)
+	leader, err := becomeActive(ctx, dbURL, o.checkLeaderEvery, o.Logger)
 	if err != nil {
 		return err
 	}
+	// Deferred before anything that starts Watch: it runs after g.Wait,
+	// when the connection is Run's again.
 	defer leader.Close(context.Background())
 
 	st, err := store.Open(ctx, dbURL)
@@ -120,16 +123,48 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	httpSrv.RegisterOnShutdown(srv.CloseStreams)
 
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	hubDone := make(chan error, 1)
-	go func() { hubDone <- hub.Run(runCtx) }()
-	dispatchDone := make(chan error, 1)
-	go func() { dispatchDone <- dispatcher.Run(runCtx) }()
-	leaderLost := make(chan error, 1)
-	go func() { leaderLost <- leader.Watch(runCtx) }()
-	serveDone := make(chan error, 1)
-	go func() { serveDone <- httpSrv.Serve(ln) }()
+	// Every part runs in g until ctx ends or one of them stops: a part
+	// that fails cancels the others and its error, named, is what Run
+	// returns. The shutdown part stops the HTTP side once gctx ends; Run
+	// returns only when all of them have, and the deferred closes of the
+	// store, the lock's connection and the database come after that.
+	g, gctx := errgroup.WithContext(ctx)
+	part := func(name string, run func(context.Context) error) {
+		g.Go(func() error {
+			err := run(gctx)
+			switch {
+			case err != nil:
+				return fmt.Errorf("%s: %w", name, err)
+			case gctx.Err() == nil:
+				return fmt.Errorf("%s stopped unexpectedly", name)
+			}
+			return nil
+		})
+	}
+	part("event journal", hub.Run)
+	part("dispatcher", dispatcher.Run)
+	part("active-server lock", leader.Watch)
+	part("http server", func(context.Context) error {
+		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		o.Logger.Info("pam serve shutting down")
+		shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		// The listener first (and the plain requests in flight), then
+		// the sockets and watchers only the server knows of.
+		if err := httpSrv.Shutdown(shutCtx); err != nil {
+			o.Logger.Warn("http shutdown", "err", err)
+		}
+		if err := srv.Shutdown(shutCtx); err != nil {
+			o.Logger.Warn("server shutdown", "err", err)
+		}
+		return nil
+	})
 
 	addr := ln.Addr().(*net.TCPAddr)
 	host := o.Bind
@@ -145,28 +180,12 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Ready != nil {
 		o.Ready(base, token)
 	}
-
-	var runErr error
-	select {
-	case <-ctx.Done():
-	case err := <-serveDone:
-		runErr = fmt.Errorf("http server: %w", err)
-	case err := <-leaderLost:
-		if err != nil {
-			runErr = err
-		}
-	}
-	o.Logger.Info("pam serve shutting down")
-	shutCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := httpSrv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		o.Logger.Warn("http shutdown", "err", err)
-	}
-	stopRun()
-	<-hubDone
-	<-dispatchDone
-	return runErr
+	return g.Wait()
 }
+
+// shutdownTimeout bounds the graceful shutdown: in-flight requests, then
+// sockets and watchers.
+const shutdownTimeout = 15 * time.Second
 
 // logFailure appends a failure to <data>/serve.log (0600).
 func logFailure(dir string, failure error) {
@@ -180,15 +199,22 @@ func logFailure(dir string, failure error) {
 
 // activeLock holds the PostgreSQL advisory lock that makes this process
 // the one active server of its database (§11), on a connection of its own.
+//
+// A pgx.Conn is not safe for concurrent use, so the connection has one
+// owner at a time: becomeActive's caller, then Watch while it runs (it
+// may replace the connection), then the caller again for Close once
+// Watch has returned. Run keeps that order by closing the lock only after
+// its errgroup, and so Watch, is done.
 type activeLock struct {
-	url  string
-	conn *pgx.Conn
-	log  *slog.Logger
+	url   string
+	conn  *pgx.Conn
+	log   *slog.Logger
+	every time.Duration // how often Watch checks the connection
 }
 
 // becomeActive takes the active-server lock, waiting as a standby while
 // another server holds it.
-func becomeActive(ctx context.Context, url string, log *slog.Logger) (*activeLock, error) {
+func becomeActive(ctx context.Context, url string, every time.Duration, log *slog.Logger) (*activeLock, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)
@@ -209,15 +235,19 @@ func becomeActive(ctx context.Context, url string, log *slog.Logger) (*activeLoc
 		}
 		log.Info("took over as the active pam serve")
 	}
-	return &activeLock{url: url, conn: conn, log: log}, nil
+	if every <= 0 {
+		every = 3 * time.Second
+	}
+	return &activeLock{url: url, conn: conn, log: log, every: every}, nil
 }
 
-// Watch checks the lock's connection every few seconds. If the connection
-// is lost (a database restart), it reconnects and takes the lock again
-// without waiting; if another server took it meanwhile, this one must stop
-// being active and Watch returns an error.
+// Watch checks the lock's connection every few seconds until ctx ends.
+// If the connection is lost (a database restart), it reconnects and takes
+// the lock again without waiting; if another server took it meanwhile,
+// this one must stop being active and Watch returns an error. It owns the
+// connection while it runs.
 func (a *activeLock) Watch(ctx context.Context) error {
-	t := time.NewTicker(3 * time.Second)
+	t := time.NewTicker(a.every)
 	defer t.Stop()
 	for {
 		select {
@@ -251,5 +281,6 @@ func (a *activeLock) Watch(ctx context.Context) error {
 	}
 }
 
-// Close releases the lock by closing its connection.
+// Close releases the lock by closing its connection. It must not run
+// while Watch does.
 func (a *activeLock) Close(ctx context.Context) { a.conn.Close(ctx) }

@@ -16,13 +16,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain: the serve tests run the binary, but the in-process ones
+// (run_test.go) must leave no goroutine of Run behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // stopWait is how long a serve has to exit after a signal in these tests.
 const stopWait = 30 * time.Second

@@ -145,16 +145,17 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 	defer s.term.leave(c)
 	stop := context.AfterFunc(s.streamCtx, func() { c.end(codeStopping, "server shutting down") })
 	defer stop()
+	// The pinger ends with the socket; wg waits for it after cancelPing.
 	pingCtx, cancelPing := context.WithCancel(context.Background())
 	defer cancelPing()
-	go func() {
+	wg.Go(func() {
 		select {
 		case <-c.done:
 			cancelPing()
 		case <-pingCtx.Done():
 		}
-	}()
-	go pinger(pingCtx, ws)
+	})
+	wg.Go(func() { pinger(pingCtx, ws) })
 
 	c.tryAcquire()
 	c.readLoop()
@@ -318,7 +319,7 @@ func (c *attachClient) resize(rows, cols int) {
 // longer runs (its session went with it), else relay_closed with the
 // worker's reason.
 func (c *attachClient) relayEnded(reason string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(c.t.s.streamCtx, 5*time.Second)
 	defer cancel()
 	if run, err := c.t.s.store.GetRun(ctx, c.runID); err == nil && run.Status != wire.RunRunning {
 		c.t.endRun(c.runID, run.Status)

@@ -121,7 +121,9 @@ func (c *attachClient) sink(attachID string) func(wire.Frame) {
 			signal(c.outReady)
 		case wire.FrameAttachClosed:
 			c.mu.Unlock()
-			go c.relayEnded(fr.Reason)
+			// Off the uplink's reader (it asks the database), but counted:
+			// Shutdown waits for it. Refused, the socket is ending anyway.
+			c.t.s.bg.goFunc(func() { c.relayEnded(fr.Reason) })
 		default:
 			c.mu.Unlock()
 		}

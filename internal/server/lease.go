@@ -73,8 +73,9 @@ func (t *terminal) join(c *attachClient) bool {
 	}
 	m[c] = struct{}{}
 	if !t.watching {
-		t.watching = true
-		go t.watch()
+		// Refused only while the server shuts down, when the socket ends
+		// anyway.
+		t.watching = t.s.bg.goFunc(t.watch)
 	}
 	return true
 }
@@ -141,9 +142,9 @@ func (t *terminal) journal(topic wire.Topic, runID string, payload map[string]an
 	}
 }
 
-// watch runs while attach sockets exist: it expires leases whose holder
-// was silent past the TTL, and ends every socket of a run that left
-// running, with one query for all runs.
+// watch runs while attach sockets exist, in the server's bg group: it
+// expires leases whose holder was silent past the TTL, and ends every
+// socket of a run that left running, with one query for all runs.
 func (t *terminal) watch() {
 	ttl := t.s.opts.LeaseTTL
 	tick := min(runPollInterval, max(ttl/4, 10*time.Millisecond))

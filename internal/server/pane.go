@@ -44,7 +44,15 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 	// Read-only: the viewer may send nothing but control frames; a data
 	// frame closes the socket. The context ends when the peer goes.
 	ctx = ws.CloseRead(ctx)
-	go pinger(ctx, ws)
+	pingDone := make(chan struct{})
+	go func() {
+		defer close(pingDone)
+		pinger(ctx, ws)
+	}()
+	defer func() {
+		cancel()
+		<-pingDone
+	}()
 	for {
 		select {
 		case <-ctx.Done():

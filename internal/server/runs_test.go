@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,6 +30,7 @@ func newRunEnvB(b *testing.B) *runEnv { return newRunEnv(b, runOpts{}) }
 // workers are simulated by fakeWorker, a real uplink WebSocket client.
 type runEnv struct {
 	*env
+	srv    *server.Server
 	fleet  *fleet.Fleet
 	disp   *dispatch.Dispatcher
 	passes *atomic.Int64 // dispatcher passes so far
@@ -55,12 +55,12 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
 		AfterPass: func() { passes.Add(1) }})
 	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	ts := httptest.NewServer(srv)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
-	t.Cleanup(func() { srv.CloseStreams(); cancel(); <-done; ts.Close() })
-	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, fleet: fl, disp: d, passes: passes}
+	t.Cleanup(func() { cancel(); <-done })
+	ts := serve(t, srv)
+	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, srv: srv, fleet: fl, disp: d, passes: passes}
 	p := e.project("Runs")
 	e.task = e.item(p.Slug, "task", "Do the thing", nil)
 	return e

@@ -9,11 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +70,11 @@ type Server struct {
 	streamCtx context.Context
 	stopAll   context.CancelFunc
 	term      *terminal // pane and attach sockets, tickets, leases
+	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
+	// goroutines started outside any request (the lease watcher, relay
+	// endings) and the WebSocket handlers, whose hijacked connections
+	// http.Server no longer tracks.
+	bg group
 }
 
 // New builds the server and its routes.
@@ -102,6 +109,88 @@ func (noWake) Wake() {}
 // CloseStreams ends every long-lived stream (SSE) so that a graceful
 // shutdown does not wait for clients that never hang up.
 func (s *Server) CloseStreams() { s.stopAll() }
+
+// Shutdown ends every stream and socket and waits until every goroutine
+// the server started has returned, or ctx ends (then it returns ctx's
+// error and the stragglers end on their own). Call it once the
+// http.Server has stopped accepting (after its Shutdown, which waits for
+// plain requests but not for WebSockets): the caller may close the store
+// when it returns. A socket that arrives after it is refused with 503.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.stopAll()
+	if err := s.bg.closeAndWait(ctx); err != nil {
+		return fmt.Errorf("wait for the server's sockets and watchers: %w", err)
+	}
+	return nil
+}
+
+// group counts goroutines that Shutdown must wait for. Unlike a bare
+// WaitGroup it refuses newcomers once closed, so nothing is added while
+// or after Shutdown waits.
+type group struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// enter counts the calling goroutine in; it reports false once the group
+// is closed. A true enter must be matched by leave.
+func (g *group) enter() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return false
+	}
+	g.wg.Add(1)
+	return true
+}
+
+func (g *group) leave() { g.wg.Done() }
+
+// goFunc runs f in a counted goroutine; it reports false, and does not
+// run f, once the group is closed.
+func (g *group) goFunc(f func()) bool {
+	if !g.enter() {
+		return false
+	}
+	go func() {
+		defer g.leave()
+		f()
+	}()
+	return true
+}
+
+// closeAndWait closes the group and waits for its goroutines or ctx.
+func (g *group) closeAndWait(ctx context.Context) error {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// counted admits a WebSocket handler into bg, so that Shutdown waits for
+// it after its connection was hijacked; once the server is shutting down
+// the handshake is refused with 503 instead.
+func (s *Server) counted(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !s.bg.enter() {
+			writeError(w, wire.Errorf(wire.CodeUnavailable, "the server is shutting down"))
+			return
+		}
+		defer s.bg.leave()
+		h(w, r)
+	}
+}
 
 func (s *Server) routes() {
 	api := func(pattern string, h http.HandlerFunc) {
@@ -149,7 +238,7 @@ func (s *Server) routes() {
 	internal("POST /worker/register", s.register)
 	internal("GET /worker/runs", s.workerRuns)
 	internal("GET /worker/runs/{id}", s.workerRun)
-	internal("GET /worker/uplink", s.uplink)
+	internal("GET /worker/uplink", s.counted(s.uplink))
 	s.mux.HandleFunc("POST /api/internal/runs/{id}/signals", s.postSignal) // worker or signal token
 	s.mux.Handle("/api/internal/", s.workerAuth(s.noRoute))
 	// Anything else under /api/v1 is a 405 or 404 envelope, after auth.

@@ -12,6 +12,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"go.uber.org/goleak"
 
 	"pam/internal/server"
 	"pam/internal/store"
@@ -19,7 +22,9 @@ import (
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: the
+// server's sockets, watchers and relays must all be stopped and waited for.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 const testToken = "0123456789abcdef0123456789abcdef"
 
@@ -33,9 +38,27 @@ func newEnv(t testing.TB) *env {
 	t.Helper()
 	st := storetest.New(t)
 	srv := server.New(server.Options{Store: st, Token: testToken})
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
+	ts := serve(t, srv)
 	return &env{t: t, url: ts.URL, store: st}
+}
+
+// serve runs srv on a test server until the test ends, then stops it as
+// pam serve does: streams, then the listener and plain requests, then
+// srv.Shutdown, which must have waited for every socket and watcher
+// before the store (cleaned up earlier, so closed later) goes.
+func serve(t testing.TB, srv *server.Server) *httptest.Server {
+	t.Helper()
+	ts := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.CloseStreams()
+		ts.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("server shutdown: %v", err)
+		}
+	})
+	return ts
 }
 
 // call sends a request with the operator token; body may be a string
@@ -300,8 +323,7 @@ func TestMetricsPublicAndLogsWithoutTokens(t *testing.T) {
 	var logs safeLog
 	srv := server.New(server.Options{Store: st, Token: testToken, MetricsPublic: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
+	ts := serve(t, srv)
 	resp, err := http.Get(ts.URL + "/metrics")
 	if err != nil {
 		t.Fatal(err)

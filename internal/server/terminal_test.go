@@ -13,6 +13,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/google/uuid"
+	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
 	"pam/internal/server"
@@ -191,9 +192,7 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 	var logs safeLog
 	srv := server.New(server.Options{Store: st, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	defer srv.CloseStreams()
+	ts := serve(t, srv)
 	e := &env{t: t, url: ts.URL, store: st}
 	p := e.project("Logs")
 	task := e.item(p.Slug, "task", "Log nothing secret", nil)
@@ -218,5 +217,72 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 		if strings.Contains(out, s) {
 			t.Fatalf("%q reached the log:\n%s", s, out)
 		}
+	}
+}
+
+// Shutdown waits for what http.Server.Shutdown does not: WebSocket
+// handlers (their connections are hijacked) and the lease watcher. A
+// pane viewer that reads nothing keeps its handler in the close handshake
+// for seconds, so a Shutdown that returned without waiting would leave it
+// subscribed. Once Shutdown has begun, sockets are refused. When the test
+// and its cleanups are done, no goroutine is left: not parallel, since
+// goleak looks at the whole process (parallel tests start after it).
+func TestShutdownWaitsForSockets(t *testing.T) {
+	storetest.URL(t) // the test cluster and its waiter outlive this test
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { // the last cleanup: after the server's and the store's
+		http.DefaultClient.CloseIdleConnections()
+		goleak.VerifyNone(t, before)
+	})
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-stop", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+		t.Fatalf("first frame %+v %v", f, err)
+	}
+	w.expect(wire.FrameAttachOpen)
+	viewer, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+r.ID+"/pane/ws",
+		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { viewer.CloseNow() })
+	eventually.Wait(t, 5*time.Second, "the pane viewer", func() bool { return e.fleet.PaneViewers() == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.srv.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.fleet.PaneViewers(); n != 0 {
+		t.Errorf("%d pane viewers left after Shutdown", n)
+	}
+	if n := e.fleet.Attaches(); n != 0 {
+		t.Errorf("%d attach relays left after Shutdown", n)
+	}
+	if e.fleet.Connected(w.hostID) {
+		t.Error("the uplink is still connected after Shutdown")
+	}
+	var l wire.EventList
+	e.must(200, "GET", "/api/v1/runs/"+r.ID+"/events", nil, &l)
+	reason := ""
+	for _, ev := range l.Events {
+		if ev.Topic == "run.lease_released" {
+			var p struct{ Reason string }
+			_ = json.Unmarshal(ev.Payload, &p)
+			reason = p.Reason
+		}
+	}
+	if reason != "server_stopping" {
+		t.Errorf("lease released with reason %q before Shutdown returned, want server_stopping", reason)
+	}
+
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest("GET", "/api/v1/runs/"+r.ID+"/pane/ws", nil)
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	e.srv.ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), wire.CodeUnavailable) {
+		t.Errorf("socket after Shutdown: %d %s, want 503 unavailable", rec.Code, rec.Body)
 	}
 }

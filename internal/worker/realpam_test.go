@@ -5,12 +5,17 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { pamtest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests: Run's
+// loops, the spawn and stop operations and the attach relays must all
+// have ended when Run returns.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pamtest.M(m)) }
 
 // The whole chain on one host with the real wrapper: the worker writes
 // the dispatch file, tmux runs `pam exec run`, the wrapper finds the

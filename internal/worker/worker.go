@@ -277,6 +277,9 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	// The client's keep-alive connections (two goroutines each) are the
+	// worker's too: closed once nothing uses the client any more.
+	defer client.HTTP.CloseIdleConnections()
 	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
 	w := &agent{
 		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,

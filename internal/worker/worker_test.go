@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/tmux"
 	"pam/internal/wire"
@@ -686,4 +688,20 @@ func TestReconcileRequest(t *testing.T) {
 	}
 	reconcile <- struct{}{}
 	eventually.Wait(t, 10*time.Second, "the run to be forgotten", func() bool { _, err := os.Stat(dispatch); return err != nil })
+}
+
+// When Run returns, every goroutine it started has ended, down to the
+// keep-alive connections of its HTTP client. Not parallel: goleak looks
+// at the whole process, and parallel tests start only after this one.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	before := goleak.IgnoreCurrent()
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	h.spawnRun(runA, 1)
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
 }

@@ -3,8 +3,8 @@ package wrap
 import (
 	"io"
 	"os"
-	"syscall"
-	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // paneTerminal returns the pane as a file when it is a real terminal (the
@@ -28,9 +28,8 @@ func isTerminal(f *os.File) bool {
 	}
 	ok := false
 	_ = rc.Control(func(fd uintptr) {
-		var ws [4]uint16
-		_, _, errno := syscall.Syscall(syscall.SYS_IOCTL, fd, uintptr(syscall.TIOCGWINSZ), uintptr(unsafe.Pointer(&ws[0])))
-		ok = errno == 0
+		_, err := unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ)
+		ok = err == nil
 	})
 	return ok
 }

@@ -1,0 +1,154 @@
+package serve
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
+
+	"pam/internal/eventually"
+	"pam/internal/store"
+	"pam/internal/store/storetest"
+)
+
+// These tests run serve in-process, so the race detector and goleak see
+// its goroutines (the other tests of this package run the pam binary).
+// They are not parallel: goleak.VerifyNone looks at the whole process.
+
+// inProcess is one Run on an external database.
+type inProcess struct {
+	base   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// runInProcess starts Run on dbURL with the lock's connection checked
+// every millisecond, so its watcher is busy when Run shuts down.
+func runInProcess(t *testing.T, dbURL string) *inProcess {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan string, 1)
+	p := &inProcess{cancel: cancel, done: make(chan error, 1)}
+	o := Options{
+		Bind: "127.0.0.1", DataDir: t.TempDir(), DatabaseURL: dbURL, Stdout: io.Discard,
+		Ready:            func(base, _ string) { ready <- base },
+		checkLeaderEvery: time.Millisecond,
+	}
+	go func() { p.done <- Run(ctx, o) }()
+	select {
+	case p.base = <-ready:
+	case err := <-p.done:
+		cancel()
+		t.Fatalf("serve ended before listening: %v", err)
+	case <-time.After(60 * time.Second):
+		cancel()
+		t.Fatal("serve did not listen within 60s")
+	}
+	return p
+}
+
+// stop cancels Run and returns its error.
+func (p *inProcess) stop(t *testing.T) error {
+	t.Helper()
+	p.cancel()
+	select {
+	case err := <-p.done:
+		return err
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s")
+		return nil
+	}
+}
+
+// lockHolder returns the backend pid holding the active-server lock of
+// the database conn is on, or 0.
+func lockHolder(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	var pid int
+	err := conn.QueryRow(context.Background(), `SELECT pid FROM pg_locks
+		WHERE locktype = 'advisory' AND granted AND ((classid::bigint << 32) | objid::bigint) = $1
+		  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, store.LockActiveServer).Scan(&pid)
+	if err == pgx.ErrNoRows {
+		return 0
+	}
+	if err != nil {
+		t.Fatalf("read pg_locks: %v", err)
+	}
+	return pid
+}
+
+// waitUnlocked waits for the active-server lock to be free: a closed
+// connection's backend lets go of it a moment later, a leaked one never.
+func waitUnlocked(t *testing.T, probe *pgx.Conn) {
+	t.Helper()
+	eventually.Wait(t, 10*time.Second, "the active-server lock released", func() bool { return lockHolder(t, probe) == 0 })
+}
+
+// Run returns only once all its parts have: no goroutine is left, and the
+// lock is free. The lock watcher pings its connection every millisecond,
+// so it is often mid-ping when Run shuts down. When Run did not wait for
+// it, that ping raced with Run's deferred Close of the same pgx.Conn (the
+// race detector caught it in about one shutdown of four); 20 rounds make
+// a regression all but certain to show under go test -race.
+func TestRunWaitsForItsParts(t *testing.T) {
+	dbURL := storetest.URL(t) // starts the test cluster, whose waiter stays
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	probe, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(context.Background())
+	for range 20 {
+		p := runInProcess(t, dbURL)
+		resp, err := http.Get(p.base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("healthz %d", resp.StatusCode)
+		}
+		if pid := lockHolder(t, probe); pid == 0 {
+			t.Fatal("serve listens without holding the active-server lock")
+		}
+		if err := p.stop(t); err != nil {
+			t.Fatalf("Run after cancel: %v", err)
+		}
+		waitUnlocked(t, probe)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
+
+// A lost lock connection is replaced by the watcher, which takes the
+// lock again; the replacement is the connection Run closes at the end.
+func TestRunRetakesLostLock(t *testing.T) {
+	dbURL := storetest.URL(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	probe, err := pgx.Connect(context.Background(), dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close(context.Background())
+	p := runInProcess(t, dbURL)
+	for range 3 {
+		old := lockHolder(t, probe)
+		if old == 0 {
+			t.Fatal("no active-server lock")
+		}
+		if _, err := probe.Exec(context.Background(), "SELECT pg_terminate_backend($1)", old); err != nil {
+			t.Fatal(err)
+		}
+		eventually.Wait(t, 10*time.Second, "the lock retaken on a new connection", func() bool {
+			pid := lockHolder(t, probe)
+			return pid != 0 && pid != old
+		})
+	}
+	if err := p.stop(t); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	waitUnlocked(t, probe)
+}
