@@ -1,8 +1,10 @@
-# pam: one Go binary for every role (contract §1).
+# pam: one Go binary for every role (docs/architecture.md).
 #
 #   make          build bin/pam
 #   make up       install missing Debian packages, build, run `pam up`
 #   make test     vet and the whole test suite with the race detector
+#   make lint     gofmt, go vet and staticcheck
+#   make cover    the suite's coverage, including the pam processes it starts
 #   make fuzz     every fuzz target for FUZZTIME each
 #   make bench    every benchmark for BENCHTIME each
 
@@ -48,9 +50,11 @@ fuzz: deps
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -timeout 30m ./...
 
+# gofmt, go vet and staticcheck (the version go.mod pins as a tool).
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 clean:
 	rm -rf bin

@@ -238,23 +238,6 @@ func (c *config) str(env string) string        { return c.get(env).str }
 func (c *config) int(env string) int           { return c.get(env).i }
 func (c *config) bool(env string) bool         { return c.get(env).b }
 func (c *config) dur(env string) time.Duration { return c.get(env).d }
-func (c *config) has(env string) bool          { _, ok := c.vals[env]; return ok }
-func (c *config) flagSet(env string) (set bool) { // given as a flag
-	s, _ := settingByEnv(env)
-	c.fs.Visit(func(f *flag.Flag) { set = set || f.Name == s.Flag() })
-	return set
-}
-
-// isSetting reports whether a flag comes from the settings table, so that
-// usage can list those apart from the command's own flags.
-func isSetting(name string) (setting, bool) {
-	for _, s := range settings {
-		if s.Flag() == name {
-			return s, true
-		}
-	}
-	return setting{}, false
-}
 
 // newLogger builds the slog logger of PAM_LOG_LEVEL and PAM_LOG_FORMAT,
 // writing to w (stderr).

@@ -158,22 +158,6 @@ func (w *fakeWorker) expect(typ string) wire.Frame {
 	}
 }
 
-// quiet asserts no frame but heartbeat acks arrives for d.
-func (w *fakeWorker) quiet(d time.Duration) {
-	w.t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case f := <-w.frames:
-			if f.Type != wire.FrameHeartbeatAck {
-				w.t.Fatalf("%s: unexpected %s frame %+v", w.name, f.Type, f)
-			}
-		case <-deadline:
-			return
-		}
-	}
-}
-
 func (w *fakeWorker) ack(f wire.Frame, accepted bool) {
 	w.send(wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: f.Attempt, Accepted: &accepted, Reason: "test"})
 }
@@ -690,8 +674,6 @@ func TestStopRuns(t *testing.T) {
 		t.Fatalf("stop during backoff: %+v", stopped)
 	}
 }
-
-func (e *runEnv) st() *store.Store { return e.store }
 
 func TestRunValidation(t *testing.T) {
 	t.Parallel()
