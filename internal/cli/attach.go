@@ -17,6 +17,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/term"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -58,7 +59,7 @@ type attachEvent struct {
 // user detaches with Ctrl-\, the run ends, the lease is taken away, the
 // server goes or ctx ends. The terminal is restored on each of these,
 // and on a panic.
-func attachRun(ctx context.Context, c *wire.Client, runID string, in *os.File, out, errw io.Writer) error {
+func attachRun(ctx context.Context, c *apiclient.Client, runID string, in *os.File, out, errw io.Writer) error {
 	fd := int(in.Fd()) // a nil *os.File (stdin is no file) has no descriptor
 	if in == nil || !term.IsTerminal(fd) {
 		return fmt.Errorf("pam run attach needs a terminal on stdin (use pam run watch to look, pam run keys to type)")

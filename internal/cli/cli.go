@@ -19,6 +19,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -352,7 +353,7 @@ func capitalize(s string) string {
 
 // client builds the API client of a client command from PAM_URL,
 // PAM_TOKEN (or the token file) and PAM_CA_FILE.
-func (x *invocation) client() (*wire.Client, error) {
+func (x *invocation) client() (*apiclient.Client, error) {
 	base := x.cfg.str("PAM_URL")
 	if err := checkURL(base); err != nil {
 		return nil, err
@@ -361,7 +362,7 @@ func (x *invocation) client() (*wire.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return wire.NewClient(base, tok, x.cfg.str("PAM_CA_FILE"))
+	return apiclient.New(base, tok, x.cfg.str("PAM_CA_FILE"))
 }
 
 // printJSON writes v as indented JSON, the --json output of read commands.
@@ -426,7 +427,7 @@ func optionalString(s *string) string {
 
 // showSetup is the setup of a `show ID|REF [--json]` leaf: fetch one
 // object with get and print it as a table with print, or as the API's JSON.
-func showSetup[T any](get func(*wire.Client, context.Context, string) (T, error), print func(io.Writer, T)) func(*flag.FlagSet) func(*invocation) error {
+func showSetup[T any](get func(*apiclient.Client, context.Context, string) (T, error), print func(io.Writer, T)) func(*flag.FlagSet) func(*invocation) error {
 	return func(fs *flag.FlagSet) func(*invocation) error {
 		asJSON := fs.Bool("json", false, "print the API's JSON")
 		return func(x *invocation) error {

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/embeddb"
 	"pam/internal/wire"
@@ -225,7 +226,7 @@ func checkDatabase(dir, dsn string) check {
 func checkOrchestrator(ctx context.Context, base, caFile string) check {
 	const name = "orchestrator"
 	const fix = "start pam serve (or pam up), or set PAM_URL (--url) to where it runs"
-	c, err := wire.NewClient(base, "", caFile)
+	c, err := apiclient.New(base, "", caFile)
 	if err != nil {
 		return fail(name, "set PAM_URL (--url) to http://host:port or https://host:port, and PAM_CA_FILE to a readable PEM bundle", "%v", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -62,7 +63,7 @@ var eventsCmd = &command{
 // followEvents streams events until ctx ends (exit 0). A dropped stream
 // is resumed after the last seq seen, with backoff; a refusal by the
 // server (4xx) ends the command.
-func followEvents(x *invocation, c *wire.Client, after int64, topic string, asJSON bool) error {
+func followEvents(x *invocation, c *apiclient.Client, after int64, topic string, asJSON bool) error {
 	delay := x.env.ReconnectMin
 	for {
 		received := false

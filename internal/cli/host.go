@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -72,18 +73,18 @@ var hostCmd = &command{
 		},
 		{
 			name: "show", args: "REF", nargs: 1, summary: "show a host (by id or name) with its active runs", group: clientGroup,
-			setup: showSetup((*wire.Client).GetHost, printHost),
+			setup: showSetup((*apiclient.Client).GetHost, printHost),
 		},
 		hostAction("disable", "stop dispatching new runs to a host (running ones continue; sticky until enable)",
-			(*wire.Client).DisableHost, func(w io.Writer, h *wire.Host) {
+			(*apiclient.Client).DisableHost, func(w io.Writer, h *wire.Host) {
 				fmt.Fprintf(w, "disabled host %s: no new runs; %d active run(s) continue (pam host show %s to watch it drain)\n", h.Name, h.ActiveRuns, h.Name)
 			}),
 		hostAction("enable", "enable a disabled host (its status follows its last heartbeat)",
-			(*wire.Client).EnableHost, func(w io.Writer, h *wire.Host) {
+			(*apiclient.Client).EnableHost, func(w io.Writer, h *wire.Host) {
 				fmt.Fprintf(w, "enabled host %s: %s\n", h.Name, h.Status)
 			}),
 		hostAction("clear-suspect", "accept the instance id a suspect host now reports",
-			(*wire.Client).ClearSuspect, func(w io.Writer, h *wire.Host) {
+			(*apiclient.Client).ClearSuspect, func(w io.Writer, h *wire.Host) {
 				fmt.Fprintf(w, "host %s: instance %s accepted\n", h.Name, optionalString(h.InstanceID))
 			}),
 		{
@@ -133,7 +134,7 @@ var hostCmd = &command{
 }
 
 // hostAction is a host command that POSTs an action and gets the Host back.
-func hostAction(name, summary string, call func(*wire.Client, context.Context, string) (*wire.Host, error), done func(io.Writer, *wire.Host)) *command {
+func hostAction(name, summary string, call func(*apiclient.Client, context.Context, string) (*wire.Host, error), done func(io.Writer, *wire.Host)) *command {
 	return &command{
 		name: name, args: "REF", nargs: 1, summary: summary, group: clientGroup,
 		setup: func(fs *flag.FlagSet) func(*invocation) error {

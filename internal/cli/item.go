@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -66,7 +67,7 @@ var itemCmd = &command{
 					if err != nil {
 						return err
 					}
-					items, err := c.ListWorkItems(x.ctx, x.args[0], wire.WorkItemFilter{Status: *status, Kind: *kind, ParentID: *parent})
+					items, err := c.ListWorkItems(x.ctx, x.args[0], apiclient.WorkItemFilter{Status: *status, Kind: *kind, ParentID: *parent})
 					if err != nil {
 						return err
 					}
@@ -84,7 +85,7 @@ var itemCmd = &command{
 		},
 		{
 			name: "show", args: "ID", nargs: 1, summary: "show a work item", group: "item",
-			setup: showSetup((*wire.Client).GetWorkItem, printItem),
+			setup: showSetup((*apiclient.Client).GetWorkItem, printItem),
 		},
 		{
 			name: "move", args: "ID", nargs: 1, summary: "change a work item's status, parent or position", group: "item",

@@ -6,6 +6,7 @@ import (
 	"io"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -76,7 +77,7 @@ var projectCmd = &command{
 		},
 		{
 			name: "show", args: "REF", nargs: 1, summary: "show a project (by id or slug)", group: "project",
-			setup: showSetup((*wire.Client).GetProject, printProject),
+			setup: showSetup((*apiclient.Client).GetProject, printProject),
 		},
 		{
 			name: "update", args: "REF", nargs: 1, summary: "change a project's name, description or auto-done (only the flags given)", group: "project",

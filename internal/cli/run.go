@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -85,7 +86,7 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
-					f := wire.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
+					f := apiclient.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
 					if *project != "" {
 						if f.ProjectID, err = projectID(x, c, *project); err != nil {
 							return err
@@ -110,7 +111,7 @@ var runCmd = &command{
 		},
 		{
 			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
-			setup: showSetup((*wire.Client).GetRun, printRun),
+			setup: showSetup((*apiclient.Client).GetRun, printRun),
 		},
 		{
 			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
@@ -118,7 +119,7 @@ var runCmd = &command{
 				force := fs.Bool("force", false, "skip the grace: kill at once")
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
-					return runAction(x, *asJSON, "stopped", func(c *wire.Client) (*wire.Run, error) {
+					return runAction(x, *asJSON, "stopped", func(c *apiclient.Client) (*wire.Run, error) {
 						return c.StopRun(x.ctx, x.args[0], *force)
 					})
 				}
@@ -129,7 +130,7 @@ var runCmd = &command{
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
-					return runAction(x, *asJSON, "requeued", func(c *wire.Client) (*wire.Run, error) {
+					return runAction(x, *asJSON, "requeued", func(c *apiclient.Client) (*wire.Run, error) {
 						return c.RetryRun(x.ctx, x.args[0])
 					})
 				}
@@ -140,7 +141,7 @@ var runCmd = &command{
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
-					return runAction(x, *asJSON, "completed", func(c *wire.Client) (*wire.Run, error) {
+					return runAction(x, *asJSON, "completed", func(c *apiclient.Client) (*wire.Run, error) {
 						return c.CompleteRun(x.ctx, x.args[0])
 					})
 				}
@@ -208,7 +209,7 @@ var runCmd = &command{
 }
 
 // runAction calls an action that answers a Run and reports it.
-func runAction(x *invocation, asJSON bool, verb string, call func(*wire.Client) (*wire.Run, error)) error {
+func runAction(x *invocation, asJSON bool, verb string, call func(*apiclient.Client) (*wire.Run, error)) error {
 	c, err := x.client()
 	if err != nil {
 		return err
@@ -225,7 +226,7 @@ func runAction(x *invocation, asJSON bool, verb string, call func(*wire.Client) 
 }
 
 // hostID resolves a host name to its id (an id is used as it is).
-func hostID(x *invocation, c *wire.Client, ref string) (string, error) {
+func hostID(x *invocation, c *apiclient.Client, ref string) (string, error) {
 	if _, err := uuid.Parse(ref); err == nil {
 		return ref, nil
 	}
@@ -237,7 +238,7 @@ func hostID(x *invocation, c *wire.Client, ref string) (string, error) {
 }
 
 // projectID resolves a project slug to its id (an id is used as it is).
-func projectID(x *invocation, c *wire.Client, ref string) (string, error) {
+func projectID(x *invocation, c *apiclient.Client, ref string) (string, error) {
 	if _, err := uuid.Parse(ref); err == nil {
 		return ref, nil
 	}

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/serve"
 	"pam/internal/wire"
@@ -185,7 +186,7 @@ func localHostToken(ctx context.Context, base, operatorToken, hostName, dataDir 
 			return tok, nil
 		}
 	}
-	client, err := wire.NewClient(base, operatorToken, "")
+	client, err := apiclient.New(base, operatorToken, "")
 	if err != nil {
 		return "", err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"golang.org/x/term"
 
+	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
 
@@ -38,7 +39,7 @@ const runPollEvery = time.Second
 // watchPane draws each pane_snapshot as it comes: on a terminal, clear
 // and redraw; otherwise one block per snapshot under a header line. It
 // returns nil when the run ends or ctx does (Ctrl-C).
-func watchPane(ctx context.Context, c *wire.Client, runID string, out io.Writer) error {
+func watchPane(ctx context.Context, c *apiclient.Client, runID string, out io.Writer) error {
 	run, err := c.GetRun(ctx, runID)
 	if err != nil {
 		return err
@@ -114,7 +115,7 @@ func watchPane(ctx context.Context, c *wire.Client, runID string, out io.Writer)
 }
 
 // watchRunEnd sends the run's status once it is no longer active.
-func watchRunEnd(ctx context.Context, c *wire.Client, runID string, ended chan<- string) {
+func watchRunEnd(ctx context.Context, c *apiclient.Client, runID string, ended chan<- string) {
 	t := time.NewTicker(runPollEvery)
 	defer t.Stop()
 	for {
@@ -134,7 +135,7 @@ func watchRunEnd(ctx context.Context, c *wire.Client, runID string, ended chan<-
 // dialTerminal opens a run's pane or attach socket with the operator
 // token in the Authorization header (a non-browser client needs no
 // ticket). A refused handshake comes back as the server's error.
-func dialTerminal(ctx context.Context, c *wire.Client, runID, kind string, q map[string][]string) (*websocket.Conn, error) {
+func dialTerminal(ctx context.Context, c *apiclient.Client, runID, kind string, q map[string][]string) (*websocket.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	ws, resp, err := websocket.Dial(dctx, c.TerminalURL(runID, kind, q), &websocket.DialOptions{

@@ -1,11 +1,7 @@
 package wire
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"net/url"
-	"strings"
 	"time"
 )
 
@@ -132,43 +128,3 @@ type WSTicket struct {
 	Ticket    string    `json:"ticket"`
 	ExpiresAt time.Time `json:"expires_at"`
 }
-
-// CreateWSTicket asks for a WebSocket ticket for a run and purpose.
-func (c *Client) CreateWSTicket(ctx context.Context, runID, purpose string) (*WSTicket, error) {
-	var out WSTicket
-	if err := c.Do(ctx, http.MethodPost, "/api/v1/ws-tickets", nil, CreateWSTicket{RunID: runID, Purpose: purpose}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
-}
-
-// RevokeLease takes the attach lease of a run away from its holder.
-func (c *Client) RevokeLease(ctx context.Context, runID string) error {
-	return c.Do(ctx, http.MethodDelete, "/api/v1/runs/"+url.PathEscape(runID)+"/lease", nil, nil, nil)
-}
-
-// TerminalURL is the ws:// or wss:// URL of a run's terminal socket
-// (kind "pane" or "attach"), with q as its query.
-func (c *Client) TerminalURL(runID, kind string, q url.Values) string {
-	u := c.BaseURL + "/api/v1/runs/" + url.PathEscape(runID) + "/" + kind + "/ws"
-	switch {
-	case strings.HasPrefix(u, "https://"):
-		u = "wss://" + strings.TrimPrefix(u, "https://")
-	case strings.HasPrefix(u, "http://"):
-		u = "ws://" + strings.TrimPrefix(u, "http://")
-	}
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	return u
-}
-
-// AuthHeader is the header that authenticates a WebSocket handshake of a
-// non-browser client.
-func (c *Client) AuthHeader() http.Header {
-	return http.Header{"Authorization": {"Bearer " + c.Token}}
-}
-
-// HTTPClient is the client's HTTP client (with its CA bundle), for
-// WebSocket dialers.
-func (c *Client) HTTPClient() *http.Client { return c.httpClient() }

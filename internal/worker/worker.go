@@ -26,6 +26,7 @@ import (
 	"github.com/coder/websocket"
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/defaults"
 	"pam/internal/tmux"
@@ -183,7 +184,7 @@ type agent struct {
 	tm         *tmux.Tmux
 	dir        string // <data>/worker
 	instanceID string
-	client     *wire.Client
+	client     *apiclient.Client
 
 	mu      sync.Mutex
 	runs    map[string]*run // by run id
@@ -273,7 +274,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	client, err := wire.NewClient(o.URL, o.Token, o.CAFile)
+	client, err := apiclient.New(o.URL, o.Token, o.CAFile)
 	if err != nil {
 		return err
 	}

@@ -1,18 +1,16 @@
 package wrap
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
+	"pam/internal/apiclient"
 	"pam/internal/spool"
 	"pam/internal/wire"
 )
@@ -23,9 +21,6 @@ var DefaultRetryDelays = []time.Duration{300 * time.Millisecond, 1200 * time.Mil
 
 // DefaultTryTimeout bounds one try of a signal post.
 const DefaultTryTimeout = 3 * time.Second
-
-// maxAnswer bounds how much of the orchestrator's answer is read.
-const maxAnswer = 64 << 10
 
 // Sender posts the signals of one run to the orchestrator
 // (POST <api_url>/api/internal/runs/<run_id>/signals with the run's signal
@@ -75,7 +70,7 @@ func (o Outcome) Delivered() bool { return o.Result != "" }
 // NewClient returns an HTTP client for the orchestrator that also trusts
 // caFile (a PEM bundle) when it is not empty.
 func NewClient(apiURL, caFile string) (*http.Client, error) {
-	c, err := wire.NewClient(apiURL, "", caFile)
+	c, err := apiclient.New(apiURL, "", caFile)
 	if err != nil {
 		return nil, err
 	}
@@ -173,8 +168,9 @@ func retryable(status int) bool {
 	return status >= 500 || status == http.StatusTooManyRequests
 }
 
-// post makes one try. A non-2xx answer comes back as a *wire.Error with its
-// status; anything else that fails is a transport error.
+// post makes one try through the API client with the run's signal
+// token. A non-2xx answer comes back as a *wire.Error with its status;
+// anything else that fails is a transport error.
 func (s *Sender) post(ctx context.Context, sig wire.Signal) (string, error) {
 	timeout := s.TryTimeout
 	if timeout <= 0 {
@@ -182,52 +178,8 @@ func (s *Sender) post(ctx context.Context, sig wire.Signal) (string, error) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	body, err := json.Marshal(sig)
-	if err != nil {
-		return "", err
-	}
-	u := strings.TrimRight(s.APIURL, "/") + "/api/internal/runs/" + url.PathEscape(s.RunID) + "/signals"
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json")
-	req.Header.Set("Authorization", "Bearer "+s.Token)
-	client := s.Client
-	if client == nil {
-		client = http.DefaultClient
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
-	if resp.StatusCode/100 != 2 {
-		return "", answerError(resp, b)
-	}
-	var r wire.SignalResult
-	if err != nil || json.Unmarshal(b, &r) != nil || r.Result == "" {
-		// The orchestrator took it; only its answer was unreadable.
-		return "accepted", nil
-	}
-	return r.Result, nil
-}
-
-// answerError turns a non-2xx answer into a *wire.Error: the envelope
-// when the body is one, else the status text.
-func answerError(resp *http.Response, body []byte) *wire.Error {
-	var env wire.Envelope
-	if json.Unmarshal(body, &env) == nil && env.Error != nil && env.Error.Code != "" {
-		env.Error.Status = resp.StatusCode
-		return env.Error
-	}
-	msg := http.StatusText(resp.StatusCode)
-	if msg == "" {
-		msg = resp.Status
-	}
-	return &wire.Error{Status: resp.StatusCode, Code: "http_" + fmt.Sprint(resp.StatusCode), Message: msg}
+	c := &apiclient.Client{BaseURL: strings.TrimRight(s.APIURL, "/"), Token: s.Token, HTTP: s.Client}
+	return c.PostSignal(ctx, s.RunID, sig)
 }
 
 // oneLine keeps a message on one line of the pane.

@@ -1,6 +1,8 @@
-package wire
+package apiclient
 
 import (
+	"pam/internal/wire"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -41,12 +43,12 @@ const maxErrorBody = 1 << 20
 // make the client buffer without end.
 const maxSSELine = 16 << 20
 
-// NewClient returns a client of the orchestrator at baseURL. caFile, when
+// New returns a client of the orchestrator at baseURL. caFile, when
 // not empty, is a PEM bundle trusted in addition to the system roots
 // (PAM_CA_FILE), for orchestrators with a private CA. The client has no
 // overall timeout because event streams are long-lived; bound calls with
 // their context.
-func NewClient(baseURL, token, caFile string) (*Client, error) {
+func New(baseURL, token, caFile string) (*Client, error) {
 	u, err := url.Parse(baseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("orchestrator URL %q: want http://host:port or https://host:port", baseURL)
@@ -75,17 +77,17 @@ func NewClient(baseURL, token, caFile string) (*Client, error) {
 
 // Health calls GET /healthz (no token needed). A 503 comes back as an
 // *Error with Status 503.
-func (c *Client) Health(ctx context.Context) (*Health, error) {
-	return decode[Health](c, ctx, http.MethodGet, "/healthz", nil, nil)
+func (c *Client) Health(ctx context.Context) (*wire.Health, error) {
+	return decode[wire.Health](c, ctx, http.MethodGet, "/healthz", nil, nil)
 }
 
 // ListProjects returns the projects, archived ones too when asked.
-func (c *Client) ListProjects(ctx context.Context, includeArchived bool) ([]Project, error) {
+func (c *Client) ListProjects(ctx context.Context, includeArchived bool) ([]wire.Project, error) {
 	q := url.Values{}
 	if includeArchived {
 		q.Set("include_archived", "true")
 	}
-	var out ProjectList
+	var out wire.ProjectList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects", q, nil, &out); err != nil {
 		return nil, err
 	}
@@ -94,28 +96,28 @@ func (c *Client) ListProjects(ctx context.Context, includeArchived bool) ([]Proj
 
 // CreateProject creates a project; the server derives the slug from the
 // name when none is given.
-func (c *Client) CreateProject(ctx context.Context, body CreateProject) (*Project, error) {
-	return decode[Project](c, ctx, http.MethodPost, "/api/v1/projects", nil, body)
+func (c *Client) CreateProject(ctx context.Context, body wire.CreateProject) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodPost, "/api/v1/projects", nil, body)
 }
 
 // GetProject fetches a project by id or slug.
-func (c *Client) GetProject(ctx context.Context, ref string) (*Project, error) {
-	return decode[Project](c, ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
+func (c *Client) GetProject(ctx context.Context, ref string) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
 // UpdateProject changes the fields set in body.
-func (c *Client) UpdateProject(ctx context.Context, ref string, body UpdateProject) (*Project, error) {
-	return decode[Project](c, ctx, http.MethodPatch, "/api/v1/projects/"+url.PathEscape(ref), nil, body)
+func (c *Client) UpdateProject(ctx context.Context, ref string, body wire.UpdateProject) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodPatch, "/api/v1/projects/"+url.PathEscape(ref), nil, body)
 }
 
 // ArchiveProject soft-deletes a project and returns it archived.
-func (c *Client) ArchiveProject(ctx context.Context, ref string) (*Project, error) {
-	return decode[Project](c, ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
+func (c *Client) ArchiveProject(ctx context.Context, ref string) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
 // ListWorkItems returns a project's work items in tree order (depth-first,
 // siblings by position then creation).
-func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkItemFilter) ([]WorkItem, error) {
+func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkItemFilter) ([]wire.WorkItem, error) {
 	q := url.Values{}
 	if f.Status != "" {
 		q.Set("status", f.Status)
@@ -126,7 +128,7 @@ func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkIte
 	if f.ParentID != "" {
 		q.Set("parent_id", f.ParentID)
 	}
-	var out WorkItemList
+	var out wire.WorkItemList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", q, nil, &out); err != nil {
 		return nil, err
 	}
@@ -134,19 +136,19 @@ func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkIte
 }
 
 // CreateWorkItem adds a work item to a project.
-func (c *Client) CreateWorkItem(ctx context.Context, projectRef string, body CreateWorkItem) (*WorkItem, error) {
-	return decode[WorkItem](c, ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", nil, body)
+func (c *Client) CreateWorkItem(ctx context.Context, projectRef string, body wire.CreateWorkItem) (*wire.WorkItem, error) {
+	return decode[wire.WorkItem](c, ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(projectRef)+"/work-items", nil, body)
 }
 
 // GetWorkItem fetches one work item.
-func (c *Client) GetWorkItem(ctx context.Context, id string) (*WorkItem, error) {
-	return decode[WorkItem](c, ctx, http.MethodGet, "/api/v1/work-items/"+url.PathEscape(id), nil, nil)
+func (c *Client) GetWorkItem(ctx context.Context, id string) (*wire.WorkItem, error) {
+	return decode[wire.WorkItem](c, ctx, http.MethodGet, "/api/v1/work-items/"+url.PathEscape(id), nil, nil)
 }
 
 // UpdateWorkItem changes the fields set in body; a set ParentID with a nil
 // Value moves the item to the project root.
-func (c *Client) UpdateWorkItem(ctx context.Context, id string, body UpdateWorkItem) (*WorkItem, error) {
-	return decode[WorkItem](c, ctx, http.MethodPatch, "/api/v1/work-items/"+url.PathEscape(id), nil, body)
+func (c *Client) UpdateWorkItem(ctx context.Context, id string, body wire.UpdateWorkItem) (*wire.WorkItem, error) {
+	return decode[wire.WorkItem](c, ctx, http.MethodPatch, "/api/v1/work-items/"+url.PathEscape(id), nil, body)
 }
 
 // DeleteWorkItem deletes a work item without children or runs.
@@ -156,7 +158,7 @@ func (c *Client) DeleteWorkItem(ctx context.Context, id string) error {
 
 // ListEvents returns journal events with seq > after in ascending order;
 // topic is a glob ("" = all) and limit ≤ 0 leaves the server's default.
-func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limit int) ([]Event, error) {
+func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limit int) ([]wire.Event, error) {
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
@@ -167,7 +169,7 @@ func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limi
 	if limit > 0 {
 		q.Set("limit", strconv.Itoa(limit))
 	}
-	var out EventList
+	var out wire.EventList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out); err != nil {
 		return nil, err
 	}
@@ -374,7 +376,7 @@ func (c *Client) httpClient() *http.Client {
 // the start of the body, for a proxy's error page, in details.body).
 func decodeError(resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
-	var env Envelope
+	var env wire.Envelope
 	if json.Unmarshal(b, &env) == nil && env.Error != nil && env.Error.Code != "" {
 		env.Error.Status = resp.StatusCode
 		return env.Error
@@ -383,7 +385,7 @@ func decodeError(resp *http.Response) error {
 	if msg == "" {
 		msg = resp.Status
 	}
-	e := &Error{Status: resp.StatusCode, Code: CodeInternal, Message: msg}
+	e := &wire.Error{Status: resp.StatusCode, Code: wire.CodeInternal, Message: msg}
 	if s := strings.TrimSpace(string(b)); s != "" {
 		if len(s) > 200 {
 			s = s[:200]
@@ -394,8 +396,8 @@ func decodeError(resp *http.Response) error {
 }
 
 // ListHosts returns every host, by name.
-func (c *Client) ListHosts(ctx context.Context) ([]Host, error) {
-	var out HostList
+func (c *Client) ListHosts(ctx context.Context) ([]wire.Host, error) {
+	var out wire.HostList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/hosts", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -404,38 +406,38 @@ func (c *Client) ListHosts(ctx context.Context) ([]Host, error) {
 
 // CreateHost registers a host; the answer holds its worker token, which
 // the server shows this once.
-func (c *Client) CreateHost(ctx context.Context, body CreateHost) (*HostCreated, error) {
-	return decode[HostCreated](c, ctx, http.MethodPost, "/api/v1/hosts", nil, body)
+func (c *Client) CreateHost(ctx context.Context, body wire.CreateHost) (*wire.HostCreated, error) {
+	return decode[wire.HostCreated](c, ctx, http.MethodPost, "/api/v1/hosts", nil, body)
 }
 
 // GetHost fetches a host by id or name, with its active_runs.
-func (c *Client) GetHost(ctx context.Context, ref string) (*Host, error) {
+func (c *Client) GetHost(ctx context.Context, ref string) (*wire.Host, error) {
 	return c.hostCall(ctx, http.MethodGet, ref, "")
 }
 
 // DisableHost withholds new dispatch from a host (drain-only).
-func (c *Client) DisableHost(ctx context.Context, ref string) (*Host, error) {
+func (c *Client) DisableHost(ctx context.Context, ref string) (*wire.Host, error) {
 	return c.hostCall(ctx, http.MethodPost, ref, "/disable")
 }
 
 // EnableHost lifts a disable; the status is derived from last_seen_at.
-func (c *Client) EnableHost(ctx context.Context, ref string) (*Host, error) {
+func (c *Client) EnableHost(ctx context.Context, ref string) (*wire.Host, error) {
 	return c.hostCall(ctx, http.MethodPost, ref, "/enable")
 }
 
 // ClearSuspect accepts the host's latest instance id as pinned.
-func (c *Client) ClearSuspect(ctx context.Context, ref string) (*Host, error) {
+func (c *Client) ClearSuspect(ctx context.Context, ref string) (*wire.Host, error) {
 	return c.hostCall(ctx, http.MethodPost, ref, "/clear-suspect")
 }
 
-func (c *Client) hostCall(ctx context.Context, method, ref, action string) (*Host, error) {
-	return decode[Host](c, ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil)
+func (c *Client) hostCall(ctx context.Context, method, ref, action string) (*wire.Host, error) {
+	return decode[wire.Host](c, ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil)
 }
 
 // RotateToken gives a host a new worker token (the old one stops working
 // at once) and returns it.
 func (c *Client) RotateToken(ctx context.Context, ref string) (string, error) {
-	var out WorkerToken
+	var out wire.WorkerToken
 	if err := c.Do(ctx, http.MethodPost, "/api/v1/hosts/"+url.PathEscape(ref)+"/rotate-token", nil, nil, &out); err != nil {
 		return "", err
 	}
@@ -448,8 +450,8 @@ func (c *Client) DeleteHost(ctx context.Context, ref string) error {
 }
 
 // ListProviders returns each provider some host offers, with those hosts.
-func (c *Client) ListProviders(ctx context.Context) ([]ProviderHosts, error) {
-	var out ProviderList
+func (c *Client) ListProviders(ctx context.Context) ([]wire.ProviderHosts, error) {
+	var out wire.ProviderList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/providers", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -466,12 +468,12 @@ type RunFilter struct {
 }
 
 // CreateRun admits a run (202, pending); placement happens asynchronously.
-func (c *Client) CreateRun(ctx context.Context, body CreateRun) (*Run, error) {
-	return decode[Run](c, ctx, http.MethodPost, "/api/v1/runs", nil, body)
+func (c *Client) CreateRun(ctx context.Context, body wire.CreateRun) (*wire.Run, error) {
+	return decode[wire.Run](c, ctx, http.MethodPost, "/api/v1/runs", nil, body)
 }
 
 // ListRuns returns runs newest first.
-func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
+func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	q := url.Values{}
 	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
 		if v != "" {
@@ -481,7 +483,7 @@ func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 	if f.Limit > 0 {
 		q.Set("limit", strconv.Itoa(f.Limit))
 	}
-	var out RunList
+	var out wire.RunList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs", q, nil, &out); err != nil {
 		return nil, err
 	}
@@ -489,45 +491,45 @@ func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]Run, error) {
 }
 
 // GetRun fetches one run.
-func (c *Client) GetRun(ctx context.Context, id string) (*Run, error) {
+func (c *Client) GetRun(ctx context.Context, id string) (*wire.Run, error) {
 	return c.runCall(ctx, http.MethodGet, id, "", nil)
 }
 
 // StopRun stops a run that is not terminal; force skips the worker's
 // SIGTERM grace.
-func (c *Client) StopRun(ctx context.Context, id string, force bool) (*Run, error) {
-	return c.runCall(ctx, http.MethodPost, id, "/stop", StopRun{Force: force})
+func (c *Client) StopRun(ctx context.Context, id string, force bool) (*wire.Run, error) {
+	return c.runCall(ctx, http.MethodPost, id, "/stop", wire.StopRun{Force: force})
 }
 
 // RetryRun requeues a failed run with attempt + 1.
-func (c *Client) RetryRun(ctx context.Context, id string) (*Run, error) {
+func (c *Client) RetryRun(ctx context.Context, id string) (*wire.Run, error) {
 	return c.runCall(ctx, http.MethodPost, id, "/retry", nil)
 }
 
 // CompleteRun marks a run completed by hand (it does not stop it).
-func (c *Client) CompleteRun(ctx context.Context, id string) (*Run, error) {
+func (c *Client) CompleteRun(ctx context.Context, id string) (*wire.Run, error) {
 	return c.runCall(ctx, http.MethodPost, id, "/complete", nil)
 }
 
-func (c *Client) runCall(ctx context.Context, method, id, action string, body any) (*Run, error) {
-	return decode[Run](c, ctx, method, "/api/v1/runs/"+url.PathEscape(id)+action, nil, body)
+func (c *Client) runCall(ctx context.Context, method, id, action string, body any) (*wire.Run, error) {
+	return decode[wire.Run](c, ctx, method, "/api/v1/runs/"+url.PathEscape(id)+action, nil, body)
 }
 
 // SendKeys types allowlisted keys and literal text into a running run's
 // pane and says whether the pane was seen to change.
-func (c *Client) SendKeys(ctx context.Context, id string, keys []Key) (*KeysResult, error) {
-	return decode[KeysResult](c, ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, SendKeys{Keys: keys})
+func (c *Client) SendKeys(ctx context.Context, id string, keys []wire.Key) (*wire.KeysResult, error) {
+	return decode[wire.KeysResult](c, ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, wire.SendKeys{Keys: keys})
 }
 
 // GetPane returns the latest pane snapshot of a run (seq 0 before the
 // first one).
-func (c *Client) GetPane(ctx context.Context, id string) (*Pane, error) {
-	return decode[Pane](c, ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/pane", nil, nil)
+func (c *Client) GetPane(ctx context.Context, id string) (*wire.Pane, error) {
+	return decode[wire.Pane](c, ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/pane", nil, nil)
 }
 
 // RunEvents returns the journal events of one run.
-func (c *Client) RunEvents(ctx context.Context, id string) ([]Event, error) {
-	var out EventList
+func (c *Client) RunEvents(ctx context.Context, id string) ([]wire.Event, error) {
+	var out wire.EventList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/events", nil, nil, &out); err != nil {
 		return nil, err
 	}
@@ -584,4 +586,80 @@ func decode[T any](c *Client, ctx context.Context, method, path string, q url.Va
 		return nil, err
 	}
 	return &v, nil
+}
+
+// CreateWSTicket asks for a WebSocket ticket for a run and purpose.
+func (c *Client) CreateWSTicket(ctx context.Context, runID, purpose string) (*wire.WSTicket, error) {
+	var out wire.WSTicket
+	if err := c.Do(ctx, http.MethodPost, "/api/v1/ws-tickets", nil, wire.CreateWSTicket{RunID: runID, Purpose: purpose}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// RevokeLease takes the attach lease of a run away from its holder.
+func (c *Client) RevokeLease(ctx context.Context, runID string) error {
+	return c.Do(ctx, http.MethodDelete, "/api/v1/runs/"+url.PathEscape(runID)+"/lease", nil, nil, nil)
+}
+
+// TerminalURL is the ws:// or wss:// URL of a run's terminal socket
+// (kind "pane" or "attach"), with q as its query.
+func (c *Client) TerminalURL(runID, kind string, q url.Values) string {
+	u := c.BaseURL + "/api/v1/runs/" + url.PathEscape(runID) + "/" + kind + "/ws"
+	switch {
+	case strings.HasPrefix(u, "https://"):
+		u = "wss://" + strings.TrimPrefix(u, "https://")
+	case strings.HasPrefix(u, "http://"):
+		u = "ws://" + strings.TrimPrefix(u, "http://")
+	}
+	if len(q) > 0 {
+		u += "?" + q.Encode()
+	}
+	return u
+}
+
+// AuthHeader is the header that authenticates a WebSocket handshake of a
+// non-browser client.
+func (c *Client) AuthHeader() http.Header {
+	return http.Header{"Authorization": {"Bearer " + c.Token}}
+}
+
+// HTTPClient is the client's HTTP client (with its CA bundle), for
+// WebSocket dialers.
+func (c *Client) HTTPClient() *http.Client { return c.httpClient() }
+
+// maxSignalAnswer bounds how much of a signal's answer is read.
+const maxSignalAnswer = 64 << 10
+
+// PostSignal makes one try of posting a run's signal
+// (POST /api/internal/runs/{id}/signals) with the client's token, which
+// is the run's signal token for the wrapper and hooks. It does not retry:
+// the caller decides between retrying and spooling. A non-2xx answer
+// comes back as a *wire.Error with its Status; a 2xx whose body cannot be
+// read still means the orchestrator took the signal, and its result is
+// then "accepted".
+func (c *Client) PostSignal(ctx context.Context, runID string, sig wire.Signal) (string, error) {
+	b, err := json.Marshal(sig)
+	if err != nil {
+		return "", fmt.Errorf("encode signal %s: %w", sig.Kind, err)
+	}
+	req, err := c.newRequest(ctx, http.MethodPost, "/api/internal/runs/"+url.PathEscape(runID)+"/signals", nil, bytes.NewReader(b))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Accept", "application/json")
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return "", decodeError(resp)
+	}
+	var r wire.SignalResult
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSignalAnswer))
+	if err != nil || json.Unmarshal(body, &r) != nil || r.Result == "" {
+		return "accepted", nil
+	}
+	return r.Result, nil
 }

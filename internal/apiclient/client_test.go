@@ -1,6 +1,8 @@
-package wire
+package apiclient
 
 import (
+	"pam/internal/wire"
+
 	"context"
 	"encoding/json"
 	"encoding/pem"
@@ -135,31 +137,31 @@ func TestErrorDecoding(t *testing.T) {
 		status      int
 		contentType string
 		body        string
-		want        *Error
+		want        *wire.Error
 	}{
 		{
 			name: "envelope", status: 404, contentType: "application/json",
 			body: `{"error":{"code":"not_found","message":"project \"x\" not found","details":null}}`,
-			want: &Error{Status: 404, Code: "not_found", Message: `project "x" not found`},
+			want: &wire.Error{Status: 404, Code: "not_found", Message: `project "x" not found`},
 		},
 		{
 			name: "envelope with details", status: 400, contentType: "application/json",
 			body: `{"error":{"code":"validation_failed","message":"name too long","details":{"field":"name"}}}`,
-			want: &Error{Status: 400, Code: "validation_failed", Message: "name too long", Details: map[string]any{"field": "name"}},
+			want: &wire.Error{Status: 400, Code: "validation_failed", Message: "name too long", Details: map[string]any{"field": "name"}},
 		},
 		{
 			name: "proxy HTML page", status: 502, contentType: "text/html",
 			body: "<html>bad gateway</html>",
-			want: &Error{Status: 502, Code: CodeInternal, Message: "Bad Gateway", Details: map[string]any{"body": "<html>bad gateway</html>"}},
+			want: &wire.Error{Status: 502, Code: wire.CodeInternal, Message: "Bad Gateway", Details: map[string]any{"body": "<html>bad gateway</html>"}},
 		},
 		{
 			name: "empty body", status: 503,
-			want: &Error{Status: 503, Code: CodeInternal, Message: "Service Unavailable"},
+			want: &wire.Error{Status: 503, Code: wire.CodeInternal, Message: "Service Unavailable"},
 		},
 		{
 			name: "JSON that is not an envelope", status: 500, contentType: "application/json",
 			body: `{"oops":true}`,
-			want: &Error{Status: 500, Code: CodeInternal, Message: "Internal Server Error", Details: map[string]any{"body": `{"oops":true}`}},
+			want: &wire.Error{Status: 500, Code: wire.CodeInternal, Message: "Internal Server Error", Details: map[string]any{"body": `{"oops":true}`}},
 		},
 	}
 	for _, tt := range tests {
@@ -172,12 +174,12 @@ func TestErrorDecoding(t *testing.T) {
 				io.WriteString(w, tt.body)
 			}))
 			defer srv.Close()
-			c, err := NewClient(srv.URL, "tok", "")
+			c, err := New(srv.URL, "tok", "")
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = c.GetProject(t.Context(), "x")
-			got, ok := AsError(err)
+			got, ok := wire.AsError(err)
 			if !ok {
 				t.Fatalf("error %v (%T) is not a *wire.Error", err, err)
 			}
@@ -241,7 +243,7 @@ func TestClientRoutes(t *testing.T) {
 	}}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
-	c, err := NewClient(srv.URL+"/", "secret", "")
+	c, err := New(srv.URL+"/", "secret", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,11 +270,11 @@ func TestClientRoutes(t *testing.T) {
 	}
 	_, err = c.ListProjects(ctx, false)
 	must(err)
-	_, err = c.CreateProject(ctx, CreateProject{Name: "N", AutoDone: &no})
+	_, err = c.CreateProject(ctx, wire.CreateProject{Name: "N", AutoDone: &no})
 	must(err)
 	_, err = c.GetProject(ctx, "a/b")
 	must(err)
-	_, err = c.UpdateProject(ctx, "n", UpdateProject{Description: str("d")})
+	_, err = c.UpdateProject(ctx, "n", wire.UpdateProject{Description: str("d")})
 	must(err)
 	_, err = c.ArchiveProject(ctx, "n")
 	must(err)
@@ -281,13 +283,13 @@ func TestClientRoutes(t *testing.T) {
 	if len(items) != 1 || items[0].ParentID != nil {
 		t.Errorf("items %+v", items)
 	}
-	_, err = c.CreateWorkItem(ctx, "n", CreateWorkItem{Kind: "task", Title: "T", ParentID: str("m1")})
+	_, err = c.CreateWorkItem(ctx, "n", wire.CreateWorkItem{Kind: "task", Title: "T", ParentID: str("m1")})
 	must(err)
 	_, err = c.GetWorkItem(ctx, "w1")
 	must(err)
-	_, err = c.UpdateWorkItem(ctx, "w1", UpdateWorkItem{ParentID: Optional{Set: true}})
+	_, err = c.UpdateWorkItem(ctx, "w1", wire.UpdateWorkItem{ParentID: wire.Optional{Set: true}})
 	must(err)
-	_, err = c.UpdateWorkItem(ctx, "w1", UpdateWorkItem{Position: &pos})
+	_, err = c.UpdateWorkItem(ctx, "w1", wire.UpdateWorkItem{Position: &pos})
 	must(err)
 	must(c.DeleteWorkItem(ctx, "w1"))
 	evs, err := c.ListEvents(ctx, 2, "project.*", 10)
@@ -331,16 +333,16 @@ func TestStreamEvents(t *testing.T) {
 		gotLastID, gotQuery = r.Header.Get("Last-Event-ID"), r.URL.RawQuery
 		w.Header().Set("Content-Type", "text/event-stream")
 		for i := int64(5); i <= 6; i++ {
-			ev := Event{Seq: i, Topic: "run.started", Payload: json.RawMessage(`{"run_id":"r"}`), CreatedAt: time.Unix(0, 0).UTC()}
+			ev := wire.Event{Seq: i, Topic: "run.started", Payload: json.RawMessage(`{"run_id":"r"}`), CreatedAt: time.Unix(0, 0).UTC()}
 			b, _ := json.Marshal(ev)
 			fmt.Fprintf(w, ": ping\nid: %d\nevent: %s\ndata: %s\n\n", ev.Seq, ev.Topic, b)
 		}
 	}))
 	defer srv.Close()
-	c, _ := NewClient(srv.URL, "t", "")
+	c, _ := New(srv.URL, "t", "")
 	var ids []string
 	err := c.StreamEvents(t.Context(), 4, "run.*", func(name, id string, data []byte) error {
-		var ev Event
+		var ev wire.Event
 		if err := json.Unmarshal(data, &ev); err != nil {
 			t.Errorf("data %q: %v", data, err)
 		}
@@ -369,7 +371,7 @@ func TestStreamEventsEndsWithContext(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	defer srv.Close()
-	c, _ := NewClient(srv.URL, "t", "")
+	c, _ := New(srv.URL, "t", "")
 	ctx, cancel := context.WithCancel(t.Context())
 	err := c.StreamEvents(ctx, 0, "", func(name, id string, data []byte) error {
 		cancel()
@@ -386,30 +388,30 @@ func TestStreamEventsRefused(t *testing.T) {
 		io.WriteString(w, `{"error":{"code":"unauthorized","message":"bad token","details":null}}`)
 	}))
 	defer srv.Close()
-	c, _ := NewClient(srv.URL, "t", "")
+	c, _ := New(srv.URL, "t", "")
 	err := c.StreamEvents(t.Context(), 0, "", func(string, string, []byte) error { return nil })
-	if !HasCode(err, CodeUnauthorized) {
+	if !wire.HasCode(err, wire.CodeUnauthorized) {
 		t.Fatalf("err %v, want unauthorized", err)
 	}
-	if e, _ := AsError(err); e.Status != 401 {
+	if e, _ := wire.AsError(err); e.Status != 401 {
 		t.Errorf("status %d", e.Status)
 	}
 }
 
-func TestNewClientValidates(t *testing.T) {
+func TestNewValidates(t *testing.T) {
 	for _, u := range []string{"", "127.0.0.1:7898", "ftp://x", "http://"} {
-		if _, err := NewClient(u, "", ""); err == nil {
-			t.Errorf("NewClient(%q) accepted", u)
+		if _, err := New(u, "", ""); err == nil {
+			t.Errorf("New(%q) accepted", u)
 		}
 	}
-	if _, err := NewClient("http://x", "", "/nonexistent/ca.pem"); err == nil {
+	if _, err := New("http://x", "", "/nonexistent/ca.pem"); err == nil {
 		t.Error("missing CA file accepted")
 	}
 	bad := t.TempDir() + "/ca.pem"
 	if err := writeFile(bad, "not a certificate"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewClient("http://x", "", bad); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
+	if _, err := New("http://x", "", bad); err == nil || !strings.Contains(err.Error(), "no PEM certificates") {
 		t.Errorf("CA file without certificates: %v", err)
 	}
 }
@@ -420,7 +422,7 @@ func TestCAFileTrustsServer(t *testing.T) {
 	}))
 	defer srv.Close()
 	// Without the CA the server's certificate is refused.
-	c, _ := NewClient(srv.URL, "", "")
+	c, _ := New(srv.URL, "", "")
 	if _, err := c.Health(t.Context()); err == nil {
 		t.Fatal("untrusted certificate accepted")
 	}
@@ -428,7 +430,7 @@ func TestCAFileTrustsServer(t *testing.T) {
 	if err := writeFile(ca, string(pemCert(srv.Certificate().Raw))); err != nil {
 		t.Fatal(err)
 	}
-	c, err := NewClient(srv.URL, "", ca)
+	c, err := New(srv.URL, "", ca)
 	if err != nil {
 		t.Fatal(err)
 	}
