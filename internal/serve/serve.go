@@ -262,12 +262,25 @@ func (a *activeLock) Watch(ctx context.Context) error {
 			continue
 		}
 		a.log.Warn("lost the database connection holding the active-server lock; retaking it", "err", err)
+		oldPID := a.conn.PgConn().PID()
 		conn, err := pgx.Connect(ctx, a.url)
 		if err != nil {
 			continue // database still down: keep serving what we can, retry
 		}
 		var got bool
-		if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", store.LockActiveServer).Scan(&got); err != nil {
+		var holder *uint32
+		err = conn.QueryRow(ctx, `SELECT pg_try_advisory_lock($1),
+			(SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted
+				AND ((classid::bigint << 32) | objid::bigint) = $1
+				AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) LIMIT 1)`,
+			store.LockActiveServer).Scan(&got, &holder)
+		if err != nil {
+			conn.Close(context.Background())
+			continue
+		}
+		if !got && holder != nil && *holder == oldPID {
+			// Our own old session still holds it: a terminated backend
+			// takes a moment to exit. Try again on the next tick.
 			conn.Close(context.Background())
 			continue
 		}
