@@ -19,7 +19,7 @@ import (
 	"strings"
 )
 
-// Client is a typed client of the public API (contract §7, §8). It is what
+// Client is a typed client of the public API (docs/api.md#resources, docs/api.md#server-sent-events). It is what
 // the CLI and black-box tests use, so it speaks exactly the routes and
 // shapes the server does. The zero HTTP field means http.DefaultClient.
 type Client struct {

@@ -1,6 +1,6 @@
 // Package cli is the pam command line: it is the only package that reads
 // flags and PAM_* variables (flags over environment over defaults,
-// contract §3), and it turns them into Options structs for the packages
+// docs/architecture.md#configuration-and-files-on-disk), and it turns them into Options structs for the packages
 // that do the work, or into calls of the typed API client.
 //
 // Exit status: 0 success, 1 the operation failed (the error envelope's

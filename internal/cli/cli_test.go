@@ -58,7 +58,7 @@ func TestHelpOnEveryCommand(t *testing.T) {
 }
 
 // Every setting a command registers is listed in its help with its
-// variable, so the help is the reference of §3.
+// variable, so the help is the reference of docs/architecture.md#configuration-and-files-on-disk.
 func TestHelpListsSettings(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)
@@ -283,7 +283,7 @@ func TestSettingsPrecedence(t *testing.T) {
 	}
 }
 
-// Every serve timer of §3 reaches serve.Options from its variable.
+// Every serve timer of docs/architecture.md#configuration-and-files-on-disk reaches serve.Options from its variable.
 func TestEveryServeTimerIsWired(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)

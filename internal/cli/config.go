@@ -27,7 +27,7 @@ const (
 	kindDuration
 )
 
-// setting is one PAM_* variable of contract §3. Each is also a kebab-case
+// setting is one PAM_* variable of docs/architecture.md#configuration-and-files-on-disk. Each is also a kebab-case
 // flag on the commands that use it; the flag wins over the variable, the
 // variable over the default.
 type setting struct {

@@ -18,7 +18,7 @@ import (
 )
 
 // runWatchCmd is `pam run watch ID`: the run's pane, live and read-only,
-// from the orchestrator's pane socket (§9).
+// from the orchestrator's pane socket (docs/api.md#websockets).
 var runWatchCmd = &command{
 	name: "watch", args: "ID", nargs: 1, group: clientGroup,
 	summary: "show a run's pane live, read-only, until the run ends (Ctrl-C to stop)",

@@ -1,4 +1,4 @@
-// Package datadir knows pam's files on disk (contract §4): where the data
+// Package datadir knows pam's files on disk (docs/architecture.md#configuration-and-files-on-disk): where the data
 // and config dirs are on each platform, the operator token file, and the
 // serve.lock that keeps one server per data dir.
 package datadir

@@ -1,4 +1,4 @@
-// Package dispatch places pending runs on hosts (§11): one loop per active
+// Package dispatch places pending runs on hosts (docs/architecture.md#central-duties): one loop per active
 // server that applies the central timeouts, offers due runs to eligible
 // connected hosts (claims are FOR UPDATE SKIP LOCKED in the store, so
 // several dispatchers on one database never double-dispatch), and pushes
@@ -23,7 +23,7 @@ type Sender interface {
 	Send(hostID string, f wire.Frame) error
 }
 
-// Options are the timers of §3 the dispatcher applies.
+// Options are the timers of docs/architecture.md#configuration-and-files-on-disk the dispatcher applies.
 type Options struct {
 	AckTimeout       time.Duration // PAM_DISPATCH_ACK_TIMEOUT
 	DispatchTimeout  time.Duration // PAM_DISPATCH_TIMEOUT

@@ -7,7 +7,7 @@ import (
 	"pam/internal/wire"
 )
 
-// fleetDuties applies the host timers of §11 and returns how many hosts
+// fleetDuties applies the host timers of docs/architecture.md#central-duties and returns how many hosts
 // and runs changed: hosts silent past PAM_HOST_OFFLINE_AFTER go offline,
 // hosts silent past PAM_HOST_LOST_AFTER lose their runs (host_lost), and
 // runs whose pane has not changed for PAM_CLI_HANG_TIMEOUT on an online
@@ -15,7 +15,7 @@ import (
 func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 	changed := 0
 	// Restart grace: no host goes offline until PAM_HOST_OFFLINE_AFTER has
-	// passed since this server started (§11).
+	// passed since this server started (docs/architecture.md#central-duties).
 	if time.Since(d.started) > d.o.HostOfflineAfter {
 		if n, err := d.store.MarkOffline(ctx, d.o.HostOfflineAfter); err != nil {
 			d.logErr(ctx, "mark hosts offline", err)

@@ -18,7 +18,7 @@ import (
 
 // BenchmarkAttachRoundTrip measures keystroke → echo on an attach socket
 // through serve and the worker's relay, against a direct `tmux attach` in
-// a PTY on the same machine and session (§17). Each op is one keystroke
+// a PTY on the same machine and session (docs/architecture.md#benchmarks). Each op is one keystroke
 // on each path, the relay's first; keystrokes are paced like typing
 // (≥ 120 ms apart), since
 // the relay coalesces output to 10 frames/s and a tighter loop would

@@ -9,7 +9,7 @@ import (
 )
 
 // BenchmarkDispatchToSession measures POST /runs until the run's tmux
-// session exists on the worker host, on an idle system (§17), with real
+// session exists on the worker host, on an idle system (docs/architecture.md#benchmarks), with real
 // serve, worker and tmux processes. Reports p50 and p99.
 func BenchmarkDispatchToSession(b *testing.B) {
 	s := newSystem(b)

@@ -261,7 +261,7 @@ func TestPaneFanoutWithStalledViewer(t *testing.T) {
 	eventually.Wait(t, 30*time.Second, fmt.Sprintf("every reading viewer to read seq %d", newest), func() bool { return f.allReached(newest) })
 	f.stop()
 	for i, ds := range f.deliveries() {
-		// A slow viewer may skip to the newest snapshot (contract §9),
+		// A slow viewer may skip to the newest snapshot (docs/api.md#websockets),
 		// never back nor to one it already had.
 		for k := 1; k < len(ds); k++ {
 			if ds[k].seq <= ds[k-1].seq {
@@ -274,7 +274,7 @@ func TestPaneFanoutWithStalledViewer(t *testing.T) {
 	}
 }
 
-// BenchmarkPaneFanoutWithStalledViewer is the pane fan-out figure of §17
+// BenchmarkPaneFanoutWithStalledViewer is the pane fan-out figure of docs/architecture.md#benchmarks
 // end to end, through real serve, worker and tmux: fifty viewers and one
 // that never reads on a run whose 50x150 screen changes every 0.25 s. One
 // iteration is one screen change read by every reading viewer. Reports

@@ -1,5 +1,5 @@
 // Package embeddb runs the private PostgreSQL cluster that `pam serve` uses
-// when PAM_DATABASE_URL is unset (contract §4). It is a real PostgreSQL:
+// when PAM_DATABASE_URL is unset (docs/architecture.md#configuration-and-files-on-disk). It is a real PostgreSQL:
 // initialised on first start, listening only on a Unix socket inside the
 // cluster folder, run as the postgres system user when we are root, and
 // stopped on exit. A cluster left running by a killed server is adopted; one

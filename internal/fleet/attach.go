@@ -16,7 +16,7 @@ const MaxAttaches = 1000
 // is shared with the dispatch and signals of every run on the host.
 var ErrUplinkBusy = errors.New("uplink send queue full")
 
-// AttachRoute is one interactive relay (§10 attach_* frames): an attach
+// AttachRoute is one interactive relay (docs/architecture.md#internal-api attach_* frames): an attach
 // id opened on one uplink connection of one host. It is bound to that
 // connection: when it ends, the worker has torn its relays down, so the
 // route ends too rather than following the host to a new connection.

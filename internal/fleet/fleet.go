@@ -1,7 +1,7 @@
 // Package fleet is the central side's live view of its workers: which
 // uplinks are connected (and how to push a frame down one), the latest
 // pane snapshot of each run, and the log requests waiting for a worker's
-// answer. It is in-memory and belongs to the active `pam serve` (§11).
+// answer. It is in-memory and belongs to the active `pam serve` (docs/architecture.md#central-duties).
 package fleet
 
 import (

@@ -12,7 +12,7 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// The oracle's own copies of the catalog's rules (§13).
+// The oracle's own copies of the catalog's rules (docs/architecture.md#pam-exec-run).
 var (
 	providerNameRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 	envNameRe      = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)

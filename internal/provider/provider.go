@@ -1,4 +1,4 @@
-// Package provider is the host's catalog of agent CLIs (contract §13): the
+// Package provider is the host's catalog of agent CLIs (docs/architecture.md#pam-exec-run): the
 // built-in entries, the operator's <config>/providers.toml merged over them,
 // the argv template of each CLI, the environment it gets (including the
 // catalog's [proxy] table), and how its completion is wired back to pam.

@@ -10,7 +10,7 @@ import (
 )
 
 // Options is everything `pam serve` is configured with; the CLI fills it
-// from flags, PAM_* variables and defaults (contract §3).
+// from flags, PAM_* variables and defaults (docs/architecture.md#configuration-and-files-on-disk).
 type Options struct {
 	Bind          string // PAM_BIND
 	Port          int    // PAM_PORT; 0 picks a free port

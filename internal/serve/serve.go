@@ -198,7 +198,7 @@ func logFailure(dir string, failure error) {
 }
 
 // activeLock holds the PostgreSQL advisory lock that makes this process
-// the one active server of its database (§11), on a connection of its own.
+// the one active server of its database (docs/architecture.md#central-duties), on a connection of its own.
 //
 // A pgx.Conn is not safe for concurrent use, so the connection has one
 // owner at a time: becomeActive's caller, then Watch while it runs (it

@@ -15,7 +15,7 @@ import (
 	"pam/internal/wire"
 )
 
-// WS /api/v1/runs/{id}/attach/ws (§9, seed 030): an interactive terminal
+// WS /api/v1/runs/{id}/attach/ws (docs/api.md#websockets, docs/api.md): an interactive terminal
 // relayed through the run's worker. The first socket takes the lease and
 // gets lease_acquired, a resize with the relay's size, then data frames.
 // A socket that finds the lease held gets lease_held (with the holder)
@@ -25,7 +25,7 @@ import (
 
 const (
 	// outputInterval spaces data frames: at most 10 per second per client
-	// (§9). The first output after a quiet spell goes at once, so a lone
+	// (docs/api.md#websockets). The first output after a quiet spell goes at once, so a lone
 	// keystroke's echo is not delayed.
 	outputInterval = 100 * time.Millisecond
 	// maxDataChunk is the raw size of one data frame; base64 keeps it

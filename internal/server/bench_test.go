@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkDispatchLatency measures POST /runs → run_dispatch received by
-// a connected worker on an idle system (§17), reporting p50 and p99.
+// a connected worker on an idle system (docs/architecture.md#benchmarks), reporting p50 and p99.
 func BenchmarkDispatchLatency(b *testing.B) {
 	e := newRunEnvB(b)
 	w := e.worker("bench-host", 1000, "shell")

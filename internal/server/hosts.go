@@ -8,7 +8,7 @@ import (
 	"pam/internal/wire"
 )
 
-// The host registry and the provider list (§7).
+// The host registry and the provider list (docs/api.md#resources).
 
 func (s *Server) hostOfflineAfter() time.Duration {
 	if s.opts.HostOfflineAfter > 0 {

@@ -8,7 +8,7 @@ import (
 	"pam/internal/wire"
 )
 
-// The internal API (§10): workers register, read their runs and post
+// The internal API (docs/architecture.md#internal-api): workers register, read their runs and post
 // signals. Worker tokens and signal tokens are good only here; the
 // operator token is refused here, and worker tokens on /api/v1.
 

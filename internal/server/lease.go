@@ -9,7 +9,7 @@ import (
 	"pam/internal/wire"
 )
 
-// The attach lease (§9, seed 010 "Interactive Attach"): at most one
+// The attach lease (docs/api.md#websockets, docs/architecture.md#pane-logs-and-attach): at most one
 // writer per run. It lives in the active server's memory; its history is
 // journaled (run.lease_acquired / run.lease_released, with who held it,
 // how they authenticated and for how long): the audit trail of who typed

@@ -14,7 +14,7 @@ import (
 
 const (
 	// wsPingInterval is how often the server pings a terminal socket
-	// (§9): a peer that stopped answering is noticed, and an attach
+	// (docs/api.md#websockets): a peer that stopped answering is noticed, and an attach
 	// holder's pong refreshes its lease.
 	wsPingInterval = 30 * time.Second
 	// wsWriteTimeout bounds one frame write. A viewer that takes nothing
@@ -22,7 +22,7 @@ const (
 	wsWriteTimeout = 30 * time.Second
 )
 
-// paneWS serves WS /api/v1/runs/{id}/pane/ws (§9): the latest snapshot at
+// paneWS serves WS /api/v1/runs/{id}/pane/ws (docs/api.md#websockets): the latest snapshot at
 // once, then one pane_snapshot per change, from the central cache.
 // Delivery is latest-wins through a one-slot subscription, so a slow
 // viewer skips to the newest snapshot and holds at most one; the uplink

@@ -7,7 +7,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Projects and work items: the operator's plan (§7).
+// Projects and work items: the operator's plan (docs/api.md#resources).
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
 	ps, err := s.store.ListProjects(r.Context(), r.URL.Query().Get("include_archived") == "true")

@@ -13,7 +13,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Runs (§7): admission, listing, and the operator's actions on a run.
+// Runs (docs/api.md#resources): admission, listing, and the operator's actions on a run.
 
 func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 	var in wire.CreateRun

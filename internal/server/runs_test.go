@@ -313,7 +313,7 @@ func TestRestartPolicyRequeuesThenFailsForGood(t *testing.T) {
 	}
 }
 
-// TestSignalIngestTable walks every row of §10's table on both transports.
+// TestSignalIngestTable walks every row of the signal table of docs/architecture.md#signal-ingest on both transports.
 func TestSignalIngestTable(t *testing.T) {
 	t.Parallel()
 	for _, transport := range []string{"http", "uplink"} {

@@ -1,5 +1,5 @@
-// Package server is pam's HTTP surface: the REST API of contract §7, SSE
-// (§8), health and metrics. Handlers are methods on Server; the helpers at
+// Package server is pam's HTTP surface: the REST API of docs/api.md#resources, SSE
+// (docs/api.md#server-sent-events), health and metrics. Handlers are methods on Server; the helpers at
 // the bottom of this file read bounded JSON and write JSON or the error
 // envelope, so every route answers errors the same way.
 package server

@@ -15,10 +15,10 @@ import (
 	"pam/internal/wire"
 )
 
-// WebSocket authentication (§7, §9, §16). A browser cannot set headers on
+// WebSocket authentication (docs/api.md#resources, docs/api.md#websockets, docs/architecture.md#security-model). A browser cannot set headers on
 // a WebSocket handshake, so besides the Authorization header a socket
 // takes ?ticket= (single use, 30 s, bound to one run and purpose: what the
-// dashboard puts in a URL instead of the token) or ?token= (seed 030, for
+// dashboard puts in a URL instead of the token) or ?token= (docs/api.md, for
 // non-browser clients). The request logger logs the path only, never the
 // query, so neither appears in a log.
 

@@ -15,7 +15,7 @@ import (
 )
 
 // uplink serves WS /api/internal/worker/uplink: one resident connection per
-// worker carrying heartbeats, dispatch, snapshots, signals and logs (§10).
+// worker carrying heartbeats, dispatch, snapshots, signals and logs (docs/architecture.md#internal-api).
 func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	host := hostOf(r)
 	ws, err := websocket.Accept(w, r, nil)
@@ -211,7 +211,7 @@ func (u *uplinkSession) refuse(f wire.Frame, err error) {
 	u.send(wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(f.Type + ": " + we.Message), RunID: validOrEmpty(f.RunID)})
 }
 
-// refuseInvalid answers a frame that Validate refused and drops it (§10):
+// refuseInvalid answers a frame that Validate refused and drops it (docs/architecture.md#internal-api):
 // a signal with the signal_ack its HTTP twin would get, carrying the
 // error's code; any other frame with malformed_frame. Echoed fields are
 // cut short, so the answer itself is a valid frame.

@@ -17,7 +17,7 @@ import (
 const fuzzRun = "0a0a0a0a-1111-4111-8111-111111111111"
 
 var (
-	// fileNameRe is the oracle's own spelling of a spool file name (§4).
+	// fileNameRe is the oracle's own spelling of a spool file name (docs/architecture.md#configuration-and-files-on-disk).
 	fileNameRe = regexp.MustCompile(`^[0-9]{20}-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}-[1-9][0-9]*-(started|finished|completed|failed|progress)\.json$`)
 	numbersRe  = regexp.MustCompile(`^([0-9]{20})-.{36}-([0-9]+)-`)
 )

@@ -1,5 +1,5 @@
 // Package spool keeps the signals that could not be delivered to the
-// orchestrator (contract §4): one file per signal in <worker data
+// orchestrator (docs/architecture.md#configuration-and-files-on-disk): one file per signal in <worker data
 // dir>/spool/, named <seq>-<run_id>-<attempt>-<kind>.json, where <seq> is a
 // per-host counter kept under a lock (never the wall clock) and zero-padded
 // so that names sort in seq order. The wrapper, `pam hook` and the worker

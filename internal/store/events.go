@@ -137,7 +137,7 @@ func (s *Store) PurgeEvents(ctx context.Context, cutoff time.Time) (int64, error
 
 // SafeSeq returns a seq H such that every event with seq <= H that will
 // ever commit has committed: delivering up to H never lets a smaller seq
-// appear later (contract §5). It never returns less than the purge horizon.
+// appear later (docs/architecture.md#data-model). It never returns less than the purge horizon.
 //
 // Why it holds: one statement takes snapshot S, reads M = the largest seq
 // visible in S, and then lists the xids of this database's transactions

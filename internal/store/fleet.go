@@ -13,7 +13,7 @@ import (
 )
 
 // Register applies POST /api/internal/worker/register for the host whose
-// token authenticated the call (§10): the name must match, the protocol
+// token authenticated the call (docs/architecture.md#internal-api): the name must match, the protocol
 // must be spoken, and the instance_id rules of the seed decide between a
 // normal start, a reinstall and a suspected clone.
 func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, offlineAfter time.Duration) (wire.Registered, error) {
@@ -122,7 +122,7 @@ func (s *Store) Heartbeat(ctx context.Context, hostID string) (bool, error) {
 
 // MarkOffline turns online hosts silent for offlineAfter into offline
 // (journal worker.offline). It is not called until offlineAfter has passed
-// since serve started (restart grace, §11).
+// since serve started (restart grace, docs/architecture.md#central-duties).
 func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (int, error) {
 	n := 0
 	err := s.InTx(ctx, func(tx *Tx) error {

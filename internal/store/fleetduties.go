@@ -12,7 +12,7 @@ import (
 	"pam/internal/wire"
 )
 
-// The central fleet duties of §11 that need more than a heartbeat: the
+// The central fleet duties of docs/architecture.md#central-duties that need more than a heartbeat: the
 // host-lost bound (T_dead), the CLI-hang timer and the journal entry of a
 // session no run owns. The dispatcher calls them on every pass.
 //

@@ -279,7 +279,7 @@ func TestCLIHang(t *testing.T) {
 	}
 }
 
-// instance_id rules of §10: a new id while the pinned one is silent is a
+// instance_id rules of docs/architecture.md#internal-api: a new id while the pinned one is silent is a
 // reinstall; while it is live, a suspect (journaled once, no dispatch).
 func TestInstanceReinstallAndSuspect(t *testing.T) {
 	t.Parallel()

@@ -20,7 +20,7 @@ import (
 
 // The host registry: hosts are created by the operator, who gets the
 // worker token once; a worker cannot register a host that does not exist
-// (seed 030, contract §7, §10).
+// (docs/api.md, docs/api.md#resources, docs/architecture.md#internal-api).
 
 // hostNameRe is what a host name may be: a machine name, usable in a URL
 // path segment as it is.

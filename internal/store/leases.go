@@ -12,7 +12,7 @@ import (
 // JournalLease journals a lease change of a run with the run's common
 // payload (run_id, attempt, task_id) plus extra: who held the lease and,
 // on release, for how long and why. The lease itself lives in the active
-// server's memory (§11); only its history is durable.
+// server's memory (docs/architecture.md#central-duties); only its history is durable.
 func (s *Store) JournalLease(ctx context.Context, topic wire.Topic, runID string, extra map[string]any) error {
 	return s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, runID, false)

@@ -45,7 +45,7 @@ type candidate struct {
 	active    int
 }
 
-// ClaimAndOffer is one dispatch pass (§11): due pending runs, claimed with
+// ClaimAndOffer is one dispatch pass (docs/architecture.md#central-duties): due pending runs, claimed with
 // FOR UPDATE SKIP LOCKED so that several dispatchers never take the same
 // run, are offered to the least loaded eligible host. Candidate hosts are
 // locked for the pass so that capacity is counted once across dispatchers.
@@ -131,7 +131,7 @@ type AckOutcome struct {
 	StopSender bool // the sender accepted an offer that is no longer its own
 }
 
-// AckOffer applies run_dispatch_ack from hostID (§11): accepted → spawning;
+// AckOffer applies run_dispatch_ack from hostID (docs/architecture.md#central-duties): accepted → spawning;
 // refused → the offer is withdrawn and the run may go elsewhere. An ack
 // for an offer that was withdrawn meanwhile tells the sender to stop: that
 // incarnation must not run twice.
@@ -163,7 +163,7 @@ func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckO
 	return res, err
 }
 
-// Sweep applies the central timeouts (§6, §11) and returns how many runs
+// Sweep applies the central timeouts (docs/architecture.md#run-status-machine, docs/architecture.md#central-duties) and returns how many runs
 // changed: offers not acked within ackTimeout are withdrawn; pending runs
 // past dispatchTimeout from pending_since fail no_eligible_host or
 // dispatch_timeout; spawning runs past spawnTimeout fail spawn_failed.
@@ -245,7 +245,7 @@ func (s *Store) secret(ctx context.Context) ([]byte, error) {
 
 const signalTokenPrefix = "pst1"
 
-// SignalToken is the run-scoped credential of §10/§16: HMAC-SHA256 of
+// SignalToken is the run-scoped credential of docs/architecture.md#internal-api, docs/architecture.md#security-model: HMAC-SHA256 of
 // (run, attempt, host) with the server's secret, prefixed by the host and
 // attempt it speaks for so the server can recompute it.
 func (s *Store) SignalToken(ctx context.Context, runID string, attempt int, hostID string) (string, error) {

@@ -25,7 +25,7 @@ func scanProject(row pgx.Row) (wire.Project, error) {
 	return p, err
 }
 
-// ValidName checks the 1–200 character rule of §7 for names and titles.
+// ValidName checks the 1–200 character rule of docs/api.md#resources for names and titles.
 func ValidName(field, s string) error {
 	n := utf8.RuneCountInString(s)
 	if strings.TrimSpace(s) == "" || n > 200 {

@@ -16,10 +16,10 @@ import (
 
 var providerRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
 
-// MaxPrompt bounds a run's prompt (§5).
+// MaxPrompt bounds a run's prompt (docs/architecture.md#data-model).
 const MaxPrompt = 64 << 10
 
-// CreateRun admits a run in pending (§6). It never fails for lack of a
+// CreateRun admits a run in pending (docs/architecture.md#run-status-machine). It never fails for lack of a
 // host: placement is the dispatcher's job.
 func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
 	pol := s.Policy.WithDefaults()

@@ -10,7 +10,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Ingest is the outcome of a signal: the result of §10's table, the run
+// Ingest is the outcome of a signal: the result of the signal table of docs/architecture.md#signal-ingest, the run
 // as it is afterwards, and whether the sending host must stop its session.
 type Ingest struct {
 	Result       string
@@ -20,7 +20,7 @@ type Ingest struct {
 }
 
 // IngestSignal applies one signal from host senderHost in the normative
-// order of §10: first the epoch/dedup/ordering guard, then the guarded
+// order of docs/architecture.md#internal-api: first the epoch/dedup/ordering guard, then the guarded
 // status write, then the journal — all in one transaction, with the run
 // row locked so concurrent signals of one run are applied one at a time.
 func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig wire.Signal) (Ingest, error) {

@@ -40,7 +40,7 @@ type Store struct {
 	// AfterCommit, if set, is called after every transaction that appended
 	// events commits: the journal's tailer uses it to wake up at once.
 	AfterCommit func()
-	// Policy is the restart policy and run defaults (§3, §6).
+	// Policy is the restart policy and run defaults (docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#run-status-machine).
 	Policy Policy
 	// Clock is the time decisions are made at (next_attempt_at of a
 	// requeue); nil is time.Now.

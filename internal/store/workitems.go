@@ -13,10 +13,10 @@ import (
 	"pam/internal/wire"
 )
 
-// Kind ranks: a parent must rank strictly above its child (§5).
+// Kind ranks: a parent must rank strictly above its child (docs/architecture.md#data-model).
 var kindRank = map[string]int{"milestone": 4, "epic": 3, "task": 2, "subtask": 1}
 
-// ValidKind, ValidItemStatus report membership in the enums of §5.
+// ValidKind, ValidItemStatus report membership in the enums of docs/architecture.md#data-model.
 func ValidKind(k string) bool { _, ok := kindRank[k]; return ok }
 
 // ValidItemStatus reports whether s is a work item status.

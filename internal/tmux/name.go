@@ -10,7 +10,7 @@ import (
 )
 
 // ErrInvalidName is returned, before tmux runs, for a session name that
-// does not match ^pam-[0-9a-f]{8}$ (safety rule 2 of seed 010).
+// does not match ^pam-[0-9a-f]{8}$ (a tmux safety rule, docs/architecture.md#tmux-safety).
 var ErrInvalidName = errors.New("invalid session name")
 
 var (

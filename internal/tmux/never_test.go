@@ -32,7 +32,7 @@ done
 exit 0
 `
 
-// The NEVER list of seed 010, checked on the argv of every invocation a
+// The NEVER list (docs/architecture.md#tmux-safety), checked on the argv of every invocation a
 // recording fake tmux sees across all operations: always -L pam, never
 // kill-server, never a -t that is not an exact, validated session name,
 // and no argument that tmux would split into a command of its own.

@@ -14,7 +14,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Pane geometry of a new session (seed 010: 220 columns × 50 rows).
+// Pane geometry of a new session (220 columns × 50 rows, docs/architecture.md#tmux).
 const (
 	Width  = 220
 	Height = 50

@@ -11,7 +11,7 @@ import (
 // stopPoll is how often Stop looks whether the session has gone.
 const stopPoll = 50 * time.Millisecond
 
-// Stop is the graceful stop ladder of seed 010: SIGTERM to the pane's
+// Stop is the graceful stop ladder (docs/architecture.md#stop-ladder): SIGTERM to the pane's
 // process groups, wait up to grace for the pane's process to exit and
 // the groups to empty, SIGKILL whatever is left, then kill-session.
 // force skips the SIGTERM and the wait. A session that does not exist is

@@ -1,5 +1,5 @@
-// Package tmux is the only package in pam that runs tmux (contract §12,
-// seed 010). Every invocation is `tmux -L pam -f /dev/null …`, built as
+// Package tmux is the only package in pam that runs tmux (docs/architecture.md#worker-duties,
+// docs/architecture.md#tmux). Every invocation is `tmux -L pam -f /dev/null …`, built as
 // an argv (never a shell), with a clean environment, and every target is
 // a validated SessionName addressed by exact match. There is no
 // kill-server here: pam only ever removes sessions it names.

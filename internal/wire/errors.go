@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Error codes of contract §7 and §10. Black-box tests match these strings.
+// Error codes of docs/api.md#resources and docs/architecture.md#internal-api. Black-box tests match these strings.
 const (
 	CodeUnauthorized      = "unauthorized"
 	CodeNotFound          = "not_found"

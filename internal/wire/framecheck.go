@@ -21,16 +21,16 @@ import (
 const (
 	// MaxText bounds the free text a frame carries (run_state detail,
 	// reason, message), in characters: every free-text field stored from a
-	// worker is bounded (§16).
+	// worker is bounded (docs/architecture.md#security-model).
 	MaxText = 1000
-	// MaxPrompt bounds a run's prompt (§5).
+	// MaxPrompt bounds a run's prompt (docs/architecture.md#data-model).
 	MaxPrompt = 64 << 10
 	// MaxArgs and MaxArg bound a run's extra arguments, as POST /runs does.
 	MaxArgs = 64
 	MaxArg  = 4096
 	// MaxPath bounds a run's cwd.
 	MaxPath = 4096
-	// MaxTitle bounds a task title (names are 1–200 characters, §7).
+	// MaxTitle bounds a task title (names are 1–200 characters, docs/api.md#resources).
 	MaxTitle = 200
 	// MaxToken bounds a signal token: it travels in an HTTP header.
 	MaxToken = 256
@@ -58,7 +58,7 @@ var (
 )
 
 // frameRule is what Validate holds one frame type to: the fields it may
-// carry (§10) and the stateless rules of their values.
+// carry (docs/architecture.md#internal-api) and the stateless rules of their values.
 type frameRule struct {
 	fields string
 	check  func(*Frame) error
@@ -143,7 +143,7 @@ var frameFields = []frameField{
 // hold known values, session names are pam-<8 hex> and the run's own,
 // sizes and free text are bounded. What it accepts can be handed to tmux,
 // a file or the database without another look; what it refuses is
-// answered and dropped (§10). The error is a *Error naming the field
+// answered and dropped (docs/architecture.md#internal-api). The error is a *Error naming the field
 // (validation_failed, or key_not_allowed for send_keys), its message
 // starting with the frame type.
 func (f Frame) Validate() error {
@@ -350,7 +350,7 @@ func checkSnapshot(f *Frame) error {
 	return nil
 }
 
-// checkSignal applies the stateless rules of a signal (§10). A missing
+// checkSignal applies the stateless rules of a signal (docs/architecture.md#internal-api). A missing
 // attempt passes: its answer (missing_attempt) names the run's current
 // attempt, which takes the database, as do missing_seq and the rules of
 // each kind's payload, which ingest checks in the normative order.
@@ -453,7 +453,7 @@ func checkAttachBytes(f *Frame) error {
 }
 
 // checkSession: a session name is pam-<8 lowercase hex> and, since the
-// name derives from the run's id (§5), the name of that run.
+// name derives from the run's id (docs/architecture.md#data-model), the name of that run.
 func checkSession(runID, name string) error {
 	if !sessionNameRe.MatchString(name) {
 		return Invalid("session_name", "session_name %s is not pam-<8 lowercase hex>", quote(name))

@@ -16,7 +16,7 @@ import (
 var (
 	lowerUUID   = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 	sessionLike = regexp.MustCompile(`^pam-[0-9a-f]{8}$`)
-	// contractFields are the fields of each frame of §10 (error also names
+	// contractFields are the fields of each frame of docs/architecture.md#internal-api (error also names
 	// the refused frame's run; signal_ack also carries an error's code and
 	// message).
 	contractFields = map[string]string{
@@ -259,7 +259,7 @@ func inBounds(t *testing.T, f Frame) {
 	}
 }
 
-// keysInBounds is §7's allowlist, restated.
+// keysInBounds is the keys allowlist (docs/api.md#runs), restated.
 func keysInBounds(t *testing.T, keys []Key) {
 	t.Helper()
 	if len(keys) < 1 || len(keys) > 64 {
@@ -290,7 +290,7 @@ func keysInBounds(t *testing.T, keys []Key) {
 	}
 }
 
-// FuzzValidateKeys feeds hostile keys requests to §7's allowlist, which
+// FuzzValidateKeys feeds hostile keys requests to the keys allowlist (docs/api.md#runs), which
 // the server and the worker both apply: what it accepts is within the
 // allowlist; what it refuses is a 400 naming the entry (key_not_allowed)
 // or the list (validation_failed), with a short message.

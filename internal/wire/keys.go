@@ -9,16 +9,16 @@ import (
 	"strings"
 )
 
-// AllowedKeys are the named keys programmatic input may send (§7).
+// AllowedKeys are the named keys programmatic input may send (docs/api.md#resources).
 var AllowedKeys = map[string]bool{"Enter": true, "C-c": true, "C-d": true, "BSpace": true, "DC": true}
 
-// Limits of one keys request (§7).
+// Limits of one keys request (docs/api.md#resources).
 const (
 	MaxKeyEntries = 64
 	MaxKeyText    = 4 << 10
 )
 
-// ValidateKeys applies the allowlist of §7: named keys from AllowedKeys,
+// ValidateKeys applies the allowlist of docs/api.md#resources: named keys from AllowedKeys,
 // text of printable ASCII without | & ; $ or backtick, at most 64 entries
 // and 4 KiB of text. The server checks it and the worker checks it again
 // before tmux runs. The error is 400 key_not_allowed naming the entry.

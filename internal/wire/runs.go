@@ -2,7 +2,7 @@ package wire
 
 import "time"
 
-// Run statuses (§6).
+// Run statuses (docs/architecture.md#run-status-machine).
 const (
 	RunPending  = "pending"
 	RunSpawning = "spawning"
@@ -12,7 +12,7 @@ const (
 	RunStopped  = "stopped"
 )
 
-// Failure reasons (§6).
+// Failure reasons (docs/architecture.md#run-status-machine).
 const (
 	FailNoEligibleHost  = "no_eligible_host"
 	FailDispatchTimeout = "dispatch_timeout"

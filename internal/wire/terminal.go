@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Frame types of the public WebSockets (§9, seed 030): /pane/ws sends
+// Frame types of the public WebSockets (docs/api.md#websockets, docs/api.md): /pane/ws sends
 // pane_snapshot; /attach/ws sends lease_acquired, data, resize and error,
 // and takes input, resize and release_lease.
 const (

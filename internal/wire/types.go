@@ -1,5 +1,5 @@
 // Package wire holds the types that cross pam's boundaries: the REST objects
-// of contract §7, events, the error envelope and a typed client. The server,
+// of docs/api.md#resources, events, the error envelope and a typed client. The server,
 // the CLI and the tests all speak through these, so a field renamed here is
 // renamed everywhere at once.
 package wire
@@ -104,7 +104,7 @@ type Snapshot struct {
 	Hosts  []Host `json:"hosts"`
 }
 
-// ProjectList, WorkItemList and EventList are the list envelopes of §7.
+// ProjectList, WorkItemList and EventList are the list envelopes of docs/api.md#resources.
 type ProjectList struct {
 	Projects []Project `json:"projects"`
 }

@@ -6,10 +6,10 @@ import (
 	"time"
 )
 
-// MaxFrame bounds every uplink and WebSocket frame (§10, §16).
+// MaxFrame bounds every uplink and WebSocket frame (docs/architecture.md#internal-api, docs/architecture.md#security-model).
 const MaxFrame = 1 << 20
 
-// Uplink frame types (§10). Orchestrator → worker:
+// Uplink frame types (docs/architecture.md#internal-api). Orchestrator → worker:
 const (
 	FrameHeartbeatAck = "heartbeat_ack"
 	FrameRunDispatch  = "run_dispatch"
@@ -45,7 +45,7 @@ const (
 	StateOrphanDetected = "orphan_detected"
 	// StateWrapperDied: the session's pane is dead (its process, the
 	// wrapper, exited) and no finished signal came; the run fails
-	// wrapper_died (§6). An orphan_detected without run_id reports a
+	// wrapper_died (docs/architecture.md#run-status-machine). An orphan_detected without run_id reports a
 	// session that maps to no run of this host.
 	StateWrapperDied = "wrapper_died"
 )

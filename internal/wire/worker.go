@@ -41,7 +41,7 @@ type WorkerRun struct {
 	HostID        *string      `json:"host_id,omitempty"`
 	Attempts      []RunAttempt `json:"attempts,omitempty"`
 	// FinishedAt is when the current attempt ended, so that a worker can
-	// tell a session within its hold-open from one past it (§12).
+	// tell a session within its hold-open from one past it (docs/architecture.md#worker-duties).
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
 
@@ -58,7 +58,7 @@ type RunAttempt struct {
 	FailureReason *string `json:"failure_reason"`
 }
 
-// Signal kinds and sources (§10).
+// Signal kinds and sources (docs/architecture.md#internal-api).
 const (
 	SignalStarted   = "started"
 	SignalFinished  = "finished"
@@ -71,7 +71,7 @@ const (
 	SourceManual       = "manual"
 )
 
-// Signal results (§10).
+// Signal results (docs/architecture.md#internal-api).
 const (
 	ResultApplied      = "applied"
 	ResultStaleAttempt = "stale_attempt"

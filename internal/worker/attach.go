@@ -15,7 +15,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Interactive attach relays (§10 attach_* frames, seed 010 "PTY Relay"):
+// Interactive attach relays (docs/architecture.md#internal-api attach_* frames, docs/architecture.md#pane-logs-and-attach):
 // for each attach_open the worker runs `tmux -L pam attach-session` on a
 // PTY sized to the remote terminal and bridges bytes both ways over the
 // uplink. Relays belong to the uplink they were opened on: when it drops,

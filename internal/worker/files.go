@@ -16,7 +16,7 @@ import (
 	"pam/internal/tmux"
 )
 
-// Files of <data>/worker (contract §4).
+// Files of <data>/worker (docs/architecture.md#configuration-and-files-on-disk).
 const (
 	lockFile       = "worker.lock"
 	noteFile       = "worker.json"
@@ -36,7 +36,7 @@ type Note struct {
 }
 
 // loadInstanceID returns the worker's instance id, generating it on first
-// start; it is reused forever after (§10). A file holding anything but a
+// start; it is reused forever after (docs/architecture.md#internal-api). A file holding anything but a
 // UUID is an error, never silently replaced: a new id would make the
 // orchestrator see a reinstall (or a suspect twin).
 func loadInstanceID(dir string) (string, error) {

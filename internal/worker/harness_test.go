@@ -32,7 +32,7 @@ const testHostID = "0f0f0f0f-5555-4555-8555-555555555555"
 const testTaskID = "7a5c0000-6666-4666-8666-666666666666"
 
 // fakeOrch is a small in-test orchestrator: the register route and the
-// uplink WebSocket of contract §10, recording what the worker sends.
+// uplink WebSocket of docs/architecture.md#internal-api, recording what the worker sends.
 type fakeOrch struct {
 	t   *testing.T
 	srv *httptest.Server

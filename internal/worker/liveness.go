@@ -8,7 +8,7 @@ import (
 	"pam/internal/wire"
 )
 
-// livenessLoop is the cheap timer of seed 010: every LivenessInterval (and
+// livenessLoop is the cheap timer of docs/architecture.md#liveness: every LivenessInterval (and
 // at once when a capture finds its session gone) one list-sessions call
 // tells which live runs lost their session or their pane. It asks the
 // orchestrator only when something vanished.

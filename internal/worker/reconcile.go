@@ -15,7 +15,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Reconciliation (contract §12, seed 010 "Supervision & Reconciliation"):
+// Reconciliation (docs/architecture.md#worker-duties, docs/architecture.md#reconciliation-loop):
 // the host's desired runs (GET /api/internal/worker/runs, cached in
 // runcache.json for partitions) against its actual sessions (one
 // list-sessions). It runs at start from the cache alone, after every
@@ -278,7 +278,7 @@ func (w *agent) judgeSession(ctx context.Context, s tmux.Session, desired map[st
 	w.discriminate(ctx, s, wr, hostID)
 }
 
-// discriminate is §12's terminal-but-alive table, for a live session
+// discriminate is the terminal-but-alive table (docs/architecture.md#terminal-but-alive-sessions), for a live session
 // whose run is not among the host's desired runs.
 func (w *agent) discriminate(ctx context.Context, s tmux.Session, wr wire.WorkerRun, hostID string) {
 	key := runKey(s.RunID, s.Attempt)
@@ -286,7 +286,7 @@ func (w *agent) discriminate(ctx context.Context, s tmux.Session, wr wire.Worker
 	switch {
 	case endedHostLost(wr, s.Attempt):
 		// Flagged for the operator, never killed: the incarnation may still
-		// be doing real work (seed 010, Restart Policy).
+		// be doing real work (docs/architecture.md#restart-policy).
 		if !w.rs.flagged[key] {
 			w.rs.flagged[key] = true
 			w.sendState(s.RunID, s.Attempt, wire.StateStaleSession, fmt.Sprintf("attempt %d ended host_lost; session %s kept for the operator", s.Attempt, s.Name))

@@ -132,7 +132,7 @@ func isState(state, runID string) func(wire.Frame) bool {
 	return func(f wire.Frame) bool { return f.Type == wire.FrameRunState && f.State == state && f.RunID == runID }
 }
 
-// TestReconcileDiscrimination walks §12's table with one live session per
+// TestReconcileDiscrimination walks the terminal-but-alive table (docs/architecture.md#terminal-but-alive-sessions) with one live session per
 // row, plus missing sessions and re-adoption.
 func TestReconcileDiscrimination(t *testing.T) {
 	t.Parallel()

@@ -18,7 +18,7 @@ import (
 // replayTimeout bounds one replayed post.
 const replayTimeout = 10 * time.Second
 
-// replayLoop drains the spool (contract §4, §10): after every (re)connect,
+// replayLoop drains the spool (docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#internal-api): after every (re)connect,
 // when reconciliation asks, and every LivenessInterval while files wait
 // (a look at an empty folder costs one ReadDir). The orchestrator may be
 // reachable over HTTP before the uplink is back; replaying then is safe,

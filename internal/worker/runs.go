@@ -349,7 +349,7 @@ func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.Sess
 }
 
 // sendKeys answers a valid send_keys: Validate checked the allowlist
-// again (§7), and tmux checks it once more before it runs.
+// again (docs/api.md#resources), and tmux checks it once more before it runs.
 func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
 	w.mu.Lock()
 	r := w.runs[f.RunID]

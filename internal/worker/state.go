@@ -17,7 +17,7 @@ import (
 	"pam/internal/wire"
 )
 
-// More files of <data>/worker (contract §4).
+// More files of <data>/worker (docs/architecture.md#configuration-and-files-on-disk).
 const (
 	runCacheFile = "runcache.json"
 	failureFile  = "worker.log"

@@ -1,5 +1,5 @@
 // Package worker is `pam worker`, the agent of one execution host
-// (contract §10, §12): it registers with the orchestrator, keeps one
+// (docs/architecture.md#internal-api, docs/architecture.md#worker-duties): it registers with the orchestrator, keeps one
 // outbound WebSocket uplink, and runs each dispatched run as a tmux
 // session (package tmux) whose foreground command is `pam exec run`. It
 // polls the panes, uplinks changed snapshots and keeps the run logs.
@@ -115,7 +115,7 @@ func (h *hooks) pass(pick func(*hooks) func()) {
 // Defaults of the options a caller may leave zero.
 const (
 	defaultLogMaxBytes = 64 << 20
-	// snapshotCacheSize bounds the worker-side snapshot cache (seed 010).
+	// snapshotCacheSize bounds the worker-side snapshot cache (docs/architecture.md#tmux).
 	snapshotCacheSize = 1000
 )
 

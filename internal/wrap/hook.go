@@ -22,7 +22,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Hook kinds: what `pam hook <kind>` posts (contract §13).
+// Hook kinds: what `pam hook <kind>` posts (docs/architecture.md#pam-exec-run).
 var hookKinds = map[string]bool{wire.SignalCompleted: true, wire.SignalProgress: true, wire.SignalFailed: true}
 
 // HookRetryDelays keep `pam hook` quick: a provider waits for its hooks,

@@ -25,7 +25,7 @@ const DefaultTryTimeout = 3 * time.Second
 // Sender posts the signals of one run to the orchestrator
 // (POST <api_url>/api/internal/runs/<run_id>/signals with the run's signal
 // token), retrying briefly, and spools what it cannot deliver (contract
-// §4, §13). Once the run's attempt has a signal in the spool, its later
+// docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#pam-exec-run). Once the run's attempt has a signal in the spool, its later
 // signals go to the spool too, so that their order holds. The wrapper and
 // `pam hook` both use it.
 type Sender struct {

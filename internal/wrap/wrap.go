@@ -1,4 +1,4 @@
-// Package wrap is `pam exec run <run_id>` (contract §13, seed 010
+// Package wrap is `pam exec run <run_id>` (docs/architecture.md#pam-exec-run, docs/architecture.md#tmux
 // "Foreground Command"): the foreground command of every agent session. It
 // reads the run's dispatch file, starts the provider CLI on the pane,
 // reports started and finished (or failed) signals to the orchestrator,
