@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"reflect"
@@ -21,7 +20,7 @@ var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 // parts of the system (heartbeats, dispatch) these tests do not drive.
 func (e *env) sql(q string, args ...any) {
 	e.t.Helper()
-	if _, err := e.store.Pool.Exec(context.Background(), q, args...); err != nil {
+	if _, err := e.store.Pool.Exec(e.t.Context(), q, args...); err != nil {
 		e.t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -36,7 +35,7 @@ func (e *env) host(name string) wire.HostCreated {
 func (e *env) tokenHash(hostID string) []byte {
 	e.t.Helper()
 	var h []byte
-	if err := e.store.Pool.QueryRow(context.Background(), `SELECT worker_token_hash FROM hosts WHERE id = $1`, hostID).Scan(&h); err != nil {
+	if err := e.store.Pool.QueryRow(e.t.Context(), `SELECT worker_token_hash FROM hosts WHERE id = $1`, hostID).Scan(&h); err != nil {
 		e.t.Fatal(err)
 	}
 	return h
@@ -90,7 +89,7 @@ func TestHostCreate(t *testing.T) {
 		t.Fatalf("stored %x, want sha256 of the token", got)
 	}
 	var leaks int
-	if err := e.store.Pool.QueryRow(context.Background(),
+	if err := e.store.Pool.QueryRow(t.Context(),
 		`SELECT count(*) FROM events WHERE strpos(payload::text, $1) > 0`, out.WorkerToken).Scan(&leaks); err != nil || leaks != 0 {
 		t.Fatalf("token found in %d event payloads (%v)", leaks, err)
 	}
@@ -304,7 +303,7 @@ func TestHostRotateToken(t *testing.T) {
 	if got := e.tokenHash(created.Host.ID); !bytes.Equal(got, sha(rot.WorkerToken)) {
 		t.Fatal("stored hash is not that of the new token")
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := e.store.HostByToken(ctx, created.WorkerToken); !wire.HasCode(err, "not_found") {
 		t.Fatalf("old token still works: %v", err)
 	}
@@ -357,7 +356,7 @@ func TestHostDelete(t *testing.T) {
 	}
 	// History on the host: terminal runs and their attempts.
 	var runID string
-	if err := e.store.Pool.QueryRow(context.Background(), `SELECT id::text FROM runs WHERE host_id = $1 LIMIT 1`, h.ID).Scan(&runID); err != nil {
+	if err := e.store.Pool.QueryRow(t.Context(), `SELECT id::text FROM runs WHERE host_id = $1 LIMIT 1`, h.ID).Scan(&runID); err != nil {
 		t.Fatal(err)
 	}
 	e.sql(`INSERT INTO run_attempts (run_id, attempt, host_id, outcome) VALUES ($1, 1, $2, 'exited')`, runID, h.ID)
@@ -368,13 +367,13 @@ func TestHostDelete(t *testing.T) {
 	}
 	e.must(404, "GET", "/api/v1/hosts/h1", nil, nil)
 	var refs int
-	if err := e.store.Pool.QueryRow(context.Background(), `SELECT
+	if err := e.store.Pool.QueryRow(t.Context(), `SELECT
 		(SELECT count(*) FROM runs WHERE host_id IS NOT NULL OR target_host_id IS NOT NULL) +
 		(SELECT count(*) FROM run_attempts WHERE host_id IS NOT NULL)`).Scan(&refs); err != nil || refs != 0 {
 		t.Fatalf("%d references to the deleted host remain (%v)", refs, err)
 	}
 	var runs int
-	e.store.Pool.QueryRow(context.Background(), `SELECT count(*) FROM runs`).Scan(&runs)
+	e.store.Pool.QueryRow(t.Context(), `SELECT count(*) FROM runs`).Scan(&runs)
 	if runs != 4 {
 		t.Fatalf("%d runs left, want the 4 terminal ones kept", runs)
 	}

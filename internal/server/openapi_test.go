@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"mime"
@@ -448,7 +447,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 		if !doc.IsOpenAPI31OrLater() {
 			return fmt.Errorf("openapi %s is not 3.1", doc.OpenAPI)
 		}
-		return doc.Validate(context.Background())
+		return doc.Validate(t.Context())
 	}
 	if err := validate(b); err != nil {
 		t.Fatalf("%s is not a valid OpenAPI 3.1 document: %v", specFile, err)

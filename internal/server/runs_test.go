@@ -55,7 +55,7 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
 		AfterPass: func() { passes.Add(1) }})
 	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
@@ -101,7 +101,7 @@ func (e *runEnv) worker(name string, maxRuns int, providers ...string) *fakeWork
 
 func (w *fakeWorker) connect() {
 	w.t.Helper()
-	ws, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(w.e.url, "http")+"/api/internal/worker/uplink",
+	ws, _, err := websocket.Dial(w.t.Context(), "ws"+strings.TrimPrefix(w.e.url, "http")+"/api/internal/worker/uplink",
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + w.token}}})
 	if err != nil {
 		w.t.Fatalf("dial uplink: %v", err)
@@ -134,7 +134,7 @@ func (w *fakeWorker) connect() {
 func (w *fakeWorker) send(f wire.Frame) {
 	w.t.Helper()
 	b, _ := json.Marshal(f)
-	if err := w.ws.Write(context.Background(), websocket.MessageText, b); err != nil {
+	if err := w.ws.Write(w.t.Context(), websocket.MessageText, b); err != nil {
 		w.t.Fatalf("send %s: %v", f.Type, err)
 	}
 }
@@ -425,7 +425,7 @@ func TestSignalIngestTable(t *testing.T) {
 				if ack := other.expect(wire.FrameSignalAck); ack.Code != "not_found" {
 					t.Errorf("uplink signal from a foreign host: %+v", ack)
 				}
-				w.ws.Write(context.Background(), websocket.MessageText, []byte(`{"type":"signal","bogus":1}`))
+				w.ws.Write(t.Context(), websocket.MessageText, []byte(`{"type":"signal","bogus":1}`))
 				if f := w.expect(wire.FrameError); f.Code != "malformed_frame" {
 					t.Errorf("malformed frame answered with %+v", f)
 				}
@@ -729,7 +729,7 @@ func TestDispatcherCapacityAcrossDispatchers(t *testing.T) {
 	e := newRunEnv(t, runOpts{ack: time.Minute})
 	// A second dispatcher on the same database, sharing the fleet view.
 	d2 := dispatch.New(e.store, e.fleet, dispatch.Options{AckTimeout: time.Minute, Tick: 20 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d2.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })

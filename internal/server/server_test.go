@@ -141,7 +141,7 @@ func (e *env) item(projectRef, kind, title string, parent *string) wire.WorkItem
 
 func (e *env) events(topic string) []wire.Event {
 	e.t.Helper()
-	evs, err := e.store.EventsAfter(context.Background(), 0, math.MaxInt64, mustGlob(e.t, topic), 1000)
+	evs, err := e.store.EventsAfter(e.t.Context(), 0, math.MaxInt64, mustGlob(e.t, topic), 1000)
 	if err != nil {
 		e.t.Fatal(err)
 	}

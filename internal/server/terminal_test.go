@@ -37,7 +37,7 @@ func (e *runEnv) runningRun(w *fakeWorker) wire.Run {
 
 func (e *runEnv) dialAttach(runID string) *websocket.Conn {
 	e.t.Helper()
-	c, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+runID+"/attach/ws",
+	c, _, err := websocket.Dial(e.t.Context(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+runID+"/attach/ws",
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}})
 	if err != nil {
 		e.t.Fatal(err)
@@ -48,7 +48,7 @@ func (e *runEnv) dialAttach(runID string) *websocket.Conn {
 }
 
 func readTerm(t testing.TB, c *websocket.Conn, d time.Duration) (wire.TermFrame, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
+	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
 	_, b, err := c.Read(ctx)
 	if err != nil {
@@ -135,7 +135,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	go func() {
 		for off := 0; off < len(input); off += 64 << 10 {
 			b, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: input[off : off+64<<10]})
-			if err := c.Write(context.Background(), websocket.MessageText, b); err != nil {
+			if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
 				return
 			}
 		}
@@ -157,7 +157,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 
 	// Resize reaches the worker.
 	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSResize, Rows: 50, Cols: 132})
-	_ = c.Write(context.Background(), websocket.MessageText, b)
+	_ = c.Write(t.Context(), websocket.MessageText, b)
 	if f := w.expect(wire.FrameAttachResize); f.AttachID != open.AttachID || f.Rows != 50 || f.Cols != 132 {
 		t.Fatalf("attach_resize %+v", f)
 	}
@@ -203,7 +203,7 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 	secret := "feedfacefeedfacefeedfacefeedface"
 	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/v1/runs/" + r.ID + "/pane/ws"
 	for _, q := range []string{"?token=" + secret, "?ticket=" + secret, "?token=" + testToken, "?ticket=" + tk.Ticket} {
-		c, _, err := websocket.Dial(context.Background(), base+q, nil)
+		c, _, err := websocket.Dial(t.Context(), base+q, nil)
 		if err == nil {
 			c.Close(websocket.StatusNormalClosure, "")
 		}
@@ -242,7 +242,7 @@ func TestShutdownWaitsForSockets(t *testing.T) {
 		t.Fatalf("first frame %+v %v", f, err)
 	}
 	w.expect(wire.FrameAttachOpen)
-	viewer, _, err := websocket.Dial(context.Background(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+r.ID+"/pane/ws",
+	viewer, _, err := websocket.Dial(t.Context(), "ws"+strings.TrimPrefix(e.url, "http")+"/api/v1/runs/"+r.ID+"/pane/ws",
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}})
 	if err != nil {
 		t.Fatal(err)
@@ -250,7 +250,7 @@ func TestShutdownWaitsForSockets(t *testing.T) {
 	t.Cleanup(func() { viewer.CloseNow() })
 	eventually.Wait(t, 5*time.Second, "the pane viewer", func() bool { return e.fleet.PaneViewers() == 1 })
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	if err := e.srv.Shutdown(ctx); err != nil {
 		t.Fatal(err)

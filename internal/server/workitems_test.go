@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -99,7 +98,7 @@ func TestWorkItemDeleteHasRuns(t *testing.T) {
 	e := newEnv(t)
 	p := e.project("Runs")
 	task := e.item(p.Slug, "task", "t", nil)
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := e.store.Pool.Exec(ctx, `INSERT INTO runs (id, task_id, project_id, provider, session_name)
 		VALUES ($1, $2, $3, 'shell', $4)`, uuid.NewString(), task.ID, p.ID, "pam-"+uuid.NewString()[:8]); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ func newFleet(t *testing.T, maxAttempts int) *fleet {
 	t.Helper()
 	s := storetest.New(t)
 	s.Policy = store.Policy{MaxAttempts: maxAttempts, RestartInitialDelay: time.Millisecond, RestartMaxDelay: time.Millisecond}
-	ctx := context.Background()
+	ctx := t.Context()
 	p, err := s.CreateProject(ctx, wire.CreateProject{Name: "Fleet"})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +41,7 @@ func newFleet(t *testing.T, maxAttempts int) *fleet {
 
 func (f *fleet) onlineHost(name string) wire.Host {
 	f.t.Helper()
-	ctx := context.Background()
+	ctx := f.t.Context()
 	h, err := f.s.CreateHost(ctx, wire.CreateHost{Name: name})
 	if err != nil {
 		f.t.Fatal(err)
@@ -58,7 +57,7 @@ func (f *fleet) onlineHost(name string) wire.Host {
 
 func (f *fleet) sql(q string, args ...any) {
 	f.t.Helper()
-	if _, err := f.s.Pool.Exec(context.Background(), q, args...); err != nil {
+	if _, err := f.s.Pool.Exec(f.t.Context(), q, args...); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -66,7 +65,7 @@ func (f *fleet) sql(q string, args ...any) {
 // running starts a run and takes it to running on f.host.
 func (f *fleet) running() wire.Run {
 	f.t.Helper()
-	ctx := context.Background()
+	ctx := f.t.Context()
 	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
 	if err != nil {
 		f.t.Fatal(err)
@@ -85,7 +84,7 @@ func (f *fleet) running() wire.Run {
 
 func (f *fleet) run(id string) wire.Run {
 	f.t.Helper()
-	r, err := f.s.GetRun(context.Background(), id)
+	r, err := f.s.GetRun(f.t.Context(), id)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -104,7 +103,7 @@ func (f *fleet) signal(runID, kind string, attempt int, want string) {
 	case wire.SignalCompleted:
 		sig.Source = wire.SourceProviderHook
 	}
-	res, err := f.s.IngestSignal(context.Background(), runID, f.host.ID, sig)
+	res, err := f.s.IngestSignal(f.t.Context(), runID, f.host.ID, sig)
 	if err != nil || res.Result != want {
 		f.t.Fatalf("%s of attempt %d: %q %v, want %q", kind, attempt, res.Result, err, want)
 	}
@@ -113,7 +112,7 @@ func (f *fleet) signal(runID, kind string, attempt int, want string) {
 // topics lists the journal's topics, with the given run or host.
 func (f *fleet) topics(runID, hostID string) string {
 	f.t.Helper()
-	rows, err := f.s.Pool.Query(context.Background(), `SELECT topic FROM events
+	rows, err := f.s.Pool.Query(f.t.Context(), `SELECT topic FROM events
 		WHERE ($1 = '' OR run_id::text = $1) AND ($2 = '' OR host_id::text = $2) ORDER BY seq`, runID, hostID)
 	if err != nil {
 		f.t.Fatal(err)
@@ -137,7 +136,7 @@ func (f *fleet) silent(ago, online time.Duration) {
 
 func TestHostLost(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	longAgo := time.Now().Add(-3 * time.Hour)
 	f := newFleet(t, 3)
 	r := f.running()
@@ -201,7 +200,7 @@ func TestHostLost(t *testing.T) {
 // ignored, never resurrecting the run or completing its item.
 func TestLateSignalsAfterHostLostNeverResurrect(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	f := newFleet(t, 1)
 	r := f.running()
 	f.silent(2*time.Hour, 3*time.Hour)
@@ -226,7 +225,7 @@ func TestLateSignalsAfterHostLostNeverResurrect(t *testing.T) {
 
 func TestCLIHang(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	longAgo := time.Now().Add(-3 * time.Hour)
 	f := newFleet(t, 2)
 	r := f.running()
@@ -283,7 +282,7 @@ func TestCLIHang(t *testing.T) {
 // reinstall; while it is live, a suspect (journaled once, no dispatch).
 func TestInstanceReinstallAndSuspect(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	f := newFleet(t, 1)
 	reg := func(id string) {
 		t.Helper()
@@ -325,7 +324,7 @@ func TestInstanceReinstallAndSuspect(t *testing.T) {
 // is journaled for the host.
 func TestRunStateReports(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	f := newFleet(t, 1)
 	r := f.running()
 	if _, changed, err := f.s.RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"strings"
 	"testing"
 
@@ -13,7 +12,7 @@ import (
 func TestHostByToken(t *testing.T) {
 	t.Parallel()
 	s := storetest.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	a, err := s.CreateHost(ctx, wire.CreateHost{Name: "a"})
 	if err != nil {
 		t.Fatal(err)

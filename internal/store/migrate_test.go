@@ -31,7 +31,7 @@ func pool(t *testing.T, url, appName string) *pgxpool.Pool {
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.RuntimeParams["application_name"] = appName
-	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	p, err := pgxpool.NewWithConfig(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func sum(b []byte) string {
 // checksums reads schema_migrations as version → checksum ("" for none).
 func checksums(t *testing.T, p *pgxpool.Pool) map[int]string {
 	t.Helper()
-	rows, err := p.Query(context.Background(), "SELECT version, coalesce(checksum, '') FROM schema_migrations")
+	rows, err := p.Query(t.Context(), "SELECT version, coalesce(checksum, '') FROM schema_migrations")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func checksums(t *testing.T, p *pgxpool.Pool) map[int]string {
 func tableExists(t *testing.T, p *pgxpool.Pool, name string) bool {
 	t.Helper()
 	var ok bool
-	if err := p.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+	if err := p.QueryRow(t.Context(), "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
 		t.Fatal(err)
 	}
 	return ok
@@ -101,7 +101,7 @@ func tableExists(t *testing.T, p *pgxpool.Pool, name string) bool {
 // version and both checksums, before any new migration is applied.
 func TestMigrateRefusesChangedMigration(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	p := pool(t, storetest.URL(t), "tamper")
 	files := embedded(t)
 	before := checksums(t, p)
@@ -146,7 +146,7 @@ func TestMigrateRefusesChangedMigration(t *testing.T) {
 // from the files as they are, and is verified from then on.
 func TestMigrateBackfillsChecksums(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	p := pool(t, storetest.URL(t), "backfill")
 	if _, err := p.Exec(ctx, "ALTER TABLE schema_migrations DROP COLUMN checksum"); err != nil {
 		t.Fatal(err)
@@ -201,7 +201,7 @@ func indexFS(annotate bool) fstest.MapFS {
 func indexValid(t *testing.T, p *pgxpool.Pool) bool {
 	t.Helper()
 	var valid bool
-	err := p.QueryRow(context.Background(), "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('items_x')), false)").Scan(&valid)
+	err := p.QueryRow(t.Context(), "SELECT coalesce((SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('items_x')), false)").Scan(&valid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func indexValid(t *testing.T, p *pgxpool.Pool) bool {
 // and is not recorded.
 func TestMigrateNoTransaction(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
+	ctx := t.Context()
 	p := pool(t, storetest.EmptyURL(t), "notx")
 	if err := (store.Migrator{FS: indexFS(true)}).Run(ctx, p); err != nil {
 		t.Fatalf("no-transaction migration: %v", err)
@@ -245,7 +245,7 @@ func TestMigrateConcurrentMigrators(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range n {
 		p := pool(t, url, "migrator")
-		wg.Go(func() { errs[i] = store.Migrate(context.Background(), p) })
+		wg.Go(func() { errs[i] = store.Migrate(t.Context(), p) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -258,7 +258,7 @@ func TestMigrateConcurrentMigrators(t *testing.T) {
 		t.Fatalf("schema_migrations %v", got)
 	}
 	var states int
-	if err := p.QueryRow(context.Background(), "SELECT count(*) FROM server_state").Scan(&states); err != nil || states != 1 {
+	if err := p.QueryRow(t.Context(), "SELECT count(*) FROM server_state").Scan(&states); err != nil || states != 1 {
 		t.Fatalf("server_state rows %d %v", states, err)
 	}
 }
@@ -272,7 +272,7 @@ func TestMigrateConcurrentMigrators(t *testing.T) {
 // are waiting.
 func TestMigrateWaiterDoesNotBlockConcurrentIndex(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	url := storetest.EmptyURL(t)
 	admin := pool(t, url, "admin")
@@ -362,7 +362,7 @@ func TestMigrateRefusesBadSet(t *testing.T) {
 		{"annotation not first", fstest.MapFS{"0001_a.sql": file("-- index\n" + store.NoTransaction + "\nSELECT 1")}, "must be the first line"},
 	}
 	for _, c := range cases {
-		err := store.Migrator{FS: c.files}.Run(context.Background(), nil)
+		err := store.Migrator{FS: c.files}.Run(t.Context(), nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: %v, want %q", c.name, err, c.want)
 		}

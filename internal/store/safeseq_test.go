@@ -18,7 +18,7 @@ import (
 // open until the returned commit or rollback is called.
 func openJournalTx(t *testing.T, s *store.Store, topic string) (commit, rollback func()) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ptx, err := s.Pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func openJournalTx(t *testing.T, s *store.Store, topic string) (commit, rollback
 
 func journal(t *testing.T, s *store.Store, topic string) {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	if err := s.InTx(ctx, func(tx *store.Tx) error { return tx.Journal(ctx, store.NewEvent{Topic: wire.Topic(topic)}) }); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestSafeSeqWaitsForAnOpenSmallerSeq(t *testing.T) {
 		commitA, rollbackA := openJournalTx(t, s, "project.created") // seq 1, open
 		journal(t, s, "project.updated")                             // seq 2, committed
 
-		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		safe, err := s.SafeSeq(ctx)
 		cancel()
 		if err == nil {
@@ -70,11 +70,11 @@ func TestSafeSeqWaitsForAnOpenSmallerSeq(t *testing.T) {
 		} else {
 			commitA()
 		}
-		safe, err = s.SafeSeq(context.Background())
+		safe, err = s.SafeSeq(t.Context())
 		if err != nil || safe != 2 {
 			t.Fatalf("after the open transaction ended: safe %d, err %v; want 2", safe, err)
 		}
-		evs, _ := s.EventsAfter(context.Background(), 0, safe, nil, 10)
+		evs, _ := s.EventsAfter(t.Context(), 0, safe, nil, 10)
 		want := 2
 		if abort {
 			want = 1
@@ -90,7 +90,7 @@ func TestSafeSeqWaitsForAnOpenSmallerSeq(t *testing.T) {
 func TestSafeSeqReaderMissesNothingUnderConcurrentWriters(t *testing.T) {
 	t.Parallel()
 	s := storetest.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	var wg sync.WaitGroup
 	for w := 0; w < 4; w++ {
 		wg.Go(func() {

@@ -1,7 +1,6 @@
 package store_test
 
 import (
-	"context"
 	"math"
 	"testing"
 
@@ -14,7 +13,7 @@ func TestMain(m *testing.M) { storetest.Main(m) }
 func TestJournalAppendAndRead(t *testing.T) {
 	t.Parallel()
 	s := storetest.New(t)
-	ctx := context.Background()
+	ctx := t.Context()
 	for i := 0; i < 3; i++ {
 		if err := s.InTx(ctx, func(tx *store.Tx) error {
 			return tx.Journal(ctx, store.NewEvent{Topic: "project.created", Payload: map[string]int{"i": i}})
