@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -292,7 +293,7 @@ func TestEventsFollowReconnects(t *testing.T) {
 		conns, cursors = 0, nil
 		mu.Unlock()
 		ctx, cancel := context.WithCancel(t.Context())
-		var out, errb syncBuffer
+		var out, errb pamtest.Buffer
 		done := make(chan int)
 		args := []string{"events", "--follow", "--after", "3", "--topic", "run.*"}
 		if asJSON {

@@ -27,7 +27,7 @@ func TestAgainstRealServer(t *testing.T) {
 	// Follow the journal from the start while the commands below run.
 	followCtx, stopFollow := context.WithCancel(t.Context())
 	defer stopFollow()
-	var followOut, followErr syncBuffer
+	var followOut, followErr pamtest.Buffer
 	followDone := make(chan int, 1)
 	env := e.env()
 	go func() {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -130,7 +131,7 @@ func TestRunLogs(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errb syncBuffer
+	var out, errb pamtest.Buffer
 	done := make(chan int)
 	env := e.env()
 	go func() { done <- env.Main(ctx, []string{"run", "logs", "-f", runID}, &out, &errb) }()

@@ -10,12 +10,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"pam/internal/pamtest"
 	"pam/internal/server"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -320,7 +320,7 @@ func TestProjectLifecycle(t *testing.T) {
 func TestMetricsPublicAndLogsWithoutTokens(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
-	var logs safeLog
+	var logs pamtest.Buffer
 	srv := server.New(server.Options{Store: st, Token: testToken, MetricsPublic: true,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ts := serve(t, srv)
@@ -351,21 +351,4 @@ func TestMetricsPublicAndLogsWithoutTokens(t *testing.T) {
 	if strings.Contains(out, secret) || strings.Contains(out, testToken) {
 		t.Fatalf("a token reached the log: %s", out)
 	}
-}
-
-type safeLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *safeLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *safeLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

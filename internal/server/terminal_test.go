@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/server"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -189,7 +190,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 func TestSocketCredentialsNotLogged(t *testing.T) {
 	t.Parallel()
 	st := storetest.New(t)
-	var logs safeLog
+	var logs pamtest.Buffer
 	srv := server.New(server.Options{Store: st, Token: testToken,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
 	ts := serve(t, srv)

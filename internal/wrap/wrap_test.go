@@ -20,28 +20,10 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/spool"
 	"pam/internal/wire"
 )
-
-// syncBuffer is a bytes.Buffer safe for the CLI's output copier and the
-// test reading it at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // received is one signal request the fake orchestrator got.
 type received struct {
@@ -97,8 +79,8 @@ type fixture struct {
 	workerDir string
 	configDir string
 	d         wire.Dispatch
-	stdout    *syncBuffer
-	stderr    *syncBuffer
+	stdout    *pamtest.Buffer
+	stderr    *pamtest.Buffer
 }
 
 func newFixture(t *testing.T, apiURL, prov, binary, prompt string) *fixture {
@@ -108,8 +90,8 @@ func newFixture(t *testing.T, apiURL, prov, binary, prompt string) *fixture {
 		runID:     uuid.NewString(),
 		workerDir: filepath.Join(root, "data", "worker"),
 		configDir: filepath.Join(root, "config"),
-		stdout:    &syncBuffer{},
-		stderr:    &syncBuffer{},
+		stdout:    &pamtest.Buffer{},
+		stderr:    &pamtest.Buffer{},
 	}
 	f.d = wire.Dispatch{
 		RunID: f.runID, Attempt: 2, APIURL: apiURL, SignalToken: "sig-" + f.runID[:8],
@@ -565,7 +547,7 @@ func TestSignals(t *testing.T) {
 		o := f.options()
 		o.HandleSignals = true
 		o.HoldOpen = time.Hour
-		var log syncBuffer
+		var log pamtest.Buffer
 		o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		done := make(chan int, 1)
 		go func() { done <- Run(t.Context(), o) }()
@@ -637,7 +619,7 @@ func TestSenderFallsBackToPosting(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(dir, ".seq", "x"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var report syncBuffer
+	var report pamtest.Buffer
 	s := &Sender{Client: orch.Client(), APIURL: orch.URL, Token: "tok", RunID: run, SpoolDir: dir, Report: &report}
 	out := s.Send(t.Context(), wire.Signal{Kind: wire.SignalFinished, Attempt: &one, Source: wire.SourceWrapper})
 	if !out.Delivered() || out.Result != wire.ResultApplied {
