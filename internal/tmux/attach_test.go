@@ -32,8 +32,15 @@ func TestSendKeysBracketedPaste(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := waitCapture(t, s.tm, on, "^[[200~-hello world^[[201~")
-	if strings.Count(got, "-hello world") != 2 {
+	// The terminal echoes the paste as it arrives and cat prints it again
+	// after Enter: wait for both, then check there are exactly two, both
+	// bracketed. (Counting right after the first showed up raced cat.)
+	var got string
+	eventually.Wait(t, 10*time.Second, "the echo and cat's copy of the paste", func() bool {
+		got, _ = s.tm.Capture(c, on)
+		return strings.Count(got, "-hello world") >= 2
+	})
+	if strings.Count(got, "^[[200~-hello world^[[201~") != 2 || strings.Count(got, "-hello world") != 2 {
 		t.Errorf("bracketed pane:\n%s", got)
 	}
 	got = waitCapture(t, s.tm, off, "-hello world")
