@@ -124,6 +124,23 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 	return offers, err
 }
 
+// OfferedTo reports whether runID was ever offered to hostID (at any
+// attempt): the scope of every frame and request a worker sends about a
+// run (docs/architecture.md#security-model).
+func (s *Store) OfferedTo(ctx context.Context, hostID, runID string) (bool, error) {
+	ok, err := offeredTo(ctx, s.Pool, hostID, runID)
+	return ok, translate(err)
+}
+
+func offeredTo(ctx context.Context, q querier, hostID, runID string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read offers of run %s: %w", runID, err)
+	}
+	return ok, nil
+}
+
 // AckOutcome says what a run_dispatch_ack did.
 type AckOutcome struct {
 	Run        wire.Run
