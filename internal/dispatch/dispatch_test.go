@@ -202,9 +202,9 @@ func TestOffersToTheEligibleHost(t *testing.T) {
 	if slices.ContainsFunc(y.fleet.frames(pinned.ID, wire.FrameRunDispatch), func(f wire.Frame) bool { return f.RunID == free.ID }) {
 		freeHost = pinned.ID
 	}
-	host, attempt, ok := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
-	if !ok || host != freeHost || attempt != 1 {
-		t.Errorf("signal token verifies as host %s attempt %d ok %v", host, attempt, ok)
+	host, attempt, err := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
+	if err != nil || host != freeHost || attempt != 1 {
+		t.Errorf("signal token verifies as host %s attempt %d: %v", host, attempt, err)
 	}
 	if r := y.get(free.ID); r.Status != wire.RunPending || r.HostID == nil || *r.HostID != freeHost {
 		t.Errorf("offered run %+v", r)

@@ -42,7 +42,7 @@ type Fleet struct {
 
 	attaches map[string]*AttachRoute // relays by attach id (attach.go), under mu
 
-	logs sync.Map // request id → chan wire.Frame
+	logs sync.Map // request id → logWait
 }
 
 // New returns an empty fleet whose pane cache holds up to maxPanes runs
@@ -139,23 +139,36 @@ func (f *Fleet) Pane(runID string) wire.Pane {
 	return out
 }
 
-// AwaitLog registers a log request; frames answering it are delivered on
-// the returned channel until cancel is called.
-func (f *Fleet) AwaitLog(requestID string) (<-chan wire.Frame, func()) {
+// logWait is a log request waiting for its chunks: only the host it was
+// sent to may answer it, and only about the run it asked for.
+type logWait struct {
+	hostID, runID string
+	ch            chan wire.Frame
+}
+
+// AwaitLog registers a log request sent to hostID about runID; frames
+// answering it are delivered on the returned channel until cancel is
+// called.
+func (f *Fleet) AwaitLog(requestID, hostID, runID string) (<-chan wire.Frame, func()) {
 	ch := make(chan wire.Frame, 64)
-	f.logs.Store(requestID, ch)
+	f.logs.Store(requestID, logWait{hostID: hostID, runID: runID, ch: ch})
 	return ch, func() { f.logs.Delete(requestID) }
 }
 
-// DeliverLog hands a log_chunk to the request waiting for it; it reports
-// false when nobody waits (a late or forged answer), and never blocks.
-func (f *Fleet) DeliverLog(fr wire.Frame) bool {
+// DeliverLog hands a log_chunk from hostID to the request waiting for it;
+// it reports false when nobody waits (a late or forged answer, or one from
+// another host or about another run), and never blocks.
+func (f *Fleet) DeliverLog(hostID string, fr wire.Frame) bool {
 	v, ok := f.logs.Load(fr.RequestID)
 	if !ok {
 		return false
 	}
+	w := v.(logWait)
+	if w.hostID != hostID || w.runID != fr.RunID {
+		return false
+	}
 	select {
-	case v.(chan wire.Frame) <- fr:
+	case w.ch <- fr:
 		return true
 	default:
 		return false

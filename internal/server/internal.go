@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 
 	"pam/internal/store"
@@ -18,15 +19,17 @@ const hostKey ctxKey = 1
 
 func hostOf(r *http.Request) wire.Host { return r.Context().Value(hostKey).(wire.Host) }
 
-// workerAuth admits requests bearing a host's worker token.
+// workerAuth admits requests bearing a host's worker token. A token that
+// names no host is refused from that one lookup: only a lookup that failed
+// for another reason costs a health check (docs/architecture.md#security-model).
 func (s *Server) workerAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, ok := s.workerFrom(r)
-		if !ok && s.databaseDown(r) {
+		host, err := s.workerFrom(r)
+		if err != nil && s.lookupFailed(r, err) {
 			writeError(w, store.ErrUnavailable)
 			return
 		}
-		if !ok {
+		if err != nil {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam-worker"`)
 			writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid worker token"))
 			return
@@ -35,22 +38,36 @@ func (s *Server) workerAuth(h http.HandlerFunc) http.Handler {
 	})
 }
 
+// errNoCredential is a token that names no host or run: a refusal, told
+// apart without asking the database again.
+var errNoCredential = wire.Errorf(wire.CodeUnauthorized, "missing or invalid token")
+
 // workerFrom resolves the worker token of a request to its host. Tokens
 // are looked up by their SHA-256, so no comparison of secrets happens.
-func (s *Server) workerFrom(r *http.Request) (wire.Host, bool) {
+// A token that names no host is errNoCredential; any other error is the
+// lookup's.
+func (s *Server) workerFrom(r *http.Request) (wire.Host, error) {
 	tok := bearer(r)
 	if len(tok) != 64 {
-		return wire.Host{}, false
+		return wire.Host{}, errNoCredential
 	}
 	host, err := s.store.HostByToken(r.Context(), tok)
-	return host, err == nil
+	if wire.HasCode(err, wire.CodeNotFound) {
+		return wire.Host{}, errNoCredential
+	}
+	return host, err
 }
 
-// databaseDown tells a token that could not be checked from one that is
+// lookupFailed tells a token that could not be checked from one that is
 // wrong: while the database is unreachable a worker or a spooled signal
 // must hear 503 (try again), never 401 (which a replay keeps, but a
-// wrapper would report as a refusal).
-func (s *Server) databaseDown(r *http.Request) bool {
+// wrapper would report as a refusal). A wrong token is known as such from
+// its lookup alone, so refusing one never pings the database; only a
+// lookup that failed otherwise is checked against a ping.
+func (s *Server) lookupFailed(r *http.Request, err error) bool {
+	if errors.Is(err, errNoCredential) {
+		return false
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), healthTimeout)
 	defer cancel()
 	return s.store.Ping(ctx) != nil
@@ -96,14 +113,22 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 	runID := r.PathValue("id")
 	var hostID string
 	tokenAttempt := 0
-	if host, ok := s.workerFrom(r); ok {
-		hostID = host.ID
-	} else if h, att, ok := s.store.VerifySignalToken(r.Context(), runID, bearer(r)); ok {
-		hostID, tokenAttempt = h, att
-	} else if s.databaseDown(r) {
-		writeError(w, store.ErrUnavailable)
-		return
+	host, err := s.workerFrom(r)
+	if errors.Is(err, errNoCredential) {
+		var h string
+		h, tokenAttempt, err = s.store.VerifySignalToken(r.Context(), runID, bearer(r))
+		if wire.HasCode(err, wire.CodeUnauthorized) {
+			err = errNoCredential
+		}
+		hostID = h
 	} else {
+		hostID = host.ID
+	}
+	if err != nil {
+		if s.lookupFailed(r, err) {
+			writeError(w, store.ErrUnavailable)
+			return
+		}
 		writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid worker or signal token"))
 		return
 	}
@@ -112,7 +137,9 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if tokenAttempt != 0 && (sig.Attempt == nil || *sig.Attempt != tokenAttempt) {
+	// A signal token speaks for one attempt: another attempt is refused
+	// here, and no attempt at all is ingest's missing_attempt (400).
+	if tokenAttempt != 0 && sig.Attempt != nil && *sig.Attempt != tokenAttempt {
 		writeError(w, wire.Errorf(wire.CodeUnauthorized, "this signal token is for attempt %d", tokenAttempt))
 		return
 	}

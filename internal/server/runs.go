@@ -258,7 +258,7 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 // until eof or a bound; *offset advances by what was received.
 func (s *Server) fetchLog(ctx context.Context, host, runID string, offset *int64) (string, bool, error) {
 	id := uuid.NewString()
-	ch, done := s.opts.Fleet.AwaitLog(id)
+	ch, done := s.opts.Fleet.AwaitLog(id, host, runID)
 	defer done()
 	off := *offset
 	if err := s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameLogRequest, RequestID: id, RunID: runID, Offset: &off}); err != nil {

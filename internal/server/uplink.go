@@ -107,6 +107,9 @@ func (u *uplinkSession) send(f wire.Frame) {
 
 func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	s := u.s
+	if !u.inScope(ctx, f) {
+		return
+	}
 	switch f.Type {
 	case wire.FrameHeartbeat:
 		online, err := s.store.Heartbeat(ctx, u.host.ID)
@@ -134,10 +137,6 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		}
 
 	case wire.FrameSnapshot:
-		if !u.maySpeakFor(ctx, f.RunID) {
-			u.refuse(f, wire.NotFound("run"))
-			return
-		}
 		at := time.Now()
 		if f.Timestamp != nil {
 			at = *f.Timestamp
@@ -153,19 +152,14 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		ack := wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq}
 		res, err := s.ingest(ctx, f.RunID, u.host.ID, sig)
 		if err != nil {
-			var we *wire.Error
-			if !errors.As(err, &we) {
-				we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
-				s.log.Error("uplink signal", "run_id", f.RunID, "err", err)
-			}
-			ack.Code, ack.Message = we.Code, we.Message
-		} else {
-			ack.Result = res.Result
+			u.send(u.signalAck(f, err))
+			return
 		}
+		ack.Result = res.Result
 		u.send(ack)
 
 	case wire.FrameLogChunk:
-		s.opts.Fleet.DeliverLog(f)
+		s.opts.Fleet.DeliverLog(u.host.ID, f)
 
 	case wire.FrameRunState:
 		_, changed, err := s.store.RunStateReport(ctx, u.host.ID, f)
@@ -187,18 +181,54 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	}
 }
 
-// maySpeakFor checks, once per connection and run, that the run was
-// offered to this host (a worker speaks only for its own runs).
-func (u *uplinkSession) maySpeakFor(ctx context.Context, runID string) bool {
-	if ok, seen := u.known[runID]; seen {
-		return ok
+// inScope checks that a frame naming a run speaks for a run offered to
+// this host (docs/architecture.md#security-model): any other is answered
+// not_found — a signal by its signal_ack, anything else by an error frame
+// — and dropped before anything is stored or journaled. Frames naming no
+// run (heartbeat, an orphan_detected without run_id, attach_* which are
+// scoped by the relay this host opened) pass.
+func (u *uplinkSession) inScope(ctx context.Context, f wire.Frame) bool {
+	if f.RunID == "" {
+		return true
 	}
-	_, err := u.s.store.WorkerRun(ctx, u.host.ID, runID)
-	ok := err == nil
-	if ok || wire.HasCode(err, wire.CodeNotFound) {
-		u.known[runID] = ok
+	ok, err := u.maySpeakFor(ctx, f.RunID)
+	if ok {
+		return true
 	}
-	return ok
+	if err == nil {
+		err = wire.NotFound("run")
+	}
+	if f.Type == wire.FrameSignal {
+		u.send(u.signalAck(f, err))
+		return false
+	}
+	u.refuse(f, err)
+	return false
+}
+
+// maySpeakFor checks that the run was offered to this host (a worker
+// speaks only for its own runs). A yes is remembered for the connection
+// (an offer is never taken back from run_offers); a no is asked again, as
+// the run may be offered to this host later.
+func (u *uplinkSession) maySpeakFor(ctx context.Context, runID string) (bool, error) {
+	if u.known[runID] {
+		return true, nil
+	}
+	ok, err := u.s.store.OfferedTo(ctx, u.host.ID, runID)
+	if ok {
+		u.known[runID] = true
+	}
+	return ok, err
+}
+
+// signalAck is the signal_ack refusing signal f with err's code.
+func (u *uplinkSession) signalAck(f wire.Frame, err error) wire.Frame {
+	var we *wire.Error
+	if !errors.As(err, &we) {
+		we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
+		u.s.log.Error("uplink signal", "run_id", f.RunID, "err", err)
+	}
+	return wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Code: we.Code, Message: we.Message}
 }
 
 // refuse answers a frame the server could not take with an error frame.

@@ -149,14 +149,14 @@ func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (in
 // WorkerRuns lists the host's runs in spawning or running (GET
 // /api/internal/worker/runs).
 func (s *Store) WorkerRuns(ctx context.Context, hostID string) ([]wire.WorkerRun, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT id::text, attempt, status, session_name, task_id::text, provider, cwd
+	rows, err := s.Pool.Query(ctx, `SELECT id::text, attempt, status, session_name, task_id::text, provider, cwd, failure_reason, host_id::text, finished_at
 		FROM runs WHERE host_id = $1 AND status IN ('spawning', 'running') ORDER BY created_at`, hostID)
 	if err != nil {
 		return nil, translate(err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.WorkerRun, error) {
 		var w wire.WorkerRun
-		err := row.Scan(&w.RunID, &w.Attempt, &w.Status, &w.SessionName, &w.TaskID, &w.Provider, &w.Cwd)
+		err := row.Scan(&w.RunID, &w.Attempt, &w.Status, &w.SessionName, &w.TaskID, &w.Provider, &w.Cwd, &w.FailureReason, &w.HostID, &w.FinishedAt)
 		return w, err
 	})
 	if err != nil {

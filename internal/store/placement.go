@@ -124,6 +124,23 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 	return offers, err
 }
 
+// OfferedTo reports whether runID was ever offered to hostID (at any
+// attempt): the scope of every frame and request a worker sends about a
+// run (docs/architecture.md#security-model).
+func (s *Store) OfferedTo(ctx context.Context, hostID, runID string) (bool, error) {
+	ok, err := offeredTo(ctx, s.Pool, hostID, runID)
+	return ok, translate(err)
+}
+
+func offeredTo(ctx context.Context, q querier, hostID, runID string) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read offers of run %s: %w", runID, err)
+	}
+	return ok, nil
+}
+
 // AckOutcome says what a run_dispatch_ack did.
 type AckOutcome struct {
 	Run        wire.Run
@@ -263,26 +280,30 @@ func signalMAC(key []byte, runID string, attempt int, hostID string) string {
 }
 
 // VerifySignalToken checks a signal token for runID and returns the host
-// and attempt it is bound to. The comparison is constant-time (hmac.Equal).
-func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hostID string, attempt int, ok bool) {
+// and attempt it is bound to. The comparison is constant-time
+// (hmac.Equal). A token that is not good for runID is unauthorized, told
+// without a query (the secret is read once); any other error is the
+// database's, so that a caller answers 503 rather than 401.
+func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hostID string, attempt int, err error) {
+	bad := wire.Errorf(wire.CodeUnauthorized, "invalid signal token")
 	parts := strings.Split(token, ".")
 	if len(parts) != 4 || parts[0] != signalTokenPrefix {
-		return "", 0, false
+		return "", 0, bad
 	}
 	if _, err := uuid.Parse(parts[1]); err != nil {
-		return "", 0, false
+		return "", 0, bad
 	}
 	n, err := strconv.Atoi(parts[2])
 	if err != nil || n < 1 {
-		return "", 0, false
+		return "", 0, bad
 	}
 	key, err := s.secret(ctx)
 	if err != nil {
-		return "", 0, false
+		return "", 0, fmt.Errorf("read signal secret: %w", err)
 	}
 	want := signalMAC(key, runID, n, parts[1])
 	if !hmac.Equal([]byte(want), []byte(parts[3])) {
-		return "", 0, false
+		return "", 0, bad
 	}
-	return parts[1], n, true
+	return parts[1], n, nil
 }

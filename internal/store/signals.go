@@ -2,7 +2,6 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -61,13 +60,7 @@ func validateSignal(sig wire.Signal) error {
 	default:
 		return wire.Invalid("source", "source must be wrapper or provider-hook")
 	}
-	if len(sig.Payload) > 64<<10 {
-		return wire.Invalid("payload", "payload must be at most 64 KiB")
-	}
-	if len(sig.Payload) > 0 && !json.Valid(sig.Payload) {
-		return wire.Invalid("payload", "payload must be JSON")
-	}
-	return nil
+	return wire.CheckPayload(sig.Payload)
 }
 
 func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal) (Ingest, error) {
@@ -108,7 +101,8 @@ func signalFacts(ctx context.Context, tx *Tx, r wire.Run, kind string) (lifecycl
 // RunStateReport applies a worker's run_state frame about its own run:
 // spawn_failed, session_lost, tmux_crash and wrapper_died fail the current
 // attempt (with the restart policy); stale_session and orphan_detected are
-// journaled (an orphan_detected without run_id names no run at all).
+// journaled (an orphan_detected without run_id names no run at all). A
+// run never offered to hostID is not_found.
 func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
@@ -119,6 +113,15 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 		r, err := runByID(ctx, tx, f.RunID, true)
 		if err != nil {
 			return err
+		}
+		// A worker speaks only for runs offered to its host: another's
+		// run is not_found, and nothing is journaled.
+		offered, err := offeredTo(ctx, tx, hostID, r.ID)
+		if err != nil {
+			return err
+		}
+		if !offered {
+			return wire.NotFound("run")
 		}
 		d, err := lifecycle.StateReport(lifecycle.FromWire(r), hostID, f.Attempt, f.State, f.Detail, s.Policy, s.now())
 		if err != nil {

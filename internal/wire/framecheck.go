@@ -374,18 +374,39 @@ func checkSignal(f *Frame) error {
 	if err := checkSeq(f.Seq); err != nil {
 		return err
 	}
-	if len(f.Payload) > MaxPayload {
+	return CheckPayload(f.Payload)
+}
+
+// CheckPayload applies the bounds of a signal's payload on both
+// transports: at most MaxPayload bytes of JSON, and, because the payload
+// is journaled as it came, every string in it (key or value) free text of
+// at most MaxText characters without NUL (docs/architecture.md#security-model).
+func CheckPayload(p json.RawMessage) error {
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) > MaxPayload {
 		return Invalid("payload", "payload must be at most 64 KiB")
 	}
-	if len(f.Payload) > 0 {
-		if !json.Valid(f.Payload) {
+	if !json.Valid(p) {
+		return Invalid("payload", "payload must be JSON")
+	}
+	if jsonHoldsNUL(p) {
+		return Invalid("payload", "payload must not hold a NUL character")
+	}
+	dec := json.NewDecoder(bytes.NewReader(p))
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
 			return Invalid("payload", "payload must be JSON")
 		}
-		if jsonHoldsNUL(f.Payload) {
-			return Invalid("payload", "payload must not hold a NUL character")
+		if s, ok := tok.(string); ok && utf8.RuneCountInString(s) > MaxText {
+			return Invalid("payload", "every string of a payload must be at most %d characters", MaxText)
 		}
 	}
-	return nil
 }
 
 func checkLogChunk(f *Frame) error {

@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -116,6 +117,80 @@ type Frame struct {
 	Message string `json:"message,omitempty"`
 }
 
+// frameCarries names, per frame type, the fields the contract lists for it
+// (docs/architecture.md#internal-api): these are on the wire even when
+// empty — null, "", [], false or 0 — so a reader never tells "absent"
+// from "empty". Optional fields (a signal_ack's result or code, a
+// log_chunk's request_id and eof, an error's run_id) stay omitted when
+// empty.
+var frameCarries = map[string][]string{
+	FrameHeartbeatAck:   {"timestamp"},
+	FrameRunDispatch:    {"run_id", "task_id", "provider", "session_name", "attempt", "cwd", "prompt", "args", "task_title", "signal_token"},
+	FrameRunStop:        {"run_id", "attempt", "force"},
+	FrameSendKeys:       {"run_id", "attempt", "keys"},
+	FrameSignalAck:      {"run_id", "attempt", "kind", "seq"},
+	FrameAttachOpen:     {"attach_id", "run_id", "session_name", "rows", "cols"},
+	FrameAttachInput:    {"attach_id", "bytes"},
+	FrameAttachResize:   {"attach_id", "rows", "cols"},
+	FrameAttachClose:    {"attach_id"},
+	FrameLogRequest:     {"request_id", "run_id", "offset"},
+	FrameError:          {"code", "message"},
+	FrameHeartbeat:      {"host_id", "instance_id", "timestamp"},
+	FrameRunDispatchAck: {"run_id", "attempt", "accepted", "reason"},
+	FrameSnapshot:       {"run_id", "attempt", "capture", "timestamp"},
+	FrameSignal:         {"run_id", "kind", "attempt", "seq", "source", "payload", "timestamp"},
+	FrameLogChunk:       {"run_id", "text", "timestamp"},
+	FrameRunState:       {"run_id", "attempt", "state", "detail"},
+	FrameAttachOutput:   {"attach_id", "bytes"},
+	FrameAttachClosed:   {"attach_id", "reason"},
+}
+
+// emptyJSON is how a field of Frame is spelled when it is empty.
+func emptyJSON(field string) string {
+	switch field {
+	case "attempt", "timestamp", "accepted", "seq", "offset", "payload":
+		return "null"
+	case "args", "keys":
+		return "[]"
+	case "force", "eof":
+		return "false"
+	case "rows", "cols":
+		return "0"
+	default:
+		return `""`
+	}
+}
+
+// FrameCarries lists the fields a frame of type typ always carries.
+func FrameCarries(typ string) []string { return slices.Clone(frameCarries[typ]) }
+
+// MarshalJSON encodes f with every field its type carries, empty ones
+// included (frameCarries), and no other empty field.
+func (f Frame) MarshalJSON() ([]byte, error) {
+	type plain Frame
+	b, err := json.Marshal(plain(f))
+	if err != nil {
+		return nil, err
+	}
+	carries := frameCarries[f.Type]
+	if len(carries) == 0 {
+		return b, nil
+	}
+	var extra []byte
+	for _, field := range frameFields {
+		if slices.Contains(carries, field.name) && !field.set(&f) {
+			extra = append(extra, `,"`+field.name+`":`+emptyJSON(field.name)...)
+		}
+	}
+	if len(extra) == 0 {
+		return b, nil
+	}
+	out := make([]byte, 0, len(b)+len(extra))
+	out = append(out, b[:len(b)-1]...) // b is an object: {"type":...}
+	out = append(out, extra...)
+	return append(out, '}'), nil
+}
+
 // IntPtr is a small helper for the optional ints of frames.
 func IntPtr(n int) *int { return &n }
 
@@ -131,6 +206,9 @@ func DecodeFrame(b []byte) (Frame, error) {
 	}
 	if err := decodeStrictBytes(b, &f); err != nil {
 		return f, err
+	}
+	if string(f.Payload) == "null" {
+		f.Payload = nil // an empty payload, as a carried field spells it
 	}
 	if f.Type == "" {
 		return f, fmt.Errorf("frame without a type")

@@ -36,13 +36,15 @@ type WorkerRun struct {
 	TaskID      string `json:"task_id"`
 	Provider    string `json:"provider"`
 	Cwd         string `json:"cwd"`
-	// Filled only by GET /api/internal/worker/runs/{id}.
-	FailureReason *string      `json:"failure_reason,omitempty"`
-	HostID        *string      `json:"host_id,omitempty"`
-	Attempts      []RunAttempt `json:"attempts,omitempty"`
+	// Always on the wire, null where unknown.
+	FailureReason *string `json:"failure_reason"`
+	HostID        *string `json:"host_id"`
+	// Attempts is read only by GET /api/internal/worker/runs/{id} ([] when
+	// the run has none yet); the list leaves it null.
+	Attempts []RunAttempt `json:"attempts"`
 	// FinishedAt is when the current attempt ended, so that a worker can
 	// tell a session within its hold-open from one past it (docs/architecture.md#worker-duties).
-	FinishedAt *time.Time `json:"finished_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at"`
 }
 
 // WorkerRunList is the body of GET /api/internal/worker/runs.
@@ -90,7 +92,7 @@ type Signal struct {
 	Seq       *int64          `json:"seq,omitempty"`
 	Source    string          `json:"source"`
 	Payload   json.RawMessage `json:"payload,omitempty"`
-	Timestamp *time.Time      `json:"timestamp,omitempty"`
+	Timestamp *time.Time      `json:"timestamp"`
 }
 
 // SignalResult is the answer of a signal.

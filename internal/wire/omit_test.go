@@ -1,0 +1,112 @@
+package wire
+
+import (
+	"encoding/json"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestWireFieldsNeverOmitted: every field the contract names is on the
+// wire, null, [] or {} when empty, never left out — for the object shapes
+// of the REST and internal APIs (every json field of these types), and
+// for each uplink frame type (the fields the contract lists for it).
+func TestWireFieldsNeverOmitted(t *testing.T) {
+	// Output shapes: all their fields are the contract's. Request bodies
+	// whose fields the contract marks optional (`x?`) are left out, and
+	// so are Signal's seq? and payload?.
+	shapes := []any{Project{}, WorkItem{}, Run{}, Host{}, Event{}, ProjectList{}, WorkItemList{}, EventList{}, RunList{}, HostList{},
+		Pane{}, PaneSnapshot{}, KeysResult{}, HostCreated{}, WorkerToken{}, ProviderHosts{}, ProviderList{}, WSTicket{}, Health{},
+		Error{}, Envelope{}, Register{}, Registered{}, WorkerRun{}, WorkerRunList{}, RunAttempt{}, SignalResult{}, Signal{}}
+	optional := map[string]bool{"Signal.seq": true, "Signal.payload": true}
+	for _, v := range shapes {
+		typ := reflect.TypeOf(v)
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatalf("%s: %v", typ.Name(), err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %s: %v", typ.Name(), b, err)
+		}
+		for i := range typ.NumField() {
+			tag := typ.Field(i).Tag.Get("json")
+			name, _, _ := strings.Cut(tag, ",")
+			if name == "-" || name == "" || optional[typ.Name()+"."+name] {
+				continue
+			}
+			if _, ok := got[name]; !ok {
+				t.Errorf("%s.%s is omitted when empty: %s", typ.Name(), name, b)
+			}
+		}
+	}
+
+	// Uplink frames (docs/architecture.md#internal-api): Frame is one
+	// struct, so what each type carries is listed here, from the contract.
+	frames := map[string]string{
+		FrameHeartbeatAck:   "timestamp",
+		FrameRunDispatch:    "run_id task_id provider session_name attempt cwd prompt args task_title signal_token",
+		FrameRunStop:        "run_id attempt force",
+		FrameSendKeys:       "run_id attempt keys",
+		FrameSignalAck:      "run_id attempt kind seq",
+		FrameAttachOpen:     "attach_id run_id session_name rows cols",
+		FrameAttachInput:    "attach_id bytes",
+		FrameAttachResize:   "attach_id rows cols",
+		FrameAttachClose:    "attach_id",
+		FrameLogRequest:     "request_id run_id offset",
+		FrameError:          "code message",
+		FrameHeartbeat:      "host_id instance_id timestamp",
+		FrameRunDispatchAck: "run_id attempt accepted reason",
+		FrameSnapshot:       "run_id attempt capture timestamp",
+		FrameSignal:         "run_id kind attempt seq source payload timestamp",
+		FrameLogChunk:       "run_id text timestamp",
+		FrameRunState:       "run_id attempt state detail",
+		FrameAttachOutput:   "attach_id bytes",
+		FrameAttachClosed:   "attach_id reason",
+	}
+	if len(frames) != len(frameChecks) {
+		t.Errorf("%d frame types listed, %d known", len(frames), len(frameChecks))
+	}
+	for typ, fields := range frames {
+		b, err := json.Marshal(Frame{Type: typ})
+		if err != nil {
+			t.Fatalf("%s: %v", typ, err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%s: %s: %v", typ, b, err)
+		}
+		for _, name := range strings.Fields(fields) {
+			if _, ok := got[name]; !ok {
+				t.Errorf("%s frame omits %s when empty: %s", typ, name, b)
+			}
+		}
+		if len(got) != len(strings.Fields(fields))+1 {
+			t.Errorf("%s frame carries more than its fields when empty: %s", typ, b)
+		}
+		// What is encoded decodes to the same frame.
+		back, err := DecodeFrame(b)
+		if err != nil || !reflect.DeepEqual(normalize(back), Frame{Type: typ}) {
+			t.Errorf("%s: %s decodes to %+v, %v", typ, b, back, err)
+		}
+	}
+	// A dispatch with no args still says so, and a filled frame is unchanged.
+	b, _ := json.Marshal(Frame{Type: FrameRunDispatch, RunID: "r", Args: nil})
+	if !strings.Contains(string(b), `"args":[]`) || !strings.Contains(string(b), `"run_id":"r"`) {
+		t.Errorf("run_dispatch without args: %s", b)
+	}
+}
+
+// normalize maps the empty slices a carried [] decodes to back to nil.
+func normalize(f Frame) Frame {
+	if len(f.Args) == 0 {
+		f.Args = nil
+	}
+	if len(f.Keys) == 0 {
+		f.Keys = nil
+	}
+	if len(f.Bytes) == 0 {
+		f.Bytes = nil
+	}
+	return f
+}
