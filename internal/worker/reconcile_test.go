@@ -113,7 +113,7 @@ func (h *harness) oldSession(runID string, attempt int, command ...string) tmux.
 	if len(command) == 0 {
 		command = []string{h.opts.PamBinary, "session", runID}
 	}
-	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Command: command}); err != nil {
+	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Instance: h.instanceID(), Command: command}); err != nil {
 		h.t.Fatal(err)
 	}
 	return name

@@ -220,7 +220,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 	}
 	err = w.tm.NewSession(ctx, tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
-		Command: w.command(r.id),
+		Instance: w.instanceID, Command: w.command(r.id),
 	})
 	if err != nil {
 		fail(err.Error())

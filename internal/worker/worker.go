@@ -295,6 +295,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	w.log.Info("worker starting", "host", o.HostName, "instance_id", instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
+	// A tmux server an earlier pam started keeps tmux's default key
+	// bindings, which would let an attach relay drive the whole server:
+	// no relay opens before they are gone (docs/architecture.md#tmux-safety).
+	if err := tm.Harden(ctx); err != nil {
+		return err
+	}
 	w.startReconcile(ctx)
 
 	var loops sync.WaitGroup
