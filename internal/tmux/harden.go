@@ -17,9 +17,7 @@ import (
 // hardenOptions are the server options that make every key binding
 // unreachable: no prefix key (so the prefix table is never entered) and
 // mouse off (tmux then forwards mouse events to the pane instead of
-// looking them up in the root table). They never fail on a running server,
-// so they can lead the command sequence that creates a session: the
-// server that sequence starts is hardened before the session exists.
+// looking them up in the root table).
 func hardenOptions() [][]string {
 	return [][]string{
 		{"set-option", "-g", "prefix", "None"},
@@ -28,14 +26,36 @@ func hardenOptions() [][]string {
 	}
 }
 
+// defaultKeyTables are the key tables a tmux server starts with.
+var defaultKeyTables = []string{"root", "prefix", "copy-mode", "copy-mode-vi"}
+
+// hardenCommands are hardenOptions, then the removal of every default key
+// table, as commands that cannot fail on a running server, whether a
+// fresh one (tables full) or one already hardened (tables gone). They
+// lead the invocation that creates a session, so the server it starts
+// has no binding before the session exists. unbind-key -a -T fails on a
+// table that does not exist, and a failing command silently ends the rest
+// of a sequence (with exit status 0): each table is first made to exist
+// by binding a key in it, within the same sequence (the server runs it
+// without taking client input in between), then removed whole.
+func hardenCommands() [][]string {
+	cmds := hardenOptions()
+	for _, tb := range defaultKeyTables {
+		cmds = append(cmds,
+			[]string{"bind-key", "-T", tb, "F12", "refresh-client"},
+			[]string{"unbind-key", "-a", "-T", tb})
+	}
+	return cmds
+}
+
 // Harden removes every key binding of pam's tmux server, in every key
 // table list-keys shows (root, prefix, copy-mode, copy-mode-vi and any
 // other), and sets the options of hardenOptions; it checks afterwards
 // that no binding is left. It is idempotent. The worker calls it at start,
 // so that a server started by an earlier pam (with tmux's default
-// bindings) is hardened before any of its sessions can be attached, and
-// NewSession calls it after each creation. No server running is nothing
-// to harden.
+// bindings, or a table of its own) is hardened before any of its sessions
+// can be attached; NewSession hardens the server it starts itself
+// (hardenCommands). No server running is nothing to harden.
 func (t *Tmux) Harden(ctx context.Context) error {
 	if _, err := t.run(ctx, hardenOptions()...); errors.Is(err, errNoServer) {
 		return nil

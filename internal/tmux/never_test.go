@@ -85,7 +85,7 @@ func TestNeverList(t *testing.T) {
 	allowed := map[string]bool{"new-session": true, "set-option": true, "list-sessions": true, "display-message": true,
 		"capture-pane": true, "send-keys": true, "kill-session": true,
 		"set-buffer": true, "paste-buffer": true, "delete-buffer": true, "attach-session": true,
-		"list-keys": true, "unbind-key": true}
+		"list-keys": true, "unbind-key": true, "bind-key": true}
 	calls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(calls) < 10 {
 		t.Fatalf("only %d invocations recorded", len(calls))

@@ -58,9 +58,8 @@ type Spawn struct {
 // the run id, attempt and instance on it, in one tmux invocation so that
 // a command that exits at once cannot leave a session without its
 // options. The same invocation first takes the prefix and the mouse away
-// (hardenOptions), so a server it starts has no reachable key binding
-// before the session exists; Harden then removes the bindings themselves,
-// and a session on a server that cannot be hardened is removed again.
+// and removes the default key tables (hardenCommands), so a server it
+// starts has no key binding before the session exists.
 //
 // remain-on-exit stays off: the wrapper (`pam exec run`) holds the
 // session open itself after the CLI exits, so a pane whose process has
@@ -106,19 +105,13 @@ func (t *Tmux) NewSession(ctx context.Context, s Spawn) error {
 		"-x", strconv.Itoa(Width), "-y", strconv.Itoa(Height),
 		"--"}
 	create = append(create, s.Command...)
-	cmds := append(hardenOptions(),
+	cmds := append(hardenCommands(),
 		create,
 		[]string{"set-option", "-t", s.Name.target(), OptRunID, s.RunID},
 		[]string{"set-option", "-t", s.Name.target(), OptAttempt, strconv.Itoa(s.Attempt)},
 		[]string{"set-option", "-t", s.Name.target(), OptInstance, s.Instance},
 	)
 	if _, err := t.run(ctx, cmds...); err != nil {
-		return fmt.Errorf("new session %s: %w", s.Name, err)
-	}
-	if err := t.Harden(ctx); err != nil {
-		if kerr := t.KillSession(ctx, s.Name); kerr != nil && !errors.Is(kerr, ErrNoSession) {
-			err = errors.Join(err, kerr)
-		}
 		return fmt.Errorf("new session %s: %w", s.Name, err)
 	}
 	return nil
@@ -132,9 +125,10 @@ type Session struct {
 	// or one whose options were tampered with).
 	RunID   string
 	Attempt int
-	// Instance is @pam_instance, the instance id of the worker that
-	// created the session; empty when missing or malformed (a session of
-	// a pam that did not record it).
+	// Instance is @pam_instance as recorded: the instance id of the
+	// worker that created the session, empty when missing (a session of
+	// a pam that did not record it). It is only ever compared: a
+	// malformed value is kept, so that it matches no worker.
 	Instance string
 	// PanePID is the pid of the active pane's process; PaneDead is set
 	// when that process has exited but the pane remains.
@@ -178,9 +172,7 @@ func (t *Tmux) ListSessions(ctx context.Context) ([]Session, error) {
 			s.Attempt = n
 		}
 		s.PanePID, _ = strconv.Atoi(f[3])
-		if ValidRunID(f[5]) {
-			s.Instance = f[5]
-		}
+		s.Instance = f[5]
 		list = append(list, s)
 	}
 	return list, nil
