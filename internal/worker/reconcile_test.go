@@ -538,3 +538,86 @@ func TestReplaySpool(t *testing.T) {
 		}
 	}
 }
+
+// A session of another pam instance on the same socket (another worker of
+// the same user) is never adopted, judged, stopped or killed: not as an
+// orphan, not by a run_stop, not to respawn a run under its name. A
+// session without @pam_instance (an older pam's) is handled as before.
+func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 100 * time.Millisecond
+	h.opts.OrphanHold = 300 * time.Millisecond
+	h.opts.StopGrace = 200 * time.Millisecond
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
+	const other = "f0f0f0f0-9999-4999-8999-999999999999"
+	desired := workerRun(runDesired, 1, wire.RunRunning, testHostID)
+	respawn := workerRun(runMissing, 1, wire.RunSpawning, testHostID)
+	orch.setRuns(func(r *fakeRuns) {
+		r.serve = true
+		r.desired = []wire.WorkerRun{desired, respawn}
+		r.known[runDesired] = desired
+		r.known[runMissing] = respawn
+	})
+	foreign := func(runID string) tmux.SessionName {
+		name, _ := tmux.SessionForRun(runID)
+		if err := h.tm.NewSession(t.Context(), tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runID, Attempt: 1, Instance: other,
+			Command: []string{h.opts.PamBinary, "session", runID}}); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	// Unknown to the orchestrator (an orphan if it were ours), desired of
+	// this host, and holding the name of a run this host will be given.
+	fOrphan, fDesired, fRespawn := foreign(runOrphan), foreign(runDesired), foreign(runMissing)
+	// An older pam's session records no instance: still judged, an orphan.
+	untagged, _ := tmux.SessionForRun(runStopped)
+	for _, args := range [][]string{
+		{"new-session", "-d", "-s", untagged.String(), "sleep 600"},
+		{"set-option", "-t", "=" + untagged.String() + ":", tmux.OptRunID, runStopped},
+		{"set-option", "-t", "=" + untagged.String() + ":", tmux.OptAttempt, "1"},
+	} {
+		if out, err := exec_(h, args...); err != nil {
+			t.Fatalf("%q: %v %s", args, err, out)
+		}
+	}
+	pids := map[tmux.SessionName]int{}
+	for _, s := range h.sessions() {
+		pids[s.Name] = s.PanePID
+	}
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	eventually.Wait(t, 15*time.Second, "the untagged orphan to be killed after its hold", func() bool { return !h.alive(untagged) })
+	from := orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runOrphan, Attempt: wire.IntPtr(1), Force: true})
+	orch.send(h.dispatchFrame(runMissing, 1))
+	orch.wait(from, "spawn_failed of the run whose name another instance holds", isState(wire.StateSpawnFailed, runMissing))
+	// Several reconciliations (each past the orphan hold) after all that.
+	n := passes.Load()
+	eventually.Wait(t, 15*time.Second, "more reconciliation passes", func() bool { return passes.Load() >= n+5 })
+
+	for _, name := range []tmux.SessionName{fOrphan, fDesired, fRespawn} {
+		s, ok := h.session(map[tmux.SessionName]string{fOrphan: runOrphan, fDesired: runDesired, fRespawn: runMissing}[name])
+		if !ok || s.Name != name || s.Instance != other || s.PanePID != pids[name] {
+			t.Errorf("the other instance's session %s was touched: %+v (present %v, pid was %d)", name, s, ok, pids[name])
+		}
+	}
+	for _, id := range []string{runOrphan, runDesired, runMissing} {
+		if n := orch.count(0, isType(wire.FrameSnapshot, id)); n != 0 {
+			t.Errorf("the other instance's session of %s was adopted: %d snapshots", id, n)
+		}
+	}
+	if n := orch.count(0, func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected &&
+			(strings.Contains(f.Detail, fOrphan.String()) || strings.Contains(f.Detail, fDesired.String()) || strings.Contains(f.Detail, fRespawn.String()))
+	}); n != 0 {
+		t.Errorf("the other instance's sessions were reported as orphans %d times", n)
+	}
+	if n := orch.count(0, func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
+	}); n != 1 {
+		t.Errorf("the untagged orphan was reported %d times, want once", n)
+	}
+}
