@@ -413,8 +413,8 @@ func (w *agent) stopSession(ctx context.Context, s tmux.Session, force bool, why
 }
 
 // orphan handles a session no run of this host owns: reported once
-// (run_state orphan_detected, without a run), held for OrphanHold for
-// inspection, then killed.
+// (run_state orphan_detected, with the run id and attempt the session
+// carries, if any), held for OrphanHold for inspection, then killed.
 func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 	first, seen := w.rs.orphans[s.Name]
 	now := time.Now()
@@ -422,7 +422,11 @@ func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 		first = now
 		w.rs.orphans[s.Name] = now
 		detail := fmt.Sprintf("session %s: %s; held %s, then killed", s.Name, why, w.o.OrphanHold)
-		w.queueFrame(wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)})
+		f := wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)}
+		if tmux.ValidRunID(s.RunID) && s.Attempt >= 1 {
+			f.RunID, f.Attempt = s.RunID, wire.IntPtr(s.Attempt)
+		}
+		w.queueFrame(f)
 		w.report("orphan session held for inspection", "session", s.Name.String(), "why", why, "hold", w.o.OrphanHold)
 	}
 	if s.RunID != "" {

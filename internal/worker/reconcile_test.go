@@ -188,7 +188,7 @@ func TestReconcileDiscrimination(t *testing.T) {
 	names[runDesired] = h.oldSession(runDesired, 1)
 
 	orch.wait(0, "the orphan report", func(f wire.Frame) bool {
-		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && f.RunID == "" && strings.Contains(f.Detail, names[runOrphan].String())
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, names[runOrphan].String())
 	})
 	orch.wait(0, "stale_session", isState(wire.StateStaleSession, runHostLost))
 	orch.wait(0, "session_lost of the missing run", isState(wire.StateSessionLost, runMissing))
@@ -619,5 +619,34 @@ func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
 	}); n != 1 {
 		t.Errorf("the untagged orphan was reported %d times, want once", n)
+	}
+}
+
+// The orphan report of a session that carries a run id and attempt names
+// them (the orchestrator journals them); one without names no run.
+func TestOrphanDetectedCarriesRunID(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 100 * time.Millisecond
+	h.opts.OrphanHold = time.Hour
+	orch.setRuns(func(r *fakeRuns) { r.serve = true })
+	named := h.oldSession(runOrphan, 2)
+	bare := "pam-0badc0de"
+	if out, err := exec_(h, "new-session", "-d", "-s", bare, "sleep 600"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	h.start()
+	f, _ := orch.wait(0, "the orphan report of the named session", func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, named.String())
+	})
+	if f.RunID != runOrphan || f.Attempt == nil || *f.Attempt != 2 {
+		t.Errorf("orphan report %+v: want run %s attempt 2", f, runOrphan)
+	}
+	f, _ = orch.wait(0, "the orphan report of the bare session", func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, bare)
+	})
+	if f.RunID != "" || f.Attempt != nil {
+		t.Errorf("orphan report of a session without a run names one: %+v", f)
 	}
 }
