@@ -185,10 +185,13 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 // this host (docs/architecture.md#security-model): any other is answered
 // not_found — a signal by its signal_ack, anything else by an error frame
 // — and dropped before anything is stored or journaled. Frames naming no
-// run (heartbeat, an orphan_detected without run_id, attach_* which are
-// scoped by the relay this host opened) pass.
+// run (heartbeat, attach_* which are scoped by the relay this host
+// opened) pass, and so does orphan_detected: it reports a session of this
+// host that no run of this host owns, so the run it names is by
+// definition not this host's; the store journals it for the host, with the
+// run id and attempt in the payload and never against that run.
 func (u *uplinkSession) inScope(ctx context.Context, f wire.Frame) bool {
-	if f.RunID == "" {
+	if f.RunID == "" || (f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected) {
 		return true
 	}
 	ok, err := u.maySpeakFor(ctx, f.RunID)

@@ -166,13 +166,21 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 }
 
 // journalOrphan records a session on a host's tmux socket that maps to no
-// run the host was ever given (run.orphan_detected without a run).
-func (s *Store) journalOrphan(ctx context.Context, hostID, detail string) error {
+// run the host was ever given (run.orphan_detected, journaled for the
+// host). The run id and attempt the session carried, if any, are in the
+// payload, so that an operator can tell which run the session claimed to
+// be; the event's run_id column stays empty: the run may not exist, and a
+// run of another host must not get events from this one in its journal.
+func (s *Store) journalOrphan(ctx context.Context, hostID, runID string, attempt *int, detail string) error {
 	if len(detail) > 1000 {
 		detail = detail[:1000]
 	}
+	payload := map[string]any{"host_id": hostID, "detail": detail}
+	if runID != "" {
+		payload["run_id"] = runID
+		payload["attempt"] = attempt
+	}
 	return s.InTx(ctx, func(tx *Tx) error {
-		return tx.Journal(ctx, NewEvent{Topic: wire.TopicRunOrphanDetected, HostID: hostID,
-			Payload: map[string]any{"host_id": hostID, "detail": detail}})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicRunOrphanDetected, HostID: hostID, Payload: payload})
 	})
 }

@@ -342,3 +342,42 @@ func TestRunStateReports(t *testing.T) {
 		t.Errorf("orphan journaled %d times", n)
 	}
 }
+
+// An orphan report names the run and attempt its session carried: the
+// journaled run.orphan_detected has them in its payload, for a run that
+// does not exist and for a run of another host alike, and neither run's
+// journal gets the event (its run_id column stays empty).
+func TestOrphanDetectedCarriesRunID(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newFleet(t, 1)
+	other := f.running() // offered to f.host, not to the reporting host
+	reporter := f.onlineHost("reporter")
+	const ghost = "0badc0de-0000-4000-8000-000000000001"
+	for _, c := range []struct{ runID, detail string }{
+		{ghost, "session pam-0badc0de"},
+		{other.ID, "session pam-" + other.ID[:8]},
+	} {
+		if _, changed, err := f.s.RunStateReport(ctx, reporter.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected,
+			RunID: c.runID, Attempt: wire.IntPtr(3), Detail: c.detail}); err != nil || changed {
+			t.Fatalf("%s: changed %v, %v", c.runID, changed, err)
+		}
+		var n int
+		if err := f.s.Pool.QueryRow(ctx, `SELECT count(*) FROM events WHERE topic = 'run.orphan_detected' AND run_id IS NULL AND host_id::text = $1
+			AND payload->>'run_id' = $2 AND payload->>'attempt' = '3' AND payload->>'detail' = $3 AND payload->>'host_id' = $1`,
+			reporter.ID, c.runID, c.detail).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 1 {
+			var got string
+			f.s.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(coalesce(run_id::text, '-') || ' ' || payload::text, E'\n'), '') FROM events WHERE topic = 'run.orphan_detected'`).Scan(&got)
+			t.Errorf("%s: %d matching events; orphan events:\n%s", c.runID, n, got)
+		}
+	}
+	if got := f.run(other.ID); got.Status != wire.RunRunning || got.Attempt != 1 {
+		t.Errorf("the other host's run changed: %+v", got)
+	}
+	if topics := f.topics(other.ID, ""); strings.Contains(topics, "orphan") {
+		t.Errorf("the other host's run got the orphan event in its journal: %s", topics)
+	}
+}

@@ -101,13 +101,23 @@ func signalFacts(ctx context.Context, tx *Tx, r wire.Run, kind string) (lifecycl
 // RunStateReport applies a worker's run_state frame about its own run:
 // spawn_failed, session_lost, tmux_crash and wrapper_died fail the current
 // attempt (with the restart policy); stale_session and orphan_detected are
-// journaled (an orphan_detected without run_id names no run at all). A
+// journaled (an orphan_detected without run_id names no run at all, and
+// one naming a run never offered to this host is journaled for the host,
+// with the run id and attempt in its payload). Any other report about a
 // run never offered to hostID is not_found.
 func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
-	if f.State == wire.StateOrphanDetected && f.RunID == "" {
-		return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.Detail)
+	if f.State == wire.StateOrphanDetected {
+		offered := false
+		if f.RunID != "" {
+			if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, f.RunID, hostID).Scan(&offered); err != nil {
+				return wire.Run{}, false, fmt.Errorf("orphan report: %w", translate(err))
+			}
+		}
+		if !offered {
+			return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.RunID, f.Attempt, f.Detail)
+		}
 	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, f.RunID, true)

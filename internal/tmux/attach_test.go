@@ -2,6 +2,9 @@ package tmux
 
 import (
 	"bytes"
+	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -120,5 +123,161 @@ func TestAttachCommandInPTY(t *testing.T) {
 	<-readDone
 	if alive, err := s.tm.Alive(c, name); err != nil || !alive {
 		t.Fatalf("detaching ended the session: alive=%v err=%v", alive, err)
+	}
+}
+
+// attachPTY starts the attach client of name in a PTY whose output is
+// drained (a client that cannot write would stall), and waits until the
+// server counts it as attached. The client is hung up when the test ends.
+func (s *server) attachPTY(name SessionName) (*os.File, *exec.Cmd) {
+	s.t.Helper()
+	cmd, err := s.tm.AttachCommand(name)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	f, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: 30, Cols: 100})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		_, _ = io.Copy(io.Discard, f)
+	}()
+	waitErr := make(chan error, 1)
+	go func() { waitErr <- cmd.Wait() }()
+	s.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGHUP)
+		f.Close()
+		select {
+		case <-waitErr:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-waitErr
+		}
+		<-readDone
+	})
+	eventually.Wait(s.t, 10*time.Second, "the attach client to be attached", func() bool {
+		out, _ := s.raw("list-clients", "-F", "#{client_session}")
+		return strings.Contains(out, name.String())
+	})
+	return f, cmd
+}
+
+// Whoever holds the attach lease of run A types into A's pane and nowhere
+// else (docs/architecture.md#tmux-safety): the prefix, the command prompt,
+// the session tree, new windows and detaching are all out of reach, so
+// the bytes that would have driven tmux arrive in A's pane as input. The
+// server, run B's session and B's screen are untouched.
+func TestAttachCannotDriveTmux(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	a, b := mustName(t, "pam-0123abcd"), mustName(t, "pam-0123abce")
+	// cat -v shows control characters as ^X: what reached the pane.
+	s.spawn(a, runA, "/bin/sh", "-c", "exec cat -v")
+	s.spawn(b, "0123abce-1111-4111-8111-111111111111", "/bin/sh", "-c", "echo b-ready; exec cat -v")
+	bBefore := waitCapture(t, s.tm, b, "b-ready")
+	f, _ := s.attachPTY(a)
+	for _, in := range []string{
+		"\x02:send-keys -t =pam-0123abce: injected Enter\r", // C-b : (command prompt) into run B
+		"\x02c",    // new window
+		"\x02\"",   // split the pane
+		"\x02(",    // switch to the previous session (B)
+		"\x02s",    // the session tree
+		"\x02d",    // detach
+		"\x02\x02", // send-prefix
+		"\x02:kill-server\r",
+		"end-of-input\r",
+	} {
+		if _, err := f.Write([]byte(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// cat -v prints each line after the terminal's echo: twice means cat
+	// read everything typed before it.
+	var got string
+	if !eventually.Within(10*time.Second, func() bool {
+		got, _ = s.tm.Capture(t.Context(), a)
+		return strings.Count(got, "end-of-input") >= 2
+	}) {
+		if out, err := s.raw("list-sessions"); err != nil {
+			t.Fatalf("the tmux server is gone (%v: %s); A's pane never saw the typed bytes", err, out)
+		}
+		t.Fatalf("A's pane never received the typed bytes:\n%s", got)
+	}
+	for _, want := range []string{"^B:send-keys -t =pam-0123abce: injected Enter", `^Bc^B"^B(^Bs^Bd^B^B^B:kill-server`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("A's pane did not receive %q as input:\n%s", want, got)
+		}
+	}
+	list, err := s.raw("list-sessions", "-F", "#{session_name} #{session_windows} #{window_panes}")
+	if err != nil {
+		t.Fatalf("the tmux server is gone: %v %s", err, list)
+	}
+	if want := "pam-0123abcd 1 1\npam-0123abce 1 1\n"; list != want {
+		t.Errorf("sessions %q, want %q", list, want)
+	}
+	if bAfter, err := s.tm.Capture(t.Context(), b); err != nil || bAfter != bBefore {
+		t.Errorf("B's pane changed (err %v):\nbefore:\n%s\nafter:\n%s", err, bBefore, bAfter)
+	}
+	if clients, _ := s.raw("list-clients", "-F", "#{client_session}"); clients != "pam-0123abcd\n" {
+		t.Errorf("attached clients %q: the client detached or switched sessions", clients)
+	}
+	if keys, _ := s.raw("list-keys"); keys != "" {
+		t.Errorf("key bindings left:\n%s", keys)
+	}
+}
+
+// A server started by an earlier pam (or by hand) with tmux's defaults is
+// hardened by Harden: every key table emptied, no prefix, mouse off; and
+// Harden is idempotent and starts no server of its own.
+func TestHardenAdoptedServer(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	c := ctx(t)
+	if err := s.tm.Harden(c); err != nil {
+		t.Fatalf("no server: %v", err)
+	}
+	if out, err := s.raw("list-sessions"); err == nil {
+		t.Fatalf("Harden started a server: %s", out)
+	}
+	for _, args := range [][]string{
+		{"new-session", "-d", "-s", "pam-0123abcd", "--", "/bin/sleep", "300"},
+		{"bind-key", "-T", "custom-table", "x", "kill-server"},
+		{"set-option", "-g", "mouse", "on"},
+	} {
+		if out, err := s.raw(args...); err != nil {
+			t.Fatalf("%q: %v %s", args, err, out)
+		}
+	}
+	if keys, _ := s.raw("list-keys"); !strings.Contains(keys, "-T prefix") || !strings.Contains(keys, "custom-table") {
+		t.Fatalf("the old server has no default bindings to remove:\n%s", keys)
+	}
+	for range 2 {
+		if err := s.tm.Harden(c); err != nil {
+			t.Fatal(err)
+		}
+		if keys, _ := s.raw("list-keys"); keys != "" {
+			t.Errorf("key bindings left:\n%s", keys)
+		}
+		for opt, want := range map[string]string{"prefix": "None", "prefix2": "None", "mouse": "off"} {
+			if got, _ := s.raw("show-options", "-gv", opt); strings.TrimSpace(got) != want {
+				t.Errorf("%s = %q, want %s", opt, got, want)
+			}
+		}
+	}
+}
+
+// The key tables are read from list-keys, -r (repeat) or not.
+func TestParseKeyTables(t *testing.T) {
+	out := "bind-key    -T copy-mode    C-Space              send-keys -X begin-selection\n" +
+		"bind-key -r -T prefix       Up                   select-pane -U\n" +
+		"bind-key    -T prefix       c                    new-window\n" +
+		"bind-key    -T root         MouseDown1Pane       select-pane -t = \\; send-keys -M\n"
+	if got := strings.Join(parseKeyTables(out), ","); got != "copy-mode,prefix,root" {
+		t.Errorf("tables %q", got)
+	}
+	if got := parseKeyTables(""); len(got) != 0 {
+		t.Errorf("tables of nothing: %q", got)
 	}
 }

@@ -27,7 +27,7 @@ func BenchmarkCaptureHash(b *testing.B) {
 	s := &server{dir: dir, tm: tm}
 	name, _ := ParseSessionName("pam-0123abcd")
 	c := b.Context()
-	err = tm.NewSession(c, Spawn{Name: name, Cwd: dir, Title: "bench", RunID: runA, Attempt: 1,
+	err = tm.NewSession(c, Spawn{Name: name, Cwd: dir, Title: "bench", RunID: runA, Attempt: 1, Instance: instA,
 		Command: []string{"/bin/sh", "-c", `i=0; while [ $i -lt 60 ]; do printf '\033[3%dmline %03d %s\033[0m\n' $((i%8)) $i "$(printf '%0180d' $i)"; i=$((i+1)); done; exec sleep 600`}})
 	if err != nil {
 		b.Fatal(err)

@@ -80,7 +80,7 @@ func mustName(t *testing.T, s string) SessionName {
 // spawn creates a session running cmd in a temp dir.
 func (s *server) spawn(name SessionName, runID string, cmd ...string) {
 	s.t.Helper()
-	err := s.tm.NewSession(ctx(s.t), Spawn{Name: name, Cwd: s.t.TempDir(), Title: "test-task", RunID: runID, Attempt: 1, Command: cmd})
+	err := s.tm.NewSession(ctx(s.t), Spawn{Name: name, Cwd: s.t.TempDir(), Title: "test-task", RunID: runID, Attempt: 1, Instance: instA, Command: cmd})
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -119,7 +119,7 @@ func TestInvalidNameNeverRunsTmux(t *testing.T) {
 	for _, s := range badNames {
 		n := SessionName{s: s}
 		calls := map[string]error{
-			"NewSession":  tm.NewSession(c, Spawn{Name: n, Cwd: cwd, RunID: "0123abcd-0000-4000-8000-000000000000", Attempt: 1, Command: []string{"/bin/sleep", "1"}}),
+			"NewSession":  tm.NewSession(c, Spawn{Name: n, Cwd: cwd, RunID: "0123abcd-0000-4000-8000-000000000000", Attempt: 1, Instance: instA, Command: []string{"/bin/sleep", "1"}}),
 			"SendKeys":    tm.SendKeys(c, n, []wire.Key{{Key: "Enter"}}),
 			"KillSession": tm.KillSession(c, n),
 			"Stop":        tm.Stop(c, n, time.Second, false),

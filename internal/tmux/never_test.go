@@ -16,10 +16,10 @@ const fakeTmux = `
 for a in "$@"; do
 	case "$a" in
 	list-sessions)
-		printf 'pam-0123abcd\t0123abcd-1111-4111-8111-111111111111\t1\t1\t0\n'
-		printf 'pam-0123abcd-mine\t\t\t1\t0\n'
-		printf 'work\t\t\t1\t0\n'
-		printf 'pam-*\t\t\t1\t0\n'
+		printf 'pam-0123abcd\t0123abcd-1111-4111-8111-111111111111\t1\t1\t0\t1a1a1a1a-2222-4222-8222-222222222222\n'
+		printf 'pam-0123abcd-mine\t\t\t1\t0\t\n'
+		printf 'work\t\t\t1\t0\t\n'
+		printf 'pam-*\t\t\t1\t0\t\n'
 		exit 0;;
 	display-message)
 		printf 'pam-0123abcd\t1\t0\t\t/dev/null\n'
@@ -62,7 +62,7 @@ func TestNeverList(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	must(tm.NewSession(c, Spawn{Name: name, Cwd: t.TempDir(), Title: "t", RunID: runA, Attempt: 3,
+	must(tm.NewSession(c, Spawn{Name: name, Cwd: t.TempDir(), Title: "t", RunID: runA, Attempt: 3, Instance: instA,
 		Command: []string{"/usr/bin/pam", "exec", "run", "x;", "kill-server;", ";", `\;`, "--data-dir=/d", runA}}))
 	_, err = tm.Pane(c, name)
 	must(err)
@@ -84,7 +84,8 @@ func TestNeverList(t *testing.T) {
 	target := regexp.MustCompile(`^=pam-[0-9a-f]{8}:$`)
 	allowed := map[string]bool{"new-session": true, "set-option": true, "list-sessions": true, "display-message": true,
 		"capture-pane": true, "send-keys": true, "kill-session": true,
-		"set-buffer": true, "paste-buffer": true, "delete-buffer": true, "attach-session": true}
+		"set-buffer": true, "paste-buffer": true, "delete-buffer": true, "attach-session": true,
+		"list-keys": true, "unbind-key": true, "bind-key": true}
 	calls := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
 	if len(calls) < 10 {
 		t.Fatalf("only %d invocations recorded", len(calls))

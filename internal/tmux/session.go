@@ -25,6 +25,10 @@ const (
 const (
 	OptRunID   = "@pam_run_id"
 	OptAttempt = "@pam_attempt"
+	// OptInstance is the instance id of the worker that created the
+	// session: a worker never adopts or kills a session of another
+	// instance sharing the socket (docs/architecture.md#tmux-safety).
+	OptInstance = "@pam_instance"
 )
 
 // Spawn describes a session to create.
@@ -40,6 +44,9 @@ type Spawn struct {
 	// @pam_attempt.
 	RunID   string
 	Attempt int
+	// Instance (a lowercase UUID, the worker's instance id) becomes
+	// @pam_instance.
+	Instance string
 	// Command is the pane's foreground program and its arguments — for
 	// pam, [pam, "exec", "run", …, run_id]. It needs at least two
 	// elements: tmux runs a multi-argument command with execvp, but hands
@@ -48,8 +55,11 @@ type Spawn struct {
 }
 
 // NewSession creates a detached session running s.Command, and records
-// the run id and attempt on it, in one tmux invocation so that a command
-// that exits at once cannot leave a session without its options.
+// the run id, attempt and instance on it, in one tmux invocation so that
+// a command that exits at once cannot leave a session without its
+// options. The same invocation first takes the prefix and the mouse away
+// and removes the default key tables (hardenCommands), so a server it
+// starts has no key binding before the session exists.
 //
 // remain-on-exit stays off: the wrapper (`pam exec run`) holds the
 // session open itself after the CLI exits, so a pane whose process has
@@ -64,6 +74,9 @@ func (t *Tmux) NewSession(ctx context.Context, s Spawn) error {
 	}
 	if s.Attempt < 1 {
 		return fmt.Errorf("new session %s: attempt %d must be at least 1", s.Name, s.Attempt)
+	}
+	if !ValidRunID(s.Instance) {
+		return fmt.Errorf("new session %s: instance id %q is not a lowercase UUID", s.Name, s.Instance)
 	}
 	if len(s.Command) < 2 {
 		return fmt.Errorf("new session %s: the command needs at least two arguments (tmux would run one through a shell)", s.Name)
@@ -92,12 +105,13 @@ func (t *Tmux) NewSession(ctx context.Context, s Spawn) error {
 		"-x", strconv.Itoa(Width), "-y", strconv.Itoa(Height),
 		"--"}
 	create = append(create, s.Command...)
-	_, err := t.run(ctx,
+	cmds := append(hardenCommands(),
 		create,
 		[]string{"set-option", "-t", s.Name.target(), OptRunID, s.RunID},
 		[]string{"set-option", "-t", s.Name.target(), OptAttempt, strconv.Itoa(s.Attempt)},
+		[]string{"set-option", "-t", s.Name.target(), OptInstance, s.Instance},
 	)
-	if err != nil {
+	if _, err := t.run(ctx, cmds...); err != nil {
 		return fmt.Errorf("new session %s: %w", s.Name, err)
 	}
 	return nil
@@ -111,13 +125,18 @@ type Session struct {
 	// or one whose options were tampered with).
 	RunID   string
 	Attempt int
+	// Instance is @pam_instance as recorded: the instance id of the
+	// worker that created the session, empty when missing (a session of
+	// a pam that did not record it). It is only ever compared: a
+	// malformed value is kept, so that it matches no worker.
+	Instance string
 	// PanePID is the pid of the active pane's process; PaneDead is set
 	// when that process has exited but the pane remains.
 	PanePID  int
 	PaneDead bool
 }
 
-const listFormat = "#{session_name}\t#{" + OptRunID + "}\t#{" + OptAttempt + "}\t#{pane_pid}\t#{pane_dead}"
+const listFormat = "#{session_name}\t#{" + OptRunID + "}\t#{" + OptAttempt + "}\t#{pane_pid}\t#{pane_dead}\t#{" + OptInstance + "}"
 
 // ListSessions returns the sessions whose names match ^pam-[0-9a-f]{8}$,
 // in one list-sessions call. Any other session on the socket is skipped
@@ -138,7 +157,7 @@ func (t *Tmux) ListSessions(ctx context.Context) ([]Session, error) {
 	var list []Session
 	for _, line := range strings.Split(out, "\n") {
 		f := strings.Split(line, "\t")
-		if len(f) != 5 {
+		if len(f) != 6 {
 			continue
 		}
 		name, err := ParseSessionName(f[0])
@@ -153,6 +172,7 @@ func (t *Tmux) ListSessions(ctx context.Context) ([]Session, error) {
 			s.Attempt = n
 		}
 		s.PanePID, _ = strconv.Atoi(f[3])
+		s.Instance = f[5]
 		list = append(list, s)
 	}
 	return list, nil

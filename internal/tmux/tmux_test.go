@@ -16,6 +16,9 @@ import (
 
 const runA = "0123abcd-1111-4111-8111-111111111111"
 
+// instA is the worker instance id the tests' sessions carry.
+const instA = "1a1a1a1a-2222-4222-8222-222222222222"
+
 func TestNewSessionCaptureList(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -30,7 +33,7 @@ func TestNewSessionCaptureList(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.tm.NewSession(c, Spawn{
-		Name: name, Cwd: cwd, Title: "fix-login", RunID: runA, Attempt: 2,
+		Name: name, Cwd: cwd, Title: "fix-login", RunID: runA, Attempt: 2, Instance: instA,
 		Command: []string{"/bin/sh", "-c", `printf 'arg1=[%s] arg2=[%s] arg3=[%s]\n' "$1" "$2" "$3"; pwd; exec sleep 300`, "sh",
 			"; touch " + marker, "kill-server;", "$(touch " + marker + ")"},
 	})
@@ -53,7 +56,7 @@ func TestNewSessionCaptureList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(list) != 1 || list[0].Name != name || list[0].RunID != runA || list[0].Attempt != 2 || list[0].PanePID <= 0 || list[0].PaneDead {
+	if len(list) != 1 || list[0].Name != name || list[0].RunID != runA || list[0].Attempt != 2 || list[0].Instance != instA || list[0].PanePID <= 0 || list[0].PaneDead {
 		t.Fatalf("ListSessions = %+v", list)
 	}
 	if got, _ := s.raw("display-message", "-p", "-t", "=pam-0123abcd:", "#{window_name} #{window_width}x#{window_height}"); strings.TrimSpace(got) != "fix-login 220x50" {
@@ -80,7 +83,7 @@ func TestNewSessionRefusals(t *testing.T) {
 	cwd := t.TempDir()
 	file := filepath.Join(cwd, "f")
 	os.WriteFile(file, nil, 0o600)
-	ok := Spawn{Name: name, Cwd: cwd, RunID: runA, Attempt: 1, Command: []string{"/bin/sleep", "300"}}
+	ok := Spawn{Name: name, Cwd: cwd, RunID: runA, Attempt: 1, Instance: instA, Command: []string{"/bin/sleep", "300"}}
 	for what, mod := range map[string]func(*Spawn){
 		"one-element command (would be a shell)": func(s *Spawn) { s.Command = []string{"/bin/sleep"} },
 		"relative command":                       func(s *Spawn) { s.Command = []string{"sleep", "300"} },
@@ -90,6 +93,8 @@ func TestNewSessionRefusals(t *testing.T) {
 		"bad run id":                             func(s *Spawn) { s.RunID = "not-a-uuid" },
 		"uppercase run id":                       func(s *Spawn) { s.RunID = strings.ToUpper(runA) },
 		"attempt 0":                              func(s *Spawn) { s.Attempt = 0 },
+		"no instance id":                         func(s *Spawn) { s.Instance = "" },
+		"bad instance id":                        func(s *Spawn) { s.Instance = "x;kill-server" },
 	} {
 		sp := ok
 		mod(&sp)

@@ -403,3 +403,19 @@ func (h *harness) spawnRun(runID string, attempt int) (wire.Frame, int) {
 	})
 	return snap, i
 }
+
+// instanceID is the worker's instance id, what its sessions carry as
+// @pam_instance; it is created now if the worker has not started yet
+// (the worker reads the same file).
+func (h *harness) instanceID() string {
+	h.t.Helper()
+	dir := filepath.Join(h.opts.DataDir, "worker")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		h.t.Fatal(err)
+	}
+	id, err := loadInstanceID(dir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id
+}

@@ -42,7 +42,9 @@ func (w *agent) checkLiveness(ctx context.Context) {
 	// session lost (and have it run twice). A run live before the list
 	// started had its session before it, so its absence is real.
 	before := w.runMarks()
-	list, err := w.tm.ListSessions(ctx)
+	// A session of another instance holding a run's name is not the
+	// run's session.
+	list, err := w.ownSessions(ctx)
 	if err != nil {
 		w.log.Warn("liveness: list sessions", "err", err)
 		return

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type reliability struct {
 	// Guarded by judge.
 	orphans map[tmux.SessionName]time.Time // first seen, for PAM_ORPHAN_HOLD
 	flagged map[string]bool                // run/attempt reported stale_session
+	foreign map[tmux.SessionName]bool      // sessions of another instance, logged once
 	endedAt map[string]time.Time           // run/attempt first seen over, when the orchestrator gave no finished_at
 
 	cacheMu sync.Mutex
@@ -55,6 +57,7 @@ func (rs *reliability) init(dir string) {
 	rs.failures = &failureLog{path: filepath.Join(dir, failureFile)}
 	rs.orphans = map[tmux.SessionName]time.Time{}
 	rs.flagged = map[string]bool{}
+	rs.foreign = map[tmux.SessionName]bool{}
 	rs.endedAt = map[string]time.Time{}
 	rs.replayWake = make(chan struct{}, 1)
 	rs.livenessWake = make(chan struct{}, 1)
@@ -168,11 +171,21 @@ func (w *agent) reconcile(ctx context.Context) {
 	// Read before listing, as checkLiveness does: a spawn that completes
 	// during the list must read as in flight, not as a missing session.
 	before := w.runMarks()
-	sessions, err := w.tm.ListSessions(ctx)
+	list, err := w.tm.ListSessions(ctx)
 	if err != nil {
 		w.log.Warn("reconcile: list sessions", "err", err)
 		return
 	}
+	sessions := slices.DeleteFunc(slices.Clone(list), func(s tmux.Session) bool {
+		if w.mine(s) {
+			return false
+		}
+		if !w.rs.foreign[s.Name] {
+			w.rs.foreign[s.Name] = true
+			w.log.Info("reconcile: session of another pam instance left alone", "session", s.Name.String(), "instance", s.Instance, "run_id", s.RunID)
+		}
+		return true
+	})
 	hostID := w.currentHostID()
 	byRun := map[string]wire.WorkerRun{}
 	for _, d := range desired {
@@ -180,8 +193,10 @@ func (w *agent) reconcile(ctx context.Context) {
 	}
 	present := map[string]tmux.Session{}
 	seen := map[tmux.SessionName]bool{}
-	for _, s := range sessions {
+	for _, s := range list {
 		seen[s.Name] = true
+	}
+	for _, s := range sessions {
 		if s.RunID != "" {
 			present[s.RunID] = s
 		}
@@ -190,6 +205,11 @@ func (w *agent) reconcile(ctx context.Context) {
 	for name := range w.rs.orphans {
 		if !seen[name] {
 			delete(w.rs.orphans, name) // ended by itself
+		}
+	}
+	for name := range w.rs.foreign {
+		if !seen[name] {
+			delete(w.rs.foreign, name)
 		}
 	}
 	if fresh {
@@ -393,8 +413,8 @@ func (w *agent) stopSession(ctx context.Context, s tmux.Session, force bool, why
 }
 
 // orphan handles a session no run of this host owns: reported once
-// (run_state orphan_detected, without a run), held for OrphanHold for
-// inspection, then killed.
+// (run_state orphan_detected, with the run id and attempt the session
+// carries, if any), held for OrphanHold for inspection, then killed.
 func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 	first, seen := w.rs.orphans[s.Name]
 	now := time.Now()
@@ -402,7 +422,11 @@ func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 		first = now
 		w.rs.orphans[s.Name] = now
 		detail := fmt.Sprintf("session %s: %s; held %s, then killed", s.Name, why, w.o.OrphanHold)
-		w.queueFrame(wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)})
+		f := wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)}
+		if tmux.ValidRunID(s.RunID) && s.Attempt >= 1 {
+			f.RunID, f.Attempt = s.RunID, wire.IntPtr(s.Attempt)
+		}
+		w.queueFrame(f)
 		w.report("orphan session held for inspection", "session", s.Name.String(), "why", why, "hold", w.o.OrphanHold)
 	}
 	if s.RunID != "" {

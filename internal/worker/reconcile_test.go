@@ -113,7 +113,7 @@ func (h *harness) oldSession(runID string, attempt int, command ...string) tmux.
 	if len(command) == 0 {
 		command = []string{h.opts.PamBinary, "session", runID}
 	}
-	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Command: command}); err != nil {
+	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Instance: h.instanceID(), Command: command}); err != nil {
 		h.t.Fatal(err)
 	}
 	return name
@@ -188,7 +188,7 @@ func TestReconcileDiscrimination(t *testing.T) {
 	names[runDesired] = h.oldSession(runDesired, 1)
 
 	orch.wait(0, "the orphan report", func(f wire.Frame) bool {
-		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && f.RunID == "" && strings.Contains(f.Detail, names[runOrphan].String())
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, names[runOrphan].String())
 	})
 	orch.wait(0, "stale_session", isState(wire.StateStaleSession, runHostLost))
 	orch.wait(0, "session_lost of the missing run", isState(wire.StateSessionLost, runMissing))
@@ -536,5 +536,117 @@ func TestReplaySpool(t *testing.T) {
 		if !strings.Contains(string(log), want) {
 			t.Errorf("worker.log lacks %q:\n%s", want, log)
 		}
+	}
+}
+
+// A session of another pam instance on the same socket (another worker of
+// the same user) is never adopted, judged, stopped or killed: not as an
+// orphan, not by a run_stop, not to respawn a run under its name. A
+// session without @pam_instance (an older pam's) is handled as before.
+func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 100 * time.Millisecond
+	h.opts.OrphanHold = 300 * time.Millisecond
+	h.opts.StopGrace = 200 * time.Millisecond
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
+	const other = "f0f0f0f0-9999-4999-8999-999999999999"
+	desired := workerRun(runDesired, 1, wire.RunRunning, testHostID)
+	respawn := workerRun(runMissing, 1, wire.RunSpawning, testHostID)
+	orch.setRuns(func(r *fakeRuns) {
+		r.serve = true
+		r.desired = []wire.WorkerRun{desired, respawn}
+		r.known[runDesired] = desired
+		r.known[runMissing] = respawn
+	})
+	foreign := func(runID string) tmux.SessionName {
+		name, _ := tmux.SessionForRun(runID)
+		if err := h.tm.NewSession(t.Context(), tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runID, Attempt: 1, Instance: other,
+			Command: []string{h.opts.PamBinary, "session", runID}}); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	// Unknown to the orchestrator (an orphan if it were ours), desired of
+	// this host, and holding the name of a run this host will be given.
+	fOrphan, fDesired, fRespawn := foreign(runOrphan), foreign(runDesired), foreign(runMissing)
+	// An older pam's session records no instance: still judged, an orphan.
+	untagged, _ := tmux.SessionForRun(runStopped)
+	for _, args := range [][]string{
+		{"new-session", "-d", "-s", untagged.String(), "sleep 600"},
+		{"set-option", "-t", "=" + untagged.String() + ":", tmux.OptRunID, runStopped},
+		{"set-option", "-t", "=" + untagged.String() + ":", tmux.OptAttempt, "1"},
+	} {
+		if out, err := exec_(h, args...); err != nil {
+			t.Fatalf("%q: %v %s", args, err, out)
+		}
+	}
+	pids := map[tmux.SessionName]int{}
+	for _, s := range h.sessions() {
+		pids[s.Name] = s.PanePID
+	}
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	eventually.Wait(t, 15*time.Second, "the untagged orphan to be killed after its hold", func() bool { return !h.alive(untagged) })
+	from := orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runOrphan, Attempt: wire.IntPtr(1), Force: true})
+	orch.send(h.dispatchFrame(runMissing, 1))
+	orch.wait(from, "spawn_failed of the run whose name another instance holds", isState(wire.StateSpawnFailed, runMissing))
+	// Several reconciliations (each past the orphan hold) after all that.
+	n := passes.Load()
+	eventually.Wait(t, 15*time.Second, "more reconciliation passes", func() bool { return passes.Load() >= n+5 })
+
+	for _, name := range []tmux.SessionName{fOrphan, fDesired, fRespawn} {
+		s, ok := h.session(map[tmux.SessionName]string{fOrphan: runOrphan, fDesired: runDesired, fRespawn: runMissing}[name])
+		if !ok || s.Name != name || s.Instance != other || s.PanePID != pids[name] {
+			t.Errorf("the other instance's session %s was touched: %+v (present %v, pid was %d)", name, s, ok, pids[name])
+		}
+	}
+	for _, id := range []string{runOrphan, runDesired, runMissing} {
+		if n := orch.count(0, isType(wire.FrameSnapshot, id)); n != 0 {
+			t.Errorf("the other instance's session of %s was adopted: %d snapshots", id, n)
+		}
+	}
+	if n := orch.count(0, func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected &&
+			(strings.Contains(f.Detail, fOrphan.String()) || strings.Contains(f.Detail, fDesired.String()) || strings.Contains(f.Detail, fRespawn.String()))
+	}); n != 0 {
+		t.Errorf("the other instance's sessions were reported as orphans %d times", n)
+	}
+	if n := orch.count(0, func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
+	}); n != 1 {
+		t.Errorf("the untagged orphan was reported %d times, want once", n)
+	}
+}
+
+// The orphan report of a session that carries a run id and attempt names
+// them (the orchestrator journals them); one without names no run.
+func TestOrphanDetectedCarriesRunID(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 100 * time.Millisecond
+	h.opts.OrphanHold = time.Hour
+	orch.setRuns(func(r *fakeRuns) { r.serve = true })
+	named := h.oldSession(runOrphan, 2)
+	bare := "pam-0badc0de"
+	if out, err := exec_(h, "new-session", "-d", "-s", bare, "sleep 600"); err != nil {
+		t.Fatalf("%v %s", err, out)
+	}
+	h.start()
+	f, _ := orch.wait(0, "the orphan report of the named session", func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, named.String())
+	})
+	if f.RunID != runOrphan || f.Attempt == nil || *f.Attempt != 2 {
+		t.Errorf("orphan report %+v: want run %s attempt 2", f, runOrphan)
+	}
+	f, _ = orch.wait(0, "the orphan report of the bare session", func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, bare)
+	})
+	if f.RunID != "" || f.Attempt != nil {
+		t.Errorf("orphan report of a session without a run names one: %+v", f)
 	}
 }

@@ -212,15 +212,27 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		fail("write dispatch file: " + err.Error())
 		return
 	}
-	// Kill-before-respawn: a session holding this name can only be an
-	// earlier incarnation of this run (the name derives from its id).
+	// Kill-before-respawn: a session of this instance holding this name
+	// can only be an earlier incarnation of this run (the name derives
+	// from its id). One of another instance is never touched.
+	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		fail("list sessions: " + err.Error())
+		return
+	}
+	for _, s := range list {
+		if s.Name == r.name && !w.mine(s) {
+			fail(fmt.Sprintf("session %s belongs to another pam instance (%q); left alone", r.name, s.Instance))
+			return
+		}
+	}
 	if err := w.tm.Stop(ctx, r.name, w.o.StopGrace, false); err != nil {
 		fail("stop the previous session: " + err.Error())
 		return
 	}
 	err = w.tm.NewSession(ctx, tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
-		Command: w.command(r.id),
+		Instance: w.instanceID, Command: w.command(r.id),
 	})
 	if err != nil {
 		fail(err.Error())
@@ -334,6 +346,10 @@ func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.Sess
 	for _, s := range list {
 		if s.Name != name {
 			continue
+		}
+		if !w.mine(s) {
+			w.log.Warn("stop: session belongs to another pam instance; left alone", "run_id", f.RunID, "session", name.String(), "instance", s.Instance)
+			return false
 		}
 		if s.RunID != f.RunID {
 			w.log.Warn("stop: session belongs to another run; left alone", "run_id", f.RunID, "session", name.String(), "session_run_id", s.RunID)

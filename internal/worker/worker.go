@@ -295,6 +295,12 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	w.log.Info("worker starting", "host", o.HostName, "instance_id", instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
+	// A tmux server an earlier pam started keeps tmux's default key
+	// bindings, which would let an attach relay drive the whole server:
+	// no relay opens before they are gone (docs/architecture.md#tmux-safety).
+	if err := tm.Harden(ctx); err != nil {
+		return err
+	}
 	w.startReconcile(ctx)
 
 	var loops sync.WaitGroup
@@ -309,11 +315,30 @@ func Run(ctx context.Context, o Options) error {
 	return nil
 }
 
-// adopt takes over the sessions a previous worker left running: any
-// pam-* session carrying a valid @pam_run_id that matches its name.
-// Others are left alone for reconciliation to judge.
-func (w *agent) adopt(ctx context.Context) {
+// mine reports whether a session is this worker's to judge: created by
+// this instance, or by an older pam that recorded no @pam_instance. A
+// session of another instance sharing the socket (another worker of the
+// same user, with another data dir) is never adopted, stopped or killed
+// (docs/architecture.md#tmux-safety).
+func (w *agent) mine(s tmux.Session) bool {
+	return s.Instance == "" || s.Instance == w.instanceID
+}
+
+// ownSessions lists the pam sessions on the socket that are mine.
+func (w *agent) ownSessions(ctx context.Context) ([]tmux.Session, error) {
 	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(list, func(s tmux.Session) bool { return !w.mine(s) }), nil
+}
+
+// adopt takes over the sessions a previous worker left running: any
+// pam-* session of this instance (or of none) carrying a valid
+// @pam_run_id that matches its name. Others are left alone for
+// reconciliation to judge.
+func (w *agent) adopt(ctx context.Context) {
+	list, err := w.ownSessions(ctx)
 	if err != nil {
 		w.log.Warn("list sessions at start", "err", err)
 		return
