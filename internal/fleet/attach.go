@@ -128,6 +128,23 @@ func (f *Fleet) dropAttaches(c *Conn) {
 	}
 }
 
+// dropHostAttaches ends every relay of hostID, whichever connection
+// opened it: the host was revoked.
+func (f *Fleet) dropHostAttaches(hostID, reason string) {
+	var gone []*AttachRoute
+	f.mu.Lock()
+	for id, r := range f.attaches {
+		if r.HostID == hostID {
+			gone = append(gone, r)
+			delete(f.attaches, id)
+		}
+	}
+	f.mu.Unlock()
+	for _, r := range gone {
+		r.sink(wire.Frame{Type: wire.FrameAttachClosed, AttachID: r.ID, Reason: reason})
+	}
+}
+
 // Attaches is the number of open relays (a metric).
 func (f *Fleet) Attaches() int {
 	f.mu.Lock()

@@ -21,19 +21,48 @@ const sendQueue = 256
 // Conn is one connected uplink.
 type Conn struct {
 	HostID string
-	Out    chan wire.Frame // drained by the uplink's writer
-	Done   chan struct{}   // closed when the connection must end
-	once   sync.Once
+	// InstanceID is the worker instance admitted on this connection
+	// (empty for one made by Attach).
+	InstanceID string
+	Out        chan wire.Frame // drained by the uplink's writer
+	Done       chan struct{}   // closed when the connection must end
+	once       sync.Once
+	gen        uint64 // the host's credential generation when admitted
+	reason     string // why Done was closed; read only after Done
 }
 
 // Close ends the connection (idempotent).
-func (c *Conn) Close() { c.once.Do(func() { close(c.Done) }) }
+func (c *Conn) Close() { c.CloseBecause("connection replaced or too slow") }
+
+// CloseBecause ends the connection saying why (idempotent: the first
+// reason stays). The uplink's writer puts the reason in its close frame,
+// so a worker's log says whether it was replaced or revoked.
+func (c *Conn) CloseBecause(reason string) {
+	c.once.Do(func() {
+		c.reason = reason
+		close(c.Done)
+	})
+}
+
+// Reason is why the connection was closed; call it only after Done.
+func (c *Conn) Reason() string { return c.reason }
+
+// hostCred is what this process knows of a host's right to an uplink
+// (docs/architecture.md#security-model): the instance that registered in
+// this server's lifetime, and a generation that every revocation (token
+// rotated, host disabled or removed) bumps. A connection admitted under
+// an older generation is no longer current.
+type hostCred struct {
+	instance string
+	gen      uint64
+}
 
 // Fleet is the registry of connected workers, the pane cache and the log
 // relay.
 type Fleet struct {
 	mu    sync.Mutex
 	conns map[string]*Conn
+	creds map[string]*hostCred // by host id, under mu
 
 	panes *lru.Cache[string, *Snapshot]
 	pmu   sync.Mutex
@@ -49,11 +78,116 @@ type Fleet struct {
 // (1000 by the contract).
 func New(maxPanes int) *Fleet {
 	c, _ := lru.New[string, *Snapshot](maxPanes)
-	return &Fleet{conns: map[string]*Conn{}, panes: c}
+	return &Fleet{conns: map[string]*Conn{}, creds: map[string]*hostCred{}, panes: c}
+}
+
+// Errors of Admit.
+var (
+	// ErrNotRegistered: no register of this instance for this host in
+	// this server's lifetime (or one since revoked).
+	ErrNotRegistered = errors.New("this worker instance has not registered with this server")
+	// ErrRevoked: the host's credential was revoked while the
+	// connection was being admitted.
+	ErrRevoked = errors.New("the host's credential was revoked")
+)
+
+// Pin records that instanceID registered for hostID and is its pinned
+// instance (not a suspected clone): only it may open the host's uplink.
+// A live connection of another instance is closed: the registry decided
+// that instance is gone (a reinstall).
+func (f *Fleet) Pin(hostID, instanceID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cr := f.cred(hostID)
+	cr.instance = instanceID
+	if c := f.conns[hostID]; c != nil && c.InstanceID != instanceID {
+		delete(f.conns, hostID)
+		c.CloseBecause("another instance of this host registered")
+	}
+}
+
+// Pinned returns the instance registered for hostID in this server's
+// lifetime ("" if none) and the host's credential generation. An uplink
+// takes the generation before it checks the credential in the database
+// and hands it to Admit, so a revocation in between is never missed.
+func (f *Fleet) Pinned(hostID string) (instance string, gen uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cr := f.cred(hostID)
+	return cr.instance, cr.gen
+}
+
+// Admit registers the uplink of hostID for instanceID if that instance
+// is the one pinned by register and no revocation happened since gen was
+// read (Pinned). It replaces (and closes) an older connection of the
+// same instance: a worker that reconnects before its old socket timed
+// out. Another instance's connection is never replaced.
+func (f *Fleet) Admit(hostID, instanceID string, gen uint64) (*Conn, error) {
+	f.mu.Lock()
+	cr := f.cred(hostID)
+	switch {
+	case cr.gen != gen:
+		f.mu.Unlock()
+		return nil, ErrRevoked
+	case cr.instance == "" || cr.instance != instanceID:
+		f.mu.Unlock()
+		return nil, ErrNotRegistered
+	}
+	c := &Conn{HostID: hostID, InstanceID: instanceID, gen: gen, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
+	old := f.conns[hostID]
+	f.conns[hostID] = c
+	f.mu.Unlock()
+	if old != nil {
+		old.CloseBecause("connection replaced by a newer one of the same instance")
+	}
+	return c, nil
+}
+
+// Current reports whether c is still its host's admitted connection under
+// the host's current credential. It is checked on every heartbeat, in
+// memory.
+func (f *Fleet) Current(c *Conn) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	cr := f.creds[c.HostID]
+	return f.conns[c.HostID] == c && cr != nil && cr.gen == c.gen
+}
+
+// Revoke cuts hostID off at once: its uplink is closed, its relays end
+// (their sinks get attach_closed), the registered instance is forgotten
+// (the worker must register again) and the credential generation moves
+// on, so a connection being admitted concurrently is refused. The caller
+// has already committed the change (token rotated, host disabled or
+// removed), so whatever reconnects is judged by it.
+func (f *Fleet) Revoke(hostID, reason string) {
+	f.mu.Lock()
+	cr := f.cred(hostID)
+	cr.gen++
+	cr.instance = ""
+	c := f.conns[hostID]
+	delete(f.conns, hostID)
+	f.mu.Unlock()
+	if c != nil {
+		c.CloseBecause(reason)
+	}
+	f.dropHostAttaches(hostID, reason)
+}
+
+// cred returns hostID's entry, creating it; f.mu is held. An entry is
+// kept after its host is removed (a few bytes per removed host) so that
+// its generation never goes back.
+func (f *Fleet) cred(hostID string) *hostCred {
+	cr := f.creds[hostID]
+	if cr == nil {
+		cr = &hostCred{}
+		f.creds[hostID] = cr
+	}
+	return cr
 }
 
 // Attach registers the uplink of hostID, replacing (and closing) an older
-// connection of the same host: one uplink per worker.
+// connection of the same host, without the checks of Admit (which the
+// uplink uses); it is for tests of the fleet's plumbing.
 func (f *Fleet) Attach(hostID string) *Conn {
 	c := &Conn{HostID: hostID, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
 	f.mu.Lock()

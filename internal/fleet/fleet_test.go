@@ -84,3 +84,73 @@ func BenchmarkPaneCache1000(b *testing.B) {
 		runtime.KeepAlive(f)
 	}
 }
+
+// The admission rules of docs/architecture.md#security-model, in memory:
+// only the pinned instance is admitted, never replacing another instance;
+// a revocation closes the connection, forgets the pin and refuses an
+// admission that read the generation before it.
+func TestAdmitPinRevoke(t *testing.T) {
+	f := New(10)
+	if _, gen := f.Pinned("h"); gen != 0 {
+		t.Fatalf("fresh generation %d", gen)
+	}
+	if _, err := f.Admit("h", "a", 0); err != ErrNotRegistered {
+		t.Fatalf("admit before a register: %v", err)
+	}
+	f.Pin("h", "a")
+	inst, gen := f.Pinned("h")
+	if inst != "a" {
+		t.Fatalf("pinned %q", inst)
+	}
+	if _, err := f.Admit("h", "b", gen); err != ErrNotRegistered {
+		t.Fatalf("admit of another instance: %v", err)
+	}
+	c, err := f.Admit("h", "a", gen)
+	if err != nil || !f.Current(c) {
+		t.Fatalf("admit: %v current %v", err, f.Current(c))
+	}
+	// The same instance reconnecting replaces its older connection.
+	c2, err := f.Admit("h", "a", gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done:
+	default:
+		t.Fatal("the older connection of the same instance stayed open")
+	}
+	// A revocation between Pinned and Admit refuses the admission.
+	_, gen = f.Pinned("h")
+	f.Revoke("h", "token rotated")
+	select {
+	case <-c2.Done:
+		if c2.Reason() != "token rotated" {
+			t.Fatalf("reason %q", c2.Reason())
+		}
+	default:
+		t.Fatal("revoke left the connection open")
+	}
+	if f.Connected("h") || f.Current(c2) {
+		t.Fatal("still connected after revoke")
+	}
+	f.Pin("h", "a")
+	if _, err := f.Admit("h", "a", gen); err != ErrRevoked {
+		t.Fatalf("admit with a generation from before the revocation: %v", err)
+	}
+	if inst, _ := f.Pinned("h"); inst != "a" {
+		t.Fatalf("pin after re-register %q", inst)
+	}
+	// A reinstall (another instance pinned) closes the old instance's
+	// connection.
+	_, gen = f.Pinned("h")
+	c3, err := f.Admit("h", "a", gen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Pin("h", "b")
+	select {
+	case <-c3.Done:
+	default:
+		t.Fatal("pinning another instance left the old one connected")
+	}
+}

@@ -51,11 +51,23 @@ func (s *Server) getHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h)
 }
 
+// disableHost withholds new work from a host and, when it was enabled,
+// closes its live uplink and relays at once (docs/architecture.md#security-model).
+// The worker's token still holds: it registers again, reconnects and
+// goes on streaming and signalling its runs, but is dispatched nothing.
 func (s *Server) disableHost(w http.ResponseWriter, r *http.Request) {
-	h, err := s.store.DisableHost(r.Context(), r.PathValue("ref"))
+	before, err := s.store.HostByRef(r.Context(), r.PathValue("ref"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	h, err := s.store.DisableHost(r.Context(), before.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if !before.Disabled {
+		s.opts.Fleet.Revoke(h.ID, "host disabled")
 	}
 	writeJSON(w, http.StatusOK, h)
 }
@@ -78,21 +90,38 @@ func (s *Server) clearSuspect(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h)
 }
 
+// rotateToken replaces a host's worker token; once the new one is
+// committed, the live uplink (admitted with the old one) and its relays
+// are closed at once.
 func (s *Server) rotateToken(w http.ResponseWriter, r *http.Request) {
-	tok, err := s.store.RotateToken(r.Context(), r.PathValue("ref"))
+	h, err := s.store.HostByRef(r.Context(), r.PathValue("ref"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	tok, err := s.store.RotateToken(r.Context(), h.ID)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.opts.Fleet.Revoke(h.ID, "worker token rotated")
 	w.Header().Set("Cache-Control", "no-store")
 	writeJSON(w, http.StatusOK, tok)
 }
 
+// deleteHost removes a host; once that is committed its live uplink and
+// relays are closed at once.
 func (s *Server) deleteHost(w http.ResponseWriter, r *http.Request) {
-	if err := s.store.DeleteHost(r.Context(), r.PathValue("ref")); err != nil {
+	h, err := s.store.HostByRef(r.Context(), r.PathValue("ref"))
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	if err := s.store.DeleteHost(r.Context(), h.ID); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.opts.Fleet.Revoke(h.ID, "host removed")
 	w.WriteHeader(http.StatusNoContent)
 }
 

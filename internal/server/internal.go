@@ -84,6 +84,11 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if out.Pinned {
+		// Only the pinned instance may now open the uplink
+		// (docs/architecture.md#security-model).
+		s.opts.Fleet.Pin(out.HostID, in.InstanceID)
+	}
 	s.log.Info("worker registered", "host", hostOf(r).Name, "host_id", out.HostID, "providers", in.Providers, "version", in.Version)
 	writeJSON(w, http.StatusOK, out)
 }

@@ -82,6 +82,7 @@ type fakeWorker struct {
 	hostID string
 	name   string
 	frames chan wire.Frame
+	gone   chan struct{} // closed when the server ends the current connection
 }
 
 // worker provisions a host and connects a simulated worker to it.
@@ -101,6 +102,15 @@ func (e *runEnv) worker(name string, maxRuns int, providers ...string) *fakeWork
 
 func (w *fakeWorker) connect() {
 	w.t.Helper()
+	w.dial()
+	now := time.Now()
+	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
+	w.expect(wire.FrameHeartbeatAck)
+}
+
+// dial opens the uplink socket and starts reading it, sending nothing.
+func (w *fakeWorker) dial() {
+	w.t.Helper()
 	ws, _, err := websocket.Dial(w.t.Context(), "ws"+strings.TrimPrefix(w.e.url, "http")+"/api/internal/worker/uplink",
 		&websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + w.token}}})
 	if err != nil {
@@ -109,7 +119,10 @@ func (w *fakeWorker) connect() {
 	ws.SetReadLimit(wire.MaxFrame)
 	w.ws = ws
 	w.t.Cleanup(func() { ws.CloseNow() })
+	gone := make(chan struct{})
+	w.gone = gone
 	go func() {
+		defer close(gone)
 		for {
 			_, b, err := ws.Read(context.Background())
 			if err != nil {
@@ -126,9 +139,6 @@ func (w *fakeWorker) connect() {
 			w.frames <- f
 		}
 	}()
-	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
-	w.expect(wire.FrameHeartbeatAck)
 }
 
 func (w *fakeWorker) send(f wire.Frame) {
@@ -431,7 +441,7 @@ func TestSignalIngestTable(t *testing.T) {
 				}
 				// ... and the connection stays usable.
 				now := time.Now()
-				w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, Timestamp: &now})
+				w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: instanceA, Timestamp: &now})
 				w.expect(wire.FrameHeartbeatAck)
 			}
 		})
@@ -512,7 +522,9 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	r := e.start(map[string]any{"max_attempts": 3})
 	d1 := a.expect(wire.FrameRunDispatch) // a does not ack in time
 	// Drain a (disable is drain-only) so the re-offer must go to b.
+	// Disabling cuts a's uplink once; like a worker, a reconnects.
 	e.must(200, "POST", "/api/v1/hosts/slow-a/disable", nil, nil)
+	a.reconnect()
 	b := e.worker("fast-b", 4, "shell")
 	d2 := b.expect(wire.FrameRunDispatch)
 	if d2.RunID != r.ID || *d2.Attempt != 1 {

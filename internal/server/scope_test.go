@@ -129,12 +129,24 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 
 	one := wire.IntPtr(1)
 	long := strings.Repeat("x", wire.MaxText)
-	for _, state := range []string{wire.StateStaleSession, wire.StateOrphanDetected, wire.StateSessionLost} {
+	for _, state := range []string{wire.StateStaleSession, wire.StateSessionLost} {
 		b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: state, Detail: long})
 		if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound || f.RunID != r.ID {
 			t.Errorf("run_state %s from another host: %+v, want not_found", state, f)
 		}
 	}
+	// An orphan is by definition a session whose run is not this host's:
+	// it is journaled for host B (run id and attempt in the payload),
+	// never against the run, whose journal stays as it was.
+	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: long})
+	eventually.Wait(t, 10*time.Second, "host B's orphan report", func() bool {
+		for _, ev := range e.events("run.orphan_detected") {
+			if ev.HostID != nil && *ev.HostID == b.hostID && ev.RunID == nil && strings.Contains(string(ev.Payload), r.ID) {
+				return true
+			}
+		}
+		return false
+	})
 	now := time.Now()
 	b.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: one, Capture: "not mine", Timestamp: &now})
 	if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 	"unicode/utf8"
@@ -11,13 +12,23 @@ import (
 	"github.com/coder/websocket"
 
 	"pam/internal/fleet"
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
+// admitTimeout bounds the wait for the first frame of an uplink, the
+// heartbeat that admits it (a worker sends it at once).
+const admitTimeout = 30 * time.Second
+
 // uplink serves WS /api/internal/worker/uplink: one resident connection per
 // worker carrying heartbeats, dispatch, snapshots, signals and logs (docs/architecture.md#internal-api).
+// A connection is admitted by its first frame, a heartbeat of the instance
+// that registered for this host in this server's lifetime
+// (docs/architecture.md#security-model); anything else is refused and
+// closed, and nothing is dispatched to it.
 func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	host := hostOf(r)
+	cred := store.Credential{TokenHash: store.HashWorkerToken(bearer(r))}
 	ws, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return // Accept wrote the error
@@ -25,9 +36,18 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	ws.SetReadLimit(wire.MaxFrame)
 	ctx, cancel := contextWithCancelOn(r.Context(), s.streamCtx)
 	defer cancel()
-	conn := s.opts.Fleet.Attach(host.ID)
+	conn, err := s.admitUplink(ctx, ws, host, &cred)
+	if err != nil {
+		s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
+		var we *wire.Error
+		if errors.As(err, &we) {
+			s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
+		}
+		_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
+		return
+	}
 	defer s.opts.Fleet.Detach(conn)
-	s.log.Info("uplink connected", "host", host.Name, "host_id", host.ID)
+	s.log.Info("uplink connected", "host", host.Name, "host_id", host.ID, "instance_id", conn.InstanceID)
 	s.metrics.uplinks.Inc()
 	defer s.metrics.uplinks.Dec()
 
@@ -36,11 +56,13 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 		defer close(writerDone)
 		s.uplinkWriter(ctx, ws, conn)
 	}()
-	u := &uplinkSession{s: s, host: host, conn: conn, known: map[string]bool{}}
+	u := &uplinkSession{s: s, host: host, conn: conn, cred: cred, known: map[string]bool{}}
+	now := time.Now().UTC()
+	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
 	s.opts.Dispatcher.Wake()
 	for {
 		_, data, err := ws.Read(ctx)
-		if err != nil {
+		if err != nil || u.ended() {
 			break
 		}
 		f, err := wire.DecodeFrame(data)
@@ -61,6 +83,65 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	s.log.Info("uplink disconnected", "host", host.Name, "host_id", host.ID)
 }
 
+// admitUplink reads the first frame of a fresh uplink and admits the
+// connection into the fleet if it is a heartbeat of the instance pinned by
+// a register in this server's lifetime, under the host's current
+// credential. The fleet's credential generation is read before the
+// database check and handed to Admit, so a revocation that commits while
+// this runs is never missed. A heartbeat of another instance while the
+// pinned one is live marks the host suspect.
+func (s *Server) admitUplink(ctx context.Context, ws *websocket.Conn, host wire.Host, cred *store.Credential) (*fleet.Conn, error) {
+	rctx, cancel := context.WithTimeout(ctx, admitTimeout)
+	_, data, err := ws.Read(rctx)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("read the first frame: %w", err)
+	}
+	f, err := wire.DecodeFrame(data)
+	if err == nil {
+		err = f.Validate()
+	}
+	if err != nil || f.Type != wire.FrameHeartbeat {
+		return nil, wire.Errorf(wire.CodeUnauthorized, "the first frame of an uplink must be a heartbeat")
+	}
+	pinned, gen := s.opts.Fleet.Pinned(host.ID)
+	switch {
+	case pinned == "":
+		return nil, wire.Errorf(wire.CodeUnauthorized, "register this worker instance before opening the uplink")
+	case f.InstanceID != pinned:
+		live := s.opts.Fleet.Connected(host.ID)
+		suspect, err := s.store.ForeignInstance(ctx, host.ID, f.InstanceID, live, s.hostOfflineAfter())
+		if err != nil {
+			s.log.Error("record a foreign instance", "host", host.Name, "err", err)
+		}
+		if suspect {
+			return nil, wire.Errorf(wire.CodeUnauthorized, "instance %s is not this host's pinned instance, which is live: the host is marked suspect", echo(f.InstanceID))
+		}
+		return nil, wire.Errorf(wire.CodeUnauthorized, "register this worker instance before opening the uplink")
+	}
+	cred.InstanceID = f.InstanceID
+	if _, err := s.store.UplinkHeartbeat(ctx, host.ID, *cred); err != nil {
+		return nil, err
+	}
+	conn, err := s.opts.Fleet.Admit(host.ID, f.InstanceID, gen)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeUnauthorized, "%s", err.Error())
+	}
+	return conn, nil
+}
+
+// writeNow writes one frame on a socket that has no writer goroutine
+// (a refused uplink), bounded in time.
+func (s *Server) writeNow(ctx context.Context, ws *websocket.Conn, f wire.Frame) {
+	b, err := json.Marshal(f)
+	if err != nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	_ = ws.Write(wctx, websocket.MessageText, b)
+}
+
 // uplinkWriter is the only writer of the socket: it drains the host's
 // queue until the connection or the server ends.
 func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fleet.Conn) {
@@ -71,7 +152,7 @@ func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fle
 			_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 			return
 		case <-conn.Done:
-			_ = ws.Close(websocket.StatusPolicyViolation, "connection replaced or too slow")
+			_ = ws.Close(websocket.StatusPolicyViolation, conn.Reason())
 			return
 		case f := <-conn.Out:
 			b, err := json.Marshal(f)
@@ -93,7 +174,8 @@ type uplinkSession struct {
 	s     *Server
 	host  wire.Host
 	conn  *fleet.Conn
-	known map[string]bool // runs this host may speak for (checked once)
+	cred  store.Credential // what the connection was admitted with
+	known map[string]bool  // runs this host may speak for (checked once)
 }
 
 func (u *uplinkSession) send(f wire.Frame) {
@@ -112,7 +194,19 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	}
 	switch f.Type {
 	case wire.FrameHeartbeat:
-		online, err := s.store.Heartbeat(ctx, u.host.ID)
+		// Every heartbeat is checked against the host's current
+		// credential: in memory (the connection is still current), then
+		// in the row the heartbeat writes anyway (token hash, pinned
+		// instance).
+		if f.InstanceID != u.conn.InstanceID || !s.opts.Fleet.Current(u.conn) {
+			u.revoked(wire.Errorf(wire.CodeUnauthorized, "this heartbeat is not from the admitted instance or the credential was revoked"))
+			return
+		}
+		online, err := s.store.UplinkHeartbeat(ctx, u.host.ID, u.cred)
+		if wire.HasCode(err, wire.CodeUnauthorized) {
+			u.revoked(err)
+			return
+		}
 		if err != nil {
 			s.log.Warn("heartbeat", "host", u.host.Name, "err", err)
 			return
@@ -179,6 +273,30 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	default:
 		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})
 	}
+}
+
+// ended reports whether the connection was closed (revoked or
+// replaced): not one more frame is taken from it.
+func (u *uplinkSession) ended() bool {
+	select {
+	case <-u.conn.Done:
+		return true
+	default:
+		return false
+	}
+}
+
+// revoked ends a connection whose credential no longer holds, telling
+// the worker why.
+func (u *uplinkSession) revoked(err error) {
+	u.s.log.Warn("uplink credential revoked", "host", u.host.Name, "host_id", u.host.ID, "err", err)
+	msg := err.Error()
+	var we *wire.Error
+	if errors.As(err, &we) {
+		msg = we.Message
+	}
+	u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeUnauthorized, Message: wire.BoundText(msg)})
+	u.conn.CloseBecause("credential revoked")
 }
 
 // inScope checks that a frame naming a run speaks for a run offered to

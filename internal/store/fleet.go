@@ -68,7 +68,9 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2 WHERE id = $1`, host.ID, in.InstanceID); err != nil {
 				return err
 			}
+			out.Pinned = true
 		case *pinned == in.InstanceID:
+			out.Pinned = true
 		case lastSeen == nil || time.Since(*lastSeen) > offlineAfter:
 			// The pinned instance has been silent: a reinstall.
 			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2, instance_suspect = false, reported_instance_id = NULL WHERE id = $1`, host.ID, in.InstanceID); err != nil {
@@ -76,6 +78,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			}
 			events = append(events, NewEvent{Topic: wire.TopicWorkerInstanceReinstalled, HostID: host.ID,
 				Payload: map[string]any{"host_id": host.ID, "old_instance_id": *pinned, "instance_id": in.InstanceID}})
+			out.Pinned = true
 		default:
 			// The pinned instance is live: a clone. Keep the pinned id.
 			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_suspect = true, reported_instance_id = $2 WHERE id = $1`, host.ID, in.InstanceID); err != nil {
@@ -98,14 +101,53 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 // Heartbeat records that a host's worker is alive. A host that was not
 // online becomes online (journal worker.registered); a disabled host only
 // gets its last_seen_at (disabled is sticky). It reports whether the host
-// just came online, which may free work for the dispatcher.
+// just came online, which may free work for the dispatcher. It trusts the
+// caller; an uplink uses UplinkHeartbeat, which checks the credential.
 func (s *Store) Heartbeat(ctx context.Context, hostID string) (bool, error) {
+	return s.heartbeat(ctx, hostID, nil)
+}
+
+// Credential is what an uplink connection was admitted with: the hash of
+// the worker token it presented and the instance id it reported.
+type Credential struct {
+	TokenHash  []byte
+	InstanceID string
+}
+
+// ErrRevoked answers a heartbeat whose credential no longer holds: the
+// host was removed, its token rotated, or another instance pinned.
+var ErrRevoked = wire.Errorf(wire.CodeUnauthorized, "this uplink's credential was revoked: register again")
+
+// UplinkHeartbeat is Heartbeat for a connection that must still hold the
+// host's current credential (docs/architecture.md#security-model): the
+// host exists, its token hash is the one the connection presented, and
+// its pinned instance is the one the connection reported. Otherwise it
+// writes nothing and returns ErrRevoked. The check is part of the row
+// read the heartbeat makes anyway: no extra round trip.
+func (s *Store) UplinkHeartbeat(ctx context.Context, hostID string, cred Credential) (bool, error) {
+	return s.heartbeat(ctx, hostID, &cred)
+}
+
+func (s *Store) heartbeat(ctx context.Context, hostID string, cred *Credential) (bool, error) {
 	cameOnline := false
+	var hash []byte
+	if cred != nil {
+		hash = cred.TokenHash
+	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var status string
-		var disabled bool
-		if err := tx.QueryRow(ctx, `SELECT status, disabled FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID).Scan(&status, &disabled); err != nil {
+		var disabled, tokenOK bool
+		var pinned *string
+		err := tx.QueryRow(ctx, `SELECT status, disabled, coalesce(worker_token_hash = $2, false), instance_id::text
+			FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, hash).Scan(&status, &disabled, &tokenOK, &pinned)
+		if errors.Is(err, pgx.ErrNoRows) && cred != nil {
+			return ErrRevoked
+		}
+		if err != nil {
 			return err
+		}
+		if cred != nil && (!tokenOK || pinned == nil || !sameUUID(*pinned, cred.InstanceID)) {
+			return ErrRevoked
 		}
 		if disabled || status == "online" {
 			_, err := tx.Exec(ctx, `UPDATE hosts SET last_seen_at = now() WHERE id = $1`, hostID)
@@ -117,7 +159,67 @@ func (s *Store) Heartbeat(ctx context.Context, hostID string) (bool, error) {
 		cameOnline = true
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerRegistered, HostID: hostID, Payload: map[string]any{"host_id": hostID, "from": status}})
 	})
+	if err != nil && !errors.Is(err, ErrRevoked) {
+		return false, fmt.Errorf("heartbeat of host %s: %w", hostID, err)
+	}
 	return cameOnline, err
+}
+
+// sameUUID compares two UUIDs whatever their spelling; a string that is
+// not a UUID matches nothing.
+func sameUUID(a, b string) bool {
+	ua, err := uuid.Parse(a)
+	if err != nil {
+		return false
+	}
+	ub, err := uuid.Parse(b)
+	return err == nil && ua == ub
+}
+
+// ForeignInstance records that an uplink of hostID reported instanceID,
+// which is not the pinned instance, while the pinned one is live (live:
+// the caller holds its connection, or it heartbeated within
+// offlineAfter): the host is marked suspect, keeping the pinned id, and
+// worker.instance_suspect is journaled once, as a register would
+// (docs/architecture.md#internal-api). It reports whether the host is
+// now suspect.
+func (s *Store) ForeignInstance(ctx context.Context, hostID, instanceID string, live bool, offlineAfter time.Duration) (bool, error) {
+	suspect := false
+	err := s.InTx(ctx, func(tx *Tx) error {
+		var pinned *string
+		var lastSeen *time.Time
+		var was bool
+		if err := tx.QueryRow(ctx, `SELECT instance_id::text, last_seen_at, instance_suspect FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID).
+			Scan(&pinned, &lastSeen, &was); err != nil {
+			return err
+		}
+		if pinned == nil || *pinned == instanceID {
+			return nil
+		}
+		if !live && (lastSeen == nil || time.Since(*lastSeen) > offlineAfter) {
+			return nil
+		}
+		suspect = true
+		if was {
+			return nil
+		}
+		// Only a UUID is kept as the reported id (the one clear-suspect
+		// would accept); anything else is not an instance a worker makes.
+		var reported *string
+		if id, err := uuid.Parse(instanceID); err == nil {
+			v := id.String()
+			reported = &v
+		}
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_suspect = true, reported_instance_id = $2, updated_at = now() WHERE id = $1`, hostID, reported); err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerInstanceSuspect, HostID: hostID,
+			Payload: map[string]any{"host_id": hostID, "pinned_instance_id": *pinned, "instance_id": reported, "source": "uplink"}})
+	})
+	if err != nil {
+		return false, fmt.Errorf("record a foreign instance of host %s: %w", hostID, translate(err))
+	}
+	return suspect, nil
 }
 
 // MarkOffline turns online hosts silent for offlineAfter into offline

@@ -25,6 +25,10 @@ type Registered struct {
 	HostID   string `json:"host_id"`
 	Status   string `json:"status"`
 	Protocol int    `json:"protocol"`
+	// Pinned is for the server only, never sent: whether the registering
+	// instance is now the host's pinned instance (not a suspected clone).
+	// Only a pinned instance may open the uplink.
+	Pinned bool `json:"-"`
 }
 
 // WorkerRun is one run as the worker sees it (GET /api/internal/worker/runs).
