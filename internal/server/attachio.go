@@ -174,11 +174,12 @@ func (c *attachClient) writer() {
 				c.end("", "")
 			}
 		case <-c.outReady:
+			if armed {
+				continue // the timer flushes it
+			}
 			if wait := outputInterval - time.Since(last); wait > 0 {
-				if !armed {
-					timer.Reset(wait)
-					armed = true
-				}
+				timer.Reset(wait)
+				armed = true
 				continue
 			}
 			last = time.Now()
