@@ -299,6 +299,11 @@ func Run(ctx context.Context, o Options) error {
 	// bindings, which would let an attach relay drive the whole server:
 	// no relay opens before they are gone (docs/architecture.md#tmux-safety).
 	if err := tm.Harden(ctx); err != nil {
+		if ctx.Err() != nil {
+			// Stopped while starting (SIGTERM): a clean stop, as later.
+			w.log.Info("worker stopped while starting")
+			return nil
+		}
 		return err
 	}
 	w.startReconcile(ctx)
