@@ -39,7 +39,8 @@ type fakeOrch struct {
 
 	mu            sync.Mutex
 	registrations []wire.Register
-	failRegister  int // answer this many registrations with 503
+	failRegister  int    // answer this many registrations with 503
+	regStatus     string // the host status registration answers; "" is online
 	conn          *websocket.Conn
 	conns         int
 	frames        []wire.Frame
@@ -103,7 +104,13 @@ func (o *fakeOrch) register(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: "online", Protocol: wire.UplinkProtocol})
+	o.mu.Lock()
+	status := o.regStatus
+	o.mu.Unlock()
+	if status == "" {
+		status = "online"
+	}
+	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: status, Protocol: wire.UplinkProtocol})
 }
 
 func (o *fakeOrch) signal(w http.ResponseWriter, r *http.Request) {

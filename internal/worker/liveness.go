@@ -46,7 +46,9 @@ func (w *agent) checkLiveness(ctx context.Context) {
 	// run's session.
 	list, err := w.ownSessions(ctx)
 	if err != nil {
-		w.log.Warn("liveness: list sessions", "err", err)
+		if ctx.Err() == nil { // not a failure when the worker is stopping
+			w.log.Warn("liveness: list sessions", "err", err)
+		}
 		return
 	}
 	w.o.hooks.pass(func(h *hooks) func() { return h.livenessListed })

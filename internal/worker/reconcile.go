@@ -173,7 +173,9 @@ func (w *agent) reconcile(ctx context.Context) {
 	before := w.runMarks()
 	list, err := w.tm.ListSessions(ctx)
 	if err != nil {
-		w.log.Warn("reconcile: list sessions", "err", err)
+		if ctx.Err() == nil { // not a failure when the worker is stopping
+			w.log.Warn("reconcile: list sessions", "err", err)
+		}
 		return
 	}
 	sessions := slices.DeleteFunc(slices.Clone(list), func(s tmux.Session) bool {

@@ -148,8 +148,11 @@ func (w *agent) register(ctx context.Context) (*wire.Registered, error) {
 	if out.Protocol != 0 && out.Protocol != wire.UplinkProtocol {
 		return nil, fmt.Errorf("register: the orchestrator speaks uplink protocol %d, this worker %d", out.Protocol, wire.UplinkProtocol)
 	}
-	if out.Status != "" && out.Status != "online" {
-		w.log.Warn("registered with a host status other than online", "status", out.Status)
+	// A new host is "registered" until its first heartbeat, and one seen
+	// long ago is "offline" until then: both are normal on a start. Only a
+	// disabled host is worth saying, and it is not a failure.
+	if out.Status == "disabled" {
+		w.log.Info("this host is disabled: it keeps its runs but gets no new ones", "host", w.o.HostName)
 	}
 	return &out, nil
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -704,4 +706,30 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		t.Fatal(err)
 	}
 	goleak.VerifyNone(t, before)
+}
+
+// Issue 9 item 20: the first start of a worker on a new host (status
+// "registered" until its first heartbeat) logs no warning; a disabled
+// host is said once, as information.
+func TestFirstStartLogsNoWarning(t *testing.T) {
+	t.Parallel()
+	for _, status := range []string{"registered", "offline", "disabled"} {
+		orch := newFakeOrch(t)
+		orch.regStatus = status
+		orch.setRuns(func(r *fakeRuns) { r.serve = true })
+		h := newHarness(t, orch)
+		var logs pamtest.Buffer
+		h.opts.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+		h.start()
+		orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+		if err := h.stop(); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(logs.String(), "level=WARN") {
+			t.Errorf("status %s: a warning on a normal start:\n%s", status, logs.String())
+		}
+		if disabled := strings.Contains(logs.String(), "this host is disabled"); disabled != (status == "disabled") {
+			t.Errorf("status %s: disabled said %v:\n%s", status, disabled, logs.String())
+		}
+	}
 }
