@@ -392,3 +392,24 @@ func TestLatePassJudgesEligibilityFirst(t *testing.T) {
 		}
 	}
 }
+
+// Issue 9 item 11: the dispatch timeout counts from pending_since whatever
+// the offers. A connected host that takes every offer and never acks
+// (each offer withdrawn at the ack timeout, then offered again) does not
+// keep the run pending forever: it fails dispatch_timeout.
+func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	y.s.Policy.MaxAttempts = 1
+	silent := y.host("silent", 4, true, "shell")
+	r := y.run("shell", nil)
+	y.start(dispatch.Options{AckTimeout: 100 * time.Millisecond, DispatchTimeout: 700 * time.Millisecond, Tick: 20 * time.Millisecond})
+	eventually.Wait(t, 15*time.Second, "the run failed", func() bool { return y.get(r.ID).Status == wire.RunFailed })
+	got := y.get(r.ID)
+	if got.FailureReason == nil || *got.FailureReason != wire.FailDispatchTimeout {
+		t.Errorf("failure reason %v, want dispatch_timeout", got.FailureReason)
+	}
+	if n := len(y.fleet.frames(silent.ID, wire.FrameRunDispatch)); n < 2 {
+		t.Errorf("%d offers before the timeout, want it re-offered after each ack timeout", n)
+	}
+}

@@ -348,9 +348,12 @@ func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.T
 			return withdraw(r, "ack_timeout")
 		}
 	case DispatchTimeout:
-		if r.Status == wire.RunPending && r.HostID == "" {
+		// From pending_since whatever the offers: a run offered to a host
+		// that never acks does not stay pending forever. Offered means a
+		// host was eligible: dispatch_timeout.
+		if r.Status == wire.RunPending {
 			reason := wire.FailNoEligibleHost
-			if everMatched {
+			if everMatched || r.HostID != "" {
 				reason = wire.FailDispatchTimeout
 			}
 			return Decision{Steps: fail(r, reason, nil, "", p, now)}

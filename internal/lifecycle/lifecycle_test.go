@@ -117,6 +117,8 @@ var machine = []edge{
 		path: []string{failed, pending}, reason: wire.FailNoEligibleHost, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "pending → failed: dispatch timeout, eligible but full", decide: expired(last(with(run(pending), func(r *lifecycle.Run) { r.HostID = "" })), lifecycle.DispatchTimeout, true, ""),
 		path: []string{failed}, reason: wire.FailDispatchTimeout, topics: []wire.Topic{tFailed}},
+	{name: "pending → failed: dispatch timeout while offered to a host that never acks", decide: expired(last(run(pending)), lifecycle.DispatchTimeout, false, ""),
+		path: []string{failed}, reason: wire.FailDispatchTimeout, topics: []wire.Topic{tFailed}},
 	{name: "pending → failed: host lost (offered)", decide: expired(last(run(pending)), lifecycle.HostLost, false, hostA),
 		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
 	{name: "pending → stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(pending), false) },
@@ -180,7 +182,7 @@ var machine = []edge{
 		for _, c := range []struct {
 			r lifecycle.Run
 			t lifecycle.Timer
-		}{{run(spawning), lifecycle.AckTimeout}, {run(pending), lifecycle.DispatchTimeout}, {run(running), lifecycle.SpawnTimeout},
+		}{{run(spawning), lifecycle.AckTimeout}, {run(spawning), lifecycle.DispatchTimeout}, {run(running), lifecycle.SpawnTimeout},
 			{run(exited), lifecycle.HostLost}, {run(spawning), lifecycle.CLIHang}} {
 			if d := lifecycle.Expired(c.r, c.t, false, hostA, policy, now); len(d.Steps) > 0 {
 				return d, fmt.Errorf("timer %d on %s decided %v", c.t, c.r.Status, d.Topics())

@@ -194,7 +194,7 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 	rows, err := s.Pool.Query(ctx, `
 		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < now() - $1::interval
 		UNION ALL
-		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND host_id IS NULL AND pending_since < now() - $2::interval
+		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND pending_since < now() - $2::interval
 		UNION ALL
 		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
 		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout)
