@@ -430,6 +430,12 @@ func (c *Client) ClearSuspect(ctx context.Context, ref string) (*wire.Host, erro
 	return c.hostCall(ctx, http.MethodPost, ref, "/clear-suspect")
 }
 
+// SetHostMaxRuns changes how many runs a host may hold at once (1 to 1000)
+// and returns the host as it now reads.
+func (c *Client) SetHostMaxRuns(ctx context.Context, ref string, maxRuns int) (*wire.Host, error) {
+	return decode[wire.Host](c, ctx, http.MethodPatch, "/api/v1/hosts/"+url.PathEscape(ref), nil, wire.UpdateHost{MaxRuns: &maxRuns})
+}
+
 func (c *Client) hostCall(ctx context.Context, method, ref, action string) (*wire.Host, error) {
 	return decode[wire.Host](c, ctx, method, "/api/v1/hosts/"+url.PathEscape(ref)+action, nil, nil)
 }

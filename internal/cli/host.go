@@ -21,7 +21,7 @@ const clientGroup = "project"
 
 var hostCmd = &command{
 	name:    "host",
-	summary: "add, list, show, disable, enable and remove execution hosts",
+	summary: "add, list, show, set, disable, enable and remove execution hosts",
 	subs: []*command{
 		{
 			name: "add", args: "NAME", nargs: 1, summary: "register a host and print its worker token (shown only this once)", group: clientGroup,
@@ -74,6 +74,31 @@ var hostCmd = &command{
 		{
 			name: "show", args: "REF", nargs: 1, summary: "show a host (by id or name) with its active runs", group: clientGroup,
 			setup: showSetup((*apiclient.Client).GetHost, printHost),
+		},
+		{
+			name: "set", args: "REF", nargs: 1, summary: "change a host's settings (--max-runs: how many runs it holds at once)", group: clientGroup,
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				maxRuns := fs.Int("max-runs", 0, "concurrent runs the host accepts, 1 to 1000 (required)")
+				asJSON := fs.Bool("json", false, "print the host as JSON")
+				return func(x *invocation) error {
+					if !givenFlags(fs)["max-runs"] {
+						return usagef("--max-runs is required")
+					}
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					h, err := c.SetHostMaxRuns(x.ctx, x.args[0], *maxRuns)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, h)
+					}
+					fmt.Fprintf(x.stdout, "host %s: max_runs %d\n", h.Name, h.MaxRuns)
+					return nil
+				}
+			},
 		},
 		hostAction("disable", "stop dispatching new runs to a host (running ones continue; sticky until enable)",
 			(*apiclient.Client).DisableHost, func(w io.Writer, h *wire.Host) {

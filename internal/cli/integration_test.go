@@ -110,3 +110,67 @@ func TestAgainstRealServer(t *testing.T) {
 		t.Errorf("followed %v", followed)
 	}
 }
+
+// TestHostSetAgainstRealServer: `pam host set REF --max-runs N` changes a
+// host's max_runs through PATCH /hosts/{ref} of a real serve (issue 9
+// item 15; the route answered 405 and the command did not exist).
+func TestHostSetAgainstRealServer(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t)})
+	e.setenv("PAM_URL", sv.URL)
+	e.setenv("PAM_TOKEN", sv.Token)
+
+	e.mustPam("host", "add", "gpu-1")
+	var h wire.Host
+	if err := json.Unmarshal([]byte(e.mustPam("host", "set", "gpu-1", "--max-runs", "110", "--json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.Name != "gpu-1" || h.MaxRuns != 110 {
+		t.Fatalf("host set --json printed %+v, want gpu-1 with max_runs 110", h)
+	}
+	if out := e.mustPam("host", "set", "--max-runs", "3", h.ID); !strings.Contains(out, "gpu-1") || !strings.Contains(out, "max_runs 3") {
+		t.Errorf("host set by id printed %q", out)
+	}
+	if err := json.Unmarshal([]byte(e.mustPam("host", "show", "gpu-1", "--json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.MaxRuns != 3 {
+		t.Fatalf("host show reads max_runs %d, want 3", h.MaxRuns)
+	}
+	var evs wire.EventList
+	if err := json.Unmarshal([]byte(e.mustPam("events", "--json", "--topic", "host.updated")), &evs); err != nil {
+		t.Fatal(err)
+	}
+	if len(evs.Events) != 2 {
+		t.Errorf("%d host.updated events, want 2", len(evs.Events))
+	}
+
+	// Refusals: the server's (exit 1) and usage errors (exit 2).
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"host", "set", "gpu-1", "--max-runs", "0"}, 1, "max_runs"},
+		{[]string{"host", "set", "gpu-1", "--max-runs", "1001"}, 1, "max_runs"},
+		{[]string{"host", "set", "no-such-host", "--max-runs", "4"}, 1, "not"},
+		{[]string{"host", "set", "gpu-1"}, 2, "--max-runs"},
+		{[]string{"host", "set", "--max-runs", "4"}, 2, "REF"},
+		{[]string{"host", "set", "gpu-1", "--max-runs", "x"}, 2, "--max-runs"},
+		{[]string{"host", "set", "gpu-1", "gpu-2", "--max-runs", "4"}, 2, "gpu-2"},
+	} {
+		if r := e.pam(c.args...); r.code != c.code || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("pam %s: %v, want exit %d naming %q", strings.Join(c.args, " "), r, c.code, c.msg)
+		}
+	}
+	if r := e.pam("host", "set", "--help"); r.code != 0 || !strings.Contains(r.stdout, "--max-runs") {
+		t.Errorf("host set --help: %v", r)
+	}
+	if err := json.Unmarshal([]byte(e.mustPam("host", "show", "gpu-1", "--json")), &h); err != nil {
+		t.Fatal(err)
+	}
+	if h.MaxRuns != 3 {
+		t.Fatalf("refused sets changed max_runs to %d", h.MaxRuns)
+	}
+}

@@ -149,8 +149,8 @@ func startUp(x *invocation) error {
 	return err
 }
 
-// upWorkerOptions provisions the local host on the serve at base and
-// returns the options of pam up's worker.
+// upWorkerOptions provisions the local host on the serve at base, gives it
+// the max_runs of PAM_MAX_RUNS, and returns the options of pam up's worker.
 func upWorkerOptions(ctx context.Context, x *invocation, o serve.Options, base, operatorToken string) (worker.Options, error) {
 	hostName := x.cfg.str("PAM_HOST_NAME")
 	if hostName == "" {
@@ -163,9 +163,18 @@ func upWorkerOptions(ctx context.Context, x *invocation, o serve.Options, base, 
 	if dataDir == "" {
 		dataDir = datadir.DefaultDataDirIn(x.env.getenv)
 	}
-	token, err := localHostToken(ctx, base, operatorToken, hostName, dataDir)
+	client, err := apiclient.New(base, operatorToken, "")
+	if err != nil {
+		return worker.Options{}, err
+	}
+	defer client.HTTP.CloseIdleConnections() // its goroutines end here, not when serve does
+	maxRuns := x.cfg.int("PAM_MAX_RUNS")
+	token, err := localHostToken(ctx, client, hostName, dataDir, maxRuns)
 	if err != nil {
 		return worker.Options{}, fmt.Errorf("provision the local host %s: %w", hostName, err)
+	}
+	if err := setLocalMaxRuns(ctx, client, hostName, maxRuns); err != nil {
+		return worker.Options{}, fmt.Errorf("set max_runs of the local host %s to PAM_MAX_RUNS=%d: %w", hostName, maxRuns, err)
 	}
 	wo, err := localWorkerOptions(x, base, token)
 	if err != nil {
@@ -175,24 +184,34 @@ func upWorkerOptions(ctx context.Context, x *invocation, o serve.Options, base, 
 	return wo, nil
 }
 
+// setLocalMaxRuns gives pam up's own host the max_runs of PAM_MAX_RUNS at
+// every start: the host row keeps the value it was created with otherwise,
+// and dispatch caps the host by it whatever its worker reports.
+func setLocalMaxRuns(ctx context.Context, client *apiclient.Client, hostName string, maxRuns int) error {
+	h, err := client.GetHost(ctx, hostName)
+	if err != nil {
+		return err
+	}
+	if h.MaxRuns == maxRuns {
+		return nil
+	}
+	_, err = client.SetHostMaxRuns(ctx, h.ID, maxRuns)
+	return err
+}
+
 // localHostToken returns the worker token of the host named hostName,
-// creating the host on first start. The token is kept in
+// creating the host (with maxRuns) on first start. The token is kept in
 // <data>/worker/token (0600); if the host exists but the file is gone,
 // the token is rotated (the operator may, and only the new one is kept).
-func localHostToken(ctx context.Context, base, operatorToken, hostName, dataDir string) (string, error) {
+func localHostToken(ctx context.Context, client *apiclient.Client, hostName, dataDir string, maxRuns int) (string, error) {
 	path := workerTokenPath(dataDir)
 	if b, err := os.ReadFile(path); err == nil {
 		if tok := strings.TrimSpace(string(b)); len(tok) == 64 {
 			return tok, nil
 		}
 	}
-	client, err := apiclient.New(base, operatorToken, "")
-	if err != nil {
-		return "", err
-	}
-	defer client.HTTP.CloseIdleConnections() // its goroutines end here, not when serve does
 	var tok string
-	created, err := client.CreateHost(ctx, wire.CreateHost{Name: hostName})
+	created, err := client.CreateHost(ctx, wire.CreateHost{Name: hostName, MaxRuns: &maxRuns})
 	switch {
 	case err == nil:
 		tok = created.WorkerToken

@@ -81,6 +81,23 @@ func (s *Server) enableHost(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, h)
 }
 
+// updateHost is PATCH /hosts/{ref}: it changes the host's max_runs, the
+// only setting an operator edits after creation (pam up sets its own
+// host's from PAM_MAX_RUNS this way).
+func (s *Server) updateHost(w http.ResponseWriter, r *http.Request) {
+	var in wire.UpdateHost
+	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	h, err := s.store.SetMaxRuns(r.Context(), r.PathValue("ref"), in)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, h)
+}
+
 func (s *Server) clearSuspect(w http.ResponseWriter, r *http.Request) {
 	h, err := s.store.ClearSuspect(r.Context(), r.PathValue("ref"))
 	if err != nil {

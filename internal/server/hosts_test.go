@@ -192,8 +192,86 @@ func TestHostRefs(t *testing.T) {
 			}
 		}
 	}
-	if code, _ := e.call("PATCH", "/api/v1/hosts/worker-7", map[string]any{}); code != 405 {
-		t.Errorf("PATCH /hosts/{ref}: %d, want 405", code)
+}
+
+// PATCH /hosts/{ref} sets max_runs (1..1000, required, nothing else
+// accepted) and journals host.updated; it answered 405 before (issue 9
+// item 15), so `pam up` could not change the limit a host was created with.
+func TestPatchHostMaxRuns(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	h := e.host("h1").Host
+	var got wire.Host
+	e.must(200, "PATCH", "/api/v1/hosts/h1", map[string]any{"max_runs": 110}, &got)
+	if got.ID != h.ID || got.MaxRuns != 110 {
+		t.Fatalf("patched host %+v, want max_runs 110", got)
+	}
+	e.must(200, "GET", "/api/v1/hosts/"+h.ID, nil, &got)
+	if got.MaxRuns != 110 {
+		t.Fatalf("host reads max_runs %d after PATCH, want 110", got.MaxRuns)
+	}
+	e.must(200, "PATCH", "/api/v1/hosts/"+h.ID, map[string]any{"max_runs": 1000}, &got)
+	if got.MaxRuns != 1000 {
+		t.Fatalf("patched by id to %d, want 1000", got.MaxRuns)
+	}
+	e.must(200, "PATCH", "/api/v1/hosts/h1", map[string]any{"max_runs": 1000}, &got) // unchanged: no event
+	evs := e.events("host.updated")
+	if len(evs) != 2 {
+		t.Fatalf("%d host.updated events, want 2: %+v", len(evs), evs)
+	}
+	var payload struct {
+		HostID   string         `json:"host_id"`
+		Host     wire.Host      `json:"host"`
+		Changed  map[string]any `json:"changed"`
+		Previous map[string]any `json:"previous"`
+	}
+	if err := json.Unmarshal(evs[0].Payload, &payload); err != nil {
+		t.Fatal(err)
+	}
+	if evs[0].HostID == nil || *evs[0].HostID != h.ID || payload.HostID != h.ID || payload.Host.MaxRuns != 110 ||
+		payload.Changed["max_runs"] != float64(110) || payload.Previous["max_runs"] != float64(8) {
+		t.Fatalf("host.updated %s", evs[0].Payload)
+	}
+
+	cases := []struct {
+		name        string
+		ref         string
+		body        any
+		status      int
+		code, field string
+	}{
+		{"max_runs 0", "h1", map[string]any{"max_runs": 0}, 400, "validation_failed", "max_runs"},
+		{"max_runs 1001", "h1", map[string]any{"max_runs": 1001}, 400, "validation_failed", "max_runs"},
+		{"max_runs negative", "h1", map[string]any{"max_runs": -1}, 400, "validation_failed", "max_runs"},
+		{"max_runs string", "h1", map[string]any{"max_runs": "8"}, 400, "validation_failed", "max_runs"},
+		{"max_runs null", "h1", map[string]any{"max_runs": nil}, 400, "validation_failed", "max_runs"},
+		{"missing", "h1", map[string]any{}, 400, "validation_failed", "max_runs"},
+		{"unknown field", "h1", map[string]any{"max_runs": 4, "name": "h2"}, 400, "validation_failed", "name"},
+		{"malformed", "h1", `{"max_runs":`, 400, "malformed_json", ""},
+		{"unknown host", "nope", map[string]any{"max_runs": 4}, 404, "not_found", ""},
+		{"unknown id", uuid.NewString(), map[string]any{"max_runs": 4}, 404, "not_found", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			code, body := e.call("PATCH", "/api/v1/hosts/"+c.ref, c.body)
+			if code != c.status {
+				t.Fatalf("status %d, want %d: %s", code, c.status, body)
+			}
+			got := errorOf(t, body)
+			if got.Code != c.code {
+				t.Fatalf("code %q, want %q: %s", got.Code, c.code, body)
+			}
+			if c.field != "" && got.Details["field"] != c.field {
+				t.Fatalf("details.field %v, want %q: %s", got.Details["field"], c.field, body)
+			}
+		})
+	}
+	e.must(200, "GET", "/api/v1/hosts/h1", nil, &got)
+	if got.MaxRuns != 1000 {
+		t.Fatalf("refused PATCHes changed max_runs to %d", got.MaxRuns)
+	}
+	if n := len(e.events("host.updated")); n != 2 {
+		t.Fatalf("%d host.updated events after refused PATCHes, want 2", n)
 	}
 }
 
@@ -423,6 +501,7 @@ func TestHostAuthMatrix(t *testing.T) {
 		{"POST", "/api/v1/hosts/h1/clear-suspect"},
 		{"POST", "/api/v1/hosts/h1/rotate-token"},
 		{"DELETE", "/api/v1/hosts/h1"},
+		{"PATCH", "/api/v1/hosts/h1"},
 		{"GET", "/api/v1/providers"},
 	}
 	for _, rt := range routes {

@@ -212,6 +212,7 @@ func (s *Server) routes() {
 	api("GET /hosts", s.listHosts)
 	api("POST /hosts", s.createHost)
 	api("GET /hosts/{ref}", s.getHost)
+	api("PATCH /hosts/{ref}", s.updateHost)
 	api("POST /hosts/{ref}/disable", s.disableHost)
 	api("POST /hosts/{ref}/enable", s.enableHost)
 	api("POST /hosts/{ref}/clear-suspect", s.clearSuspect)

@@ -228,6 +228,46 @@ func (s *Store) ClearSuspect(ctx context.Context, ref string) (wire.Host, error)
 	return out, err
 }
 
+// SetMaxRuns sets how many runs a host may hold at once (1 to 1000; a body
+// without max_runs is refused), journaling host.updated in the same
+// transaction. It is how an operator, or `pam up` from PAM_MAX_RUNS, changes
+// the limit a host was created with. Setting the value it already has
+// changes nothing and journals nothing.
+func (s *Store) SetMaxRuns(ctx context.Context, ref string, in wire.UpdateHost) (wire.Host, error) {
+	if in.MaxRuns == nil {
+		return wire.Host{}, wire.Invalid("max_runs", "max_runs is required")
+	}
+	n := *in.MaxRuns
+	if n < 1 || n > maxMaxRuns {
+		return wire.Host{}, wire.Invalid("max_runs", "max_runs must be 1 to %d", maxMaxRuns)
+	}
+	var out wire.Host
+	err := s.InTx(ctx, func(tx *Tx) error {
+		h, err := lookupHost(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if h.MaxRuns == n {
+			out = h
+			return nil
+		}
+		out, err = updateHost(ctx, tx, h.ID, `max_runs = $2`, n)
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostUpdated, HostID: h.ID, Payload: map[string]any{
+			"host_id":  h.ID,
+			"host":     out,
+			"changed":  map[string]any{"max_runs": n},
+			"previous": map[string]any{"max_runs": h.MaxRuns},
+		}})
+	})
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("set max_runs of host %s: %w", ref, err)
+	}
+	return out, nil
+}
+
 // RotateToken gives a host a new worker token and returns it; the old one
 // stops working at once (workers authenticate by hash, looked up per
 // request). The event says what was rotated, never the token.

@@ -82,6 +82,12 @@ type CreateHost struct {
 	MaxRuns *int   `json:"max_runs,omitempty"`
 }
 
+// UpdateHost is the body of PATCH /hosts/{ref}. MaxRuns is a pointer so
+// that a body without it is refused rather than read as 0.
+type UpdateHost struct {
+	MaxRuns *int `json:"max_runs"`
+}
+
 // HostCreated is the answer of POST /hosts: the only time the worker token
 // is shown.
 type HostCreated struct {
