@@ -323,6 +323,9 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 		typ, help := flag.UnquoteUsage(f)
 		if v, ok := f.Value.(*value); ok {
 			typ = [...]string{kindString: "string", kindInt: "int", kindBool: "", kindDuration: "duration"}[v.s.Kind]
+			if v.s.Secret {
+				typ = "file"
+			}
 		}
 		name := "--" + f.Name
 		if typ != "" {

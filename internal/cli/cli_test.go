@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -159,6 +160,10 @@ func TestSettingsPrecedence(t *testing.T) {
 		t.Fatalf("unknown field %s", field)
 		return nil
 	}
+	dbURLFile := filepath.Join(t.TempDir(), "database-url")
+	if err := os.WriteFile(dbURLFile, []byte("postgres://db/pam\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		env  map[string]string
@@ -204,9 +209,9 @@ func TestSettingsPrecedence(t *testing.T) {
 			want: []want{{"Bind", "127.0.0.1"}, {"DatabaseURL", ""}, {"DashboardURL", true}, {"Port", 7898}},
 		},
 		{
-			name: "up takes an explicit --database-url and PAM_BIND",
+			name: "up takes an explicit --database-url-file and PAM_BIND",
 			env:  map[string]string{"PAM_BIND": "0.0.0.0"},
-			args: []string{"up", "--database-url", "postgres://db/pam"},
+			args: []string{"up", "--database-url-file", dbURLFile},
 			want: []want{{"Bind", "0.0.0.0"}, {"DatabaseURL", "postgres://db/pam"}},
 		},
 		{
@@ -347,9 +352,13 @@ func TestTokenPrecedence(t *testing.T) {
 		t.Errorf("PAM_TOKEN over the file: sent %q", last())
 	}
 
-	e.mustPam("project", "list", "--token", "flag-token")
+	flagFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(flagFile, []byte(" flag-token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e.mustPam("project", "list", "--token-file", flagFile)
 	if last() != "flag-token" {
-		t.Errorf("--token over PAM_TOKEN: sent %q", last())
+		t.Errorf("--token-file over PAM_TOKEN: sent %q", last())
 	}
 
 	// --data-dir moves the token file.

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -29,21 +30,29 @@ const (
 
 // setting is one PAM_* variable of docs/architecture.md#configuration-and-files-on-disk. Each is also a kebab-case
 // flag on the commands that use it; the flag wins over the variable, the
-// variable over the default.
+// variable over the default. A secret's flag is --<name>-file instead: a
+// flag's value shows in the process list, a file's content does not.
 type setting struct {
 	Env     string
 	Kind    kind
 	Default string   // as text; "" = unset
 	Uses    []string // the commands that register it
 	Help    string
-	Secret  bool // never shown as a default in help
+	// Secret is never a flag (only --<name>-file naming a file holding
+	// it) and never shown as a default in help.
+	Secret bool
 	// Positive rejects zero and negative durations and ints.
 	Positive bool
 }
 
-// Flag is the setting's flag name: PAM_DISPATCH_TIMEOUT → dispatch-timeout.
+// Flag is the setting's flag name: PAM_DISPATCH_TIMEOUT → dispatch-timeout,
+// PAM_TOKEN → token-file (a secret is read from the file the flag names).
 func (s setting) Flag() string {
-	return strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.Env, "PAM_"), "_", "-"))
+	name := strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(s.Env, "PAM_"), "_", "-"))
+	if s.Secret {
+		name += "-file"
+	}
+	return name
 }
 
 // Command groups that share settings.
@@ -66,10 +75,10 @@ var settings = []setting{
 	{Env: "PAM_PORT", Kind: kindInt, Default: "7898", Uses: serveCmds, Help: "port to listen on (0 = pick a free port and print it)"},
 	{Env: "PAM_DATA_DIR", Default: "", Uses: uses(serveCmds, clientCmds, workerCmds, []string{"exec"}), Help: "data dir: token, embedded database, worker state"},
 	{Env: "PAM_CONFIG_DIR", Default: "", Uses: []string{"worker", "up", "exec"}, Help: "config dir holding providers.toml"},
-	{Env: "PAM_DATABASE_URL", Default: "", Uses: uses(serveCmds, []string{"doctor"}), Help: "PostgreSQL connection string (unset = embedded database)", Secret: true},
+	{Env: "PAM_DATABASE_URL", Default: "", Uses: uses(serveCmds, []string{"doctor"}), Help: "file holding the PostgreSQL connection string (unset = embedded database)", Secret: true},
 	{Env: "PAM_URL", Default: "http://127.0.0.1:7898", Uses: uses(clientCmds, workerCmds), Help: "where the orchestrator is"},
-	{Env: "PAM_TOKEN", Default: "", Uses: clientCmds, Help: "operator token (default: the data dir's token file)", Secret: true},
-	{Env: "PAM_WORKER_TOKEN", Default: "", Uses: workerCmds, Help: "worker credential (default: <data>/worker/token)", Secret: true},
+	{Env: "PAM_TOKEN", Default: "", Uses: clientCmds, Help: "file holding the operator token (default: the data dir's token file)", Secret: true},
+	{Env: "PAM_WORKER_TOKEN", Default: "", Uses: workerCmds, Help: "file holding the worker credential (default: <data>/worker/token)", Secret: true},
 	{Env: "PAM_HOST_NAME", Default: "", Uses: localWorkerCmds, Help: "host name to register as (default: the machine's host name)"},
 	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: localWorkerCmds, Help: "executor: tmux or pty"},
 	{Env: "PAM_MAX_RUNS", Kind: kindInt, Default: strconv.Itoa(defaults.MaxRuns), Uses: localWorkerCmds, Positive: true, Help: "concurrent runs this host accepts"},
@@ -113,7 +122,7 @@ func settingByEnv(env string) (setting, bool) {
 // value is a usage error at parse time.
 type value struct {
 	s    setting
-	text string // canonical text of the current value
+	text string // canonical text of the current value (a secret's file path)
 	str  string
 	i    int
 	b    bool
@@ -127,7 +136,63 @@ func (v *value) String() string {
 	return v.text
 }
 
+// Set parses a flag's text; a secret's flag names the file holding it.
 func (v *value) Set(text string) error {
+	if v.s.Secret {
+		secret, err := readSecretFile(text)
+		if err != nil {
+			return err
+		}
+		v.str = secret
+		v.text = text
+		return nil
+	}
+	return v.parse(text)
+}
+
+// maxSecretFile bounds a secret file: a token or a connection string.
+const maxSecretFile = 64 << 10
+
+// readSecretFile reads a secret from the file a --*-file flag names,
+// trimmed of surrounding whitespace. A file others can read or write is
+// refused as token files are 0600 (docs/architecture.md#security), and an empty one is refused
+// rather than silently falling back to another source.
+func readSecretFile(path string) (string, error) {
+	if path == "" {
+		return "", errors.New("empty file name")
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s is not a regular file", path)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return "", fmt.Errorf("%s is accessible by group or others (mode %04o); a secret file must be private: chmod 600 %s", path, perm, path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxSecretFile+1))
+	if err != nil {
+		return "", err
+	}
+	if len(b) > maxSecretFile {
+		return "", fmt.Errorf("%s is larger than %d bytes", path, maxSecretFile)
+	}
+	secret := strings.TrimSpace(string(b))
+	if secret == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return secret, nil
+}
+
+// parse sets the value from text of the setting's kind: a default, an
+// environment variable, or a flag of a setting that is not secret.
+func (v *value) parse(text string) error {
 	switch v.s.Kind {
 	case kindString:
 		v.str = text
@@ -172,7 +237,7 @@ type config struct {
 
 // registerOpts adjusts the table for one command: other defaults (pam up
 // binds loopback) and variables it deliberately ignores (pam up uses the
-// embedded database unless --database-url is given).
+// embedded database unless --database-url-file is given).
 type registerOpts struct {
 	defaults map[string]string
 	flagOnly map[string]bool
@@ -194,13 +259,18 @@ func register(fs *flag.FlagSet, command string, e Env, o registerOpts) *config {
 			def = datadir.DefaultDataDirIn(e.getenv)
 		}
 		v := &value{s: s}
-		if err := v.Set(def); err != nil && def != "" {
+		if err := v.parse(def); err != nil && def != "" {
 			panic(fmt.Sprintf("default of %s: %v", s.Env, err))
 		}
 		if env, ok := e.lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
-			if err := v.Set(env); err != nil {
+			if err := v.parse(env); err != nil {
 				c.envErr[s.Env] = fmt.Errorf("%s=%q: %v", s.Env, env, err)
 			}
+		}
+		if s.Secret {
+			// The flag's default shows in help: a secret's is its file, never
+			// the secret the environment gave.
+			v.text = ""
 		}
 		fs.Var(v, s.Flag(), s.Help)
 		c.vals[s.Env] = v
@@ -266,7 +336,7 @@ func newLogger(c *config, w io.Writer) (*slog.Logger, error) {
 	}
 }
 
-// token resolves the operator token: PAM_TOKEN (or --token) wins over the
+// token resolves the operator token: PAM_TOKEN (or --token-file) wins over the
 // data dir's token file.
 func (c *config) token() (string, error) {
 	if t := strings.TrimSpace(c.str("PAM_TOKEN")); t != "" {
@@ -275,7 +345,7 @@ func (c *config) token() (string, error) {
 	dir := c.str("PAM_DATA_DIR")
 	t, err := datadir.ReadToken(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("no operator token: set PAM_TOKEN (or --token), or point PAM_DATA_DIR (or --data-dir) at the data dir holding the token file (%s not found; pam serve creates it on first start)", datadir.TokenPath(dir))
+		return "", fmt.Errorf("no operator token: set PAM_TOKEN (or --token-file FILE), or point PAM_DATA_DIR (or --data-dir) at the data dir holding the token file (%s not found; pam serve creates it on first start)", datadir.TokenPath(dir))
 	}
 	if err != nil {
 		return "", fmt.Errorf("operator token: %w (or set PAM_TOKEN)", err)

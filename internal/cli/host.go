@@ -183,13 +183,17 @@ func hostAction(name, summary string, call func(*apiclient.Client, context.Conte
 	}
 }
 
-// printWorkerToken shows a worker token once, with the command line that
-// starts the worker of that host.
+// printWorkerToken shows a worker token once, on its own line, and how to
+// put it into the worker's token file. It never prints a command line that
+// holds the token: that would land in shell history and, as an argument or
+// a variable of a command, in the process list (docs/architecture.md#security).
 func printWorkerToken(w io.Writer, base, host, token string) {
 	fmt.Fprintf(w, "Worker token (shown only this once; pam keeps only its hash):\n\n  %s\n\n", token)
-	fmt.Fprintf(w, "Start the worker on %s with:\n\n  PAM_URL=%s PAM_WORKER_TOKEN=%s PAM_HOST_NAME=%s pam worker\n\n",
-		host, shellQuote(base), token, shellQuote(host))
-	fmt.Fprintf(w, "or store the token in the worker's data dir (<data>/worker/token, mode 0600) and drop PAM_WORKER_TOKEN.\n")
+	fmt.Fprintf(w, "On %s, store it in the worker's token file (<data>/worker/token, mode 0600;\n", host)
+	fmt.Fprintf(w, "<data> is /var/lib/pam as root, ~/.local/share/pam otherwise): run this, paste\nthe token, press Enter then Ctrl-D:\n\n")
+	fmt.Fprintf(w, "  install -d -m 700 <data>/worker && install -m 600 /dev/stdin <data>/worker/token\n\n")
+	fmt.Fprintf(w, "(or hand it to a systemd unit with LoadCredential= and --worker-token-file), then start the worker:\n\n")
+	fmt.Fprintf(w, "  PAM_URL=%s PAM_HOST_NAME=%s pam worker\n\n", shellQuote(base), shellQuote(host))
 	if isLoopbackURL(base) {
 		fmt.Fprintf(w, "%s is this machine's loopback address: a worker on another host needs an address it can reach.\n", base)
 	}

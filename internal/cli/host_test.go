@@ -27,10 +27,7 @@ func TestHostAddPrintsTheTokenOnce(t *testing.T) {
 		t.Errorf("request %s", got)
 	}
 	golden(t, "host_add.golden", strings.ReplaceAll(out, srv.URL, "$PAM_URL"))
-	if strings.Count(out, workerToken) != 2 { // the token line and the command line
-		t.Errorf("token shown %d times:\n%s", strings.Count(out, workerToken), out)
-	}
-	if !strings.Contains(out, "PAM_URL="+srv.URL+" PAM_WORKER_TOKEN="+workerToken+" PAM_HOST_NAME=gpu-1 pam worker") {
+	if !strings.Contains(out, "PAM_URL="+srv.URL+" PAM_HOST_NAME=gpu-1 pam worker") {
 		t.Errorf("no worker command line:\n%s", out)
 	}
 
@@ -66,7 +63,7 @@ func TestHostCommands(t *testing.T) {
 		{[]string{"host", "disable", "gpu-1"}, "POST /api/v1/hosts/gpu-1/disable", "2 active run(s) continue"},
 		{[]string{"host", "enable", "gpu-1"}, "POST /api/v1/hosts/gpu-1/enable", "enabled host gpu-1: online"},
 		{[]string{"host", "clear-suspect", "gpu-1"}, "POST /api/v1/hosts/gpu-1/clear-suspect", "host gpu-1"},
-		{[]string{"host", "rotate-token", "gpu-1"}, "POST /api/v1/hosts/" + testHostID + "/rotate-token", "PAM_WORKER_TOKEN=" + workerToken + " PAM_HOST_NAME=gpu-1 pam worker"},
+		{[]string{"host", "rotate-token", "gpu-1"}, "POST /api/v1/hosts/" + testHostID + "/rotate-token", "PAM_HOST_NAME=gpu-1 pam worker"},
 		{[]string{"host", "remove", "gpu-1"}, "DELETE /api/v1/hosts/gpu-1", "removed host gpu-1"},
 	}
 	for _, tt := range tests {
@@ -111,6 +108,41 @@ func TestHostRunUsageErrors(t *testing.T) {
 		r := e.pam(tt.args...)
 		if r.code != 2 || !strings.Contains(r.stderr, tt.want) || !strings.Contains(r.stderr, "Usage: pam") {
 			t.Errorf("pam %s: %v\nwant exit 2 with %q", strings.Join(tt.args, " "), r, tt.want)
+		}
+	}
+}
+
+// A worker token is printed once, alone on its line, and never inside a
+// suggested command line: a command line lands in shell history and the
+// process list (issue 9 item 6).
+func TestHostAddPrintsNoSecretCommandLine(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	f.handle("POST /api/v1/hosts", 201, `{"host":`+hostJSON+`,"worker_token":"`+workerToken+`"}`)
+	f.handle("POST /api/v1/hosts/"+testHostID+"/rotate-token", 200, `{"worker_token":"`+workerToken+`"}`)
+	f.handle("GET /api/v1/hosts/gpu-1", 200, hostJSON)
+	for _, args := range [][]string{{"host", "add", "gpu-1"}, {"host", "rotate-token", "gpu-1"}} {
+		out := e.mustPam(args...)
+		alone := 0
+		for _, line := range strings.Split(out, "\n") {
+			if !strings.Contains(line, workerToken) {
+				continue
+			}
+			if strings.TrimSpace(line) != workerToken {
+				t.Errorf("pam %s prints the token inside a line: %q", strings.Join(args, " "), line)
+				continue
+			}
+			alone++
+		}
+		if alone != 1 {
+			t.Errorf("pam %s prints the token alone on %d lines, want 1:\n%s", strings.Join(args, " "), alone, out)
+		}
+		if strings.Contains(out, "PAM_WORKER_TOKEN=") {
+			t.Errorf("pam %s suggests PAM_WORKER_TOKEN on a command line:\n%s", strings.Join(args, " "), out)
+		}
+		if !strings.Contains(out, "install -m 600 /dev/stdin <data>/worker/token") {
+			t.Errorf("pam %s does not show how to write the token file:\n%s", strings.Join(args, " "), out)
 		}
 	}
 }

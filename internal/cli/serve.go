@@ -34,7 +34,7 @@ var upCmd = &command{
 	reg: registerOpts{
 		defaults: map[string]string{"PAM_BIND": "127.0.0.1"},
 		// pam up is the embedded quickstart: a PAM_DATABASE_URL exported
-		// for some other server must not redirect it; only the flag does.
+		// for some other server must not redirect it; only --database-url-file does.
 		flagOnly: map[string]bool{"PAM_DATABASE_URL": true},
 	},
 	setup: func(fs *flag.FlagSet) func(*invocation) error {

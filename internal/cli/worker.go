@@ -81,7 +81,7 @@ func workerOptions(x *invocation) (worker.Options, error) {
 		}
 	}
 	if token == "" {
-		return worker.Options{}, fmt.Errorf("no worker token: set PAM_WORKER_TOKEN (or --worker-token), or put the token `pam host add` printed into %s (mode 0600)", workerTokenPath(dataDir))
+		return worker.Options{}, fmt.Errorf("no worker token: set PAM_WORKER_TOKEN (or --worker-token-file FILE), or put the token `pam host add` printed into %s (mode 0600)", workerTokenPath(dataDir))
 	}
 	o, err := localWorkerOptions(x, base, token)
 	o.CAFile = c.str("PAM_CA_FILE")

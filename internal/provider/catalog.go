@@ -56,6 +56,9 @@ type fileEntry struct {
 	Args   *[]string          `toml:"args"`
 	Env    *map[string]string `toml:"env"`
 	Hooks  *string            `toml:"hooks"`
+	// EndOfOptions is end_of_options: the argument that ends the CLI's
+	// options ("--"), or "" when it takes none.
+	EndOfOptions *string `toml:"end_of_options"`
 }
 
 type fileShape struct {
@@ -103,7 +106,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env and hooks; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, hooks and end_of_options; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -140,6 +143,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		if e.Hooks != nil {
 			p.Hooks = *e.Hooks
 		}
+		if e.EndOfOptions != nil {
+			p.EndOfOptions = *e.EndOfOptions
+		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
 		}
@@ -174,6 +180,9 @@ func (p *Provider) validate() error {
 		return errors.New("binary: holds a NUL byte")
 	case strings.ContainsRune(p.Binary, '/') && !filepath.IsAbs(p.Binary):
 		return fmt.Errorf("binary: %q is a relative path (want a bare name looked up on PATH, or an absolute path)", p.Binary)
+	}
+	if p.EndOfOptions != "" && !strings.HasPrefix(p.EndOfOptions, "-") || strings.ContainsRune(p.EndOfOptions, 0) {
+		return fmt.Errorf("end_of_options: %q is not an option (want \"--\", or \"\" when the CLI takes none)", p.EndOfOptions)
 	}
 	for i, a := range p.Args {
 		if strings.ContainsRune(a, 0) {

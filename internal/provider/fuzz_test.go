@@ -2,6 +2,7 @@ package provider
 
 import (
 	"bytes"
+	"errors"
 	"maps"
 	"reflect"
 	"regexp"
@@ -116,8 +117,11 @@ func catalogInBounds(t *testing.T, c *Catalog) {
 		if !slices.Contains([]string{HooksNone, HooksClaude, HooksCodex}, p.Hooks) {
 			t.Fatalf("%s: hooks %q taken", name, p.Hooks)
 		}
-		argv := p.Argv(vars)
-		if len(argv) > len(p.Args) {
+		argv, err := p.Argv(vars)
+		if err != nil && (!errors.Is(err, ErrPromptLooksLikeOption) || p.EndOfOptions != "" || !strings.HasPrefix(vars.Prompt, "-")) {
+			t.Fatalf("%s: Argv: %v", name, err)
+		}
+		if len(argv) > len(p.Args)+1 {
 			t.Fatalf("%s: %d args rendered from %d", name, len(argv), len(p.Args))
 		}
 		for _, a := range argv {

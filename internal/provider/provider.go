@@ -9,6 +9,7 @@ package provider
 
 import (
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strconv"
@@ -38,22 +39,49 @@ type Provider struct {
 	// Hooks says how completion is wired: HooksClaude, HooksCodex or
 	// HooksNone ("" reads as none).
 	Hooks string
+	// EndOfOptions is the argument after which the CLI parses no option
+	// ("--"), put before a prompt that starts with "-" so the prompt is
+	// never read as an option; "" when the CLI takes none, and such a
+	// prompt is refused (docs/architecture.md#the-provider-catalog).
+	EndOfOptions string
 }
+
+// ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
+// with no end-of-options marker: the CLI would parse it as an option.
+var ErrPromptLooksLikeOption = errors.New("the prompt starts with \"-\" and this provider's CLI takes no \"--\" (end_of_options), so the CLI would read it as an option")
 
 // builtins are the entries every catalog starts from.
 func builtins() map[string]Provider {
 	return map[string]Provider{
-		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude},
-		"codex":  {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex},
-		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone},
+		// claude (commander), codex (clap) and gemini (yargs) end their
+		// options at "--"; grok's parser is not known to, so a prompt
+		// starting with "-" is refused for it.
+		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--"},
+		"codex":  {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--"},
+		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
 		"grok":   {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone},
 		// The operator explicitly asking for a shell command in the session.
-		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone},
+		// POSIX sh (dash, bash) takes "sh -c -- -cmd": the command string is
+		// the first operand after "--".
+		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
 	}
 }
 
 // BuiltinNames lists the built-in providers, sorted.
 func BuiltinNames() []string { return slices.Sorted(maps.Keys(builtins())) }
+
+// CheckBuiltinPrompt refuses, from built-in knowledge alone, a prompt that
+// the named built-in provider's CLI would parse as an option. The server
+// knows no host's catalog, so an unknown name (or a host that overrides a
+// built-in) is left to the wrapper, which checks its own catalog (Argv).
+func CheckBuiltinPrompt(name, prompt string) error {
+	p, ok := builtins()[name]
+	if !ok {
+		return nil
+	}
+	_, _, err := p.ArgvParts(Vars{Prompt: prompt})
+	return err
+}
 
 // Vars are the values of the argv placeholders of one run.
 type Vars struct {
@@ -73,8 +101,22 @@ var placeholders = []string{"{prompt}", "{task_title}", "{run_id}", "{attempt}",
 // is replaced inside its argument in a single pass, so text in the prompt
 // that looks like a placeholder stays literal, and an argument is never
 // split. An argument that is exactly "{prompt}" is dropped when the prompt
-// is empty, so an interactive CLI starts without an initial prompt.
-func (p Provider) Argv(v Vars) []string {
+// is empty, so an interactive CLI starts without an initial prompt. A
+// prompt starting with "-" is never an option: see ArgvParts.
+func (p Provider) Argv(v Vars) ([]string, error) {
+	head, tail, err := p.ArgvParts(v)
+	return append(head, tail...), err
+}
+
+// ArgvParts renders the argument template as Argv does, in two parts: the
+// other arguments (extra run arguments and hook options go after them)
+// and the tail that must come last. The tail is empty unless the prompt
+// starts with "-": then it is EndOfOptions, the prompt and what follows it
+// in the template, since after "--" the CLI reads no option; without an
+// EndOfOptions the prompt is refused with ErrPromptLooksLikeOption. Only an
+// argument that is exactly "{prompt}" can be read as an option: a prompt
+// inside a longer argument ("--prompt={prompt}") is that option's value.
+func (p Provider) ArgvParts(v Vars) (head, tail []string, err error) {
 	r := strings.NewReplacer(
 		"{prompt}", v.Prompt,
 		"{task_title}", v.TaskTitle,
@@ -82,14 +124,26 @@ func (p Provider) Argv(v Vars) []string {
 		"{attempt}", strconv.Itoa(v.Attempt),
 		"{cwd}", v.Cwd,
 	)
-	out := make([]string, 0, len(p.Args))
+	head = make([]string, 0, len(p.Args))
+	inTail := false
 	for _, a := range p.Args {
 		if a == "{prompt}" && v.Prompt == "" {
 			continue
 		}
-		out = append(out, r.Replace(a))
+		if a == "{prompt}" && strings.HasPrefix(v.Prompt, "-") && !inTail {
+			if p.EndOfOptions == "" {
+				return nil, nil, ErrPromptLooksLikeOption
+			}
+			inTail = true
+			tail = append(tail, p.EndOfOptions)
+		}
+		if inTail {
+			tail = append(tail, r.Replace(a))
+			continue
+		}
+		head = append(head, r.Replace(a))
 	}
-	return out
+	return head, tail, nil
 }
 
 // Env returns base with the proxy variables and then the provider's own

@@ -2,7 +2,9 @@ package provider
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -161,20 +163,70 @@ func TestArgv(t *testing.T) {
 	t.Parallel()
 	p := Provider{Args: []string{"--title={task_title}", "{prompt}", "run {run_id}/{attempt} in {cwd}", "{prompt}!"}}
 	v := Vars{Prompt: "fix it; rm -rf / {run_id}", TaskTitle: "Do X", RunID: "r1", Attempt: 2, Cwd: "/w d"}
-	got := p.Argv(v)
+	got, _ := p.Argv(v)
 	want := []string{"--title=Do X", "fix it; rm -rf / {run_id}", "run r1/2 in /w d", "fix it; rm -rf / {run_id}!"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Argv =\n%q\nwant\n%q", got, want)
 	}
 	v.Prompt = ""
-	got = p.Argv(v)
+	got, _ = p.Argv(v)
 	want = []string{"--title=Do X", "run r1/2 in /w d", "!"}
 	if !slices.Equal(got, want) {
 		t.Errorf("Argv with empty prompt =\n%q\nwant\n%q", got, want)
 	}
 	sh := Provider{Args: []string{"-c", "{prompt}"}}
-	if got := sh.Argv(Vars{}); !slices.Equal(got, []string{"-c"}) {
+	if got, err := sh.Argv(Vars{}); err != nil || !slices.Equal(got, []string{"-c"}) {
 		t.Errorf("shell with empty prompt = %q", got)
+	}
+}
+
+// A prompt starting with "-" is never parsed as an option of the CLI: it
+// comes last, after the catalog's end_of_options, or is refused when the
+// CLI takes none (issue 9 item 7).
+func TestPromptStartingWithDashNeverAnOption(t *testing.T) {
+	t.Parallel()
+	bi := builtins()
+	tests := []struct {
+		name       string
+		p          Provider
+		prompt     string
+		head, tail []string
+		refused    bool
+	}{
+		{"claude", bi["claude"], "--dangerously-skip-permissions", nil, []string{"--", "--dangerously-skip-permissions"}, false},
+		{"codex", bi["codex"], "-c x=y", nil, []string{"--", "-c x=y"}, false},
+		{"gemini", bi["gemini"], "-y", nil, []string{"--", "-y"}, false},
+		{"grok takes no --", bi["grok"], "-h", nil, nil, true},
+		{"shell", bi["shell"], "-x", []string{"-c"}, []string{"--", "-x"}, false},
+		{"plain prompt", bi["claude"], "fix - it", []string{"fix - it"}, nil, false},
+		{"lone dash", bi["grok"], "-", nil, nil, true},
+		{"no end of options", Provider{Args: []string{"--model", "m", "{prompt}"}}, "--help", nil, nil, true},
+		{"prompt inside an option is its value", Provider{Args: []string{"--prompt={prompt}"}}, "-x", []string{"--prompt=-x"}, nil, false},
+		{"what follows the prompt stays after it", Provider{Args: []string{"-p", "{prompt}", "{run_id}"}, EndOfOptions: "--"}, "-x", []string{"-p"}, []string{"--", "-x", "r1"}, false},
+	}
+	for _, tt := range tests {
+		head, tail, err := tt.p.ArgvParts(Vars{Prompt: tt.prompt, RunID: "r1"})
+		if tt.refused {
+			if !errors.Is(err, ErrPromptLooksLikeOption) {
+				t.Errorf("%s: ArgvParts = %q %q %v, want ErrPromptLooksLikeOption", tt.name, head, tail, err)
+			}
+			if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt); tt.p.Name != "" && !errors.Is(err, ErrPromptLooksLikeOption) {
+				t.Errorf("%s: CheckBuiltinPrompt = %v", tt.name, err)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(head, tt.head) || !slices.Equal(tail, tt.tail) {
+			t.Errorf("%s: ArgvParts = %q %q %v, want %q %q", tt.name, head, tail, err, tt.head, tt.tail)
+		}
+		if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt); err != nil {
+			t.Errorf("%s: CheckBuiltinPrompt = %v", tt.name, err)
+		}
+	}
+	// The shell form is what POSIX sh runs: the operand after "--" is the
+	// command string, even when it starts with "-".
+	out, err := exec.Command("/bin/sh", "-c", "--", "-x 2>/dev/null; echo ran").Output()
+	if err != nil || strings.TrimSpace(string(out)) != "ran" {
+		t.Errorf("sh -c -- -x...: %q %v", out, err)
 	}
 }
 

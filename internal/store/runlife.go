@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
+	"pam/internal/provider"
 	"pam/internal/wire"
 )
 
@@ -43,6 +44,11 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 		}
 		if strings.ContainsRune(prompt, 0) {
 			return wire.Run{}, wire.Invalid("prompt", "prompt must not contain NUL")
+		}
+		// A prompt is never an option of the CLI; the host's own catalog is
+		// checked again by the wrapper before exec.
+		if err := provider.CheckBuiltinPrompt(in.Provider, prompt); err != nil {
+			return wire.Run{}, wire.Invalid("prompt", "provider %s: %v", in.Provider, err)
 		}
 	}
 	args := in.Args

@@ -302,10 +302,17 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 			return nil, ExitCannotRun, fmt.Errorf("path of pam for the provider hooks: %w", err)
 		}
 	}
+	head, tail, err := p.ArgvParts(provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd})
+	if err != nil {
+		return nil, ExitCannotRun, fmt.Errorf("provider %q: %w", d.Provider, err)
+	}
+	// A prompt starting with "-" comes last, after "--": the run's
+	// arguments and the hook options must stay before it to be options.
 	argv := []string{d.Binary}
-	argv = append(argv, p.Argv(provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd})...)
+	argv = append(argv, head...)
 	argv = append(argv, d.Args...)
 	argv = append(argv, p.HookArgs(pam)...)
+	argv = append(argv, tail...)
 
 	base := w.o.Environ
 	if base == nil {
