@@ -10,6 +10,7 @@ package provider
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -48,7 +49,7 @@ type Provider struct {
 
 // ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
 // with no end-of-options marker: the CLI would parse it as an option.
-var ErrPromptLooksLikeOption = errors.New("the prompt starts with \"-\" and this provider's CLI takes no \"--\" (end_of_options), so the CLI would read it as an option")
+var ErrPromptLooksLikeOption = errors.New("the prompt starts with \"-\", so this provider's CLI would read it as an option")
 
 // builtins are the entries every catalog starts from.
 func builtins() map[string]Provider {
@@ -74,12 +75,12 @@ func BuiltinNames() []string { return slices.Sorted(maps.Keys(builtins())) }
 // the named built-in provider's CLI would parse as an option. The server
 // knows no host's catalog, so an unknown name (or a host that overrides a
 // built-in) is left to the wrapper, which checks its own catalog (Argv).
-func CheckBuiltinPrompt(name, prompt string) error {
+func CheckBuiltinPrompt(name, prompt string, args []string) error {
 	p, ok := builtins()[name]
 	if !ok {
 		return nil
 	}
-	_, _, err := p.ArgvParts(Vars{Prompt: prompt})
+	_, _, err := p.ArgvParts(Vars{Prompt: prompt, Args: args})
 	return err
 }
 
@@ -90,6 +91,9 @@ type Vars struct {
 	RunID     string // {run_id}
 	Attempt   int    // {attempt}
 	Cwd       string // {cwd}
+	// Args are the run's extra arguments, which the wrapper puts between
+	// the template's head and tail: only their presence is read here.
+	Args []string
 }
 
 // placeholders are the names Argv substitutes; anything else that looks
@@ -132,7 +136,12 @@ func (p Provider) ArgvParts(v Vars) (head, tail []string, err error) {
 		}
 		if a == "{prompt}" && strings.HasPrefix(v.Prompt, "-") && !inTail {
 			if p.EndOfOptions == "" {
-				return nil, nil, ErrPromptLooksLikeOption
+				return nil, nil, fmt.Errorf("%w: it takes no \"--\" (end_of_options)", ErrPromptLooksLikeOption)
+			}
+			if len(v.Args) > 0 && len(head) > 0 && strings.HasPrefix(head[len(head)-1], "-") {
+				// The prompt is the value of the option before it (sh's
+				// -c): the run's args would land between the two.
+				return nil, nil, fmt.Errorf("%w: it is the value of %s in the template, and the run's args would come between them", ErrPromptLooksLikeOption, head[len(head)-1])
 			}
 			inTail = true
 			tail = append(tail, p.EndOfOptions)

@@ -192,25 +192,31 @@ func TestPromptStartingWithDashNeverAnOption(t *testing.T) {
 		prompt     string
 		head, tail []string
 		refused    bool
+		args       []string // the run's extra args
 	}{
-		{"claude", bi["claude"], "--dangerously-skip-permissions", nil, []string{"--", "--dangerously-skip-permissions"}, false},
-		{"codex", bi["codex"], "-c x=y", nil, []string{"--", "-c x=y"}, false},
-		{"gemini", bi["gemini"], "-y", nil, []string{"--", "-y"}, false},
-		{"grok takes no --", bi["grok"], "-h", nil, nil, true},
-		{"shell", bi["shell"], "-x", []string{"-c"}, []string{"--", "-x"}, false},
-		{"plain prompt", bi["claude"], "fix - it", []string{"fix - it"}, nil, false},
-		{"lone dash", bi["grok"], "-", nil, nil, true},
-		{"no end of options", Provider{Args: []string{"--model", "m", "{prompt}"}}, "--help", nil, nil, true},
-		{"prompt inside an option is its value", Provider{Args: []string{"--prompt={prompt}"}}, "-x", []string{"--prompt=-x"}, nil, false},
-		{"what follows the prompt stays after it", Provider{Args: []string{"-p", "{prompt}", "{run_id}"}, EndOfOptions: "--"}, "-x", []string{"-p"}, []string{"--", "-x", "r1"}, false},
+		{"claude", bi["claude"], "--dangerously-skip-permissions", nil, []string{"--", "--dangerously-skip-permissions"}, false, nil},
+		{"codex", bi["codex"], "-c x=y", nil, []string{"--", "-c x=y"}, false, nil},
+		{"gemini", bi["gemini"], "-y", nil, []string{"--", "-y"}, false, nil},
+		{"grok takes no --", bi["grok"], "-h", nil, nil, true, nil},
+		{"shell", bi["shell"], "-x", []string{"-c"}, []string{"--", "-x"}, false, nil},
+		{"plain prompt", bi["claude"], "fix - it", []string{"fix - it"}, nil, false, nil},
+		{"lone dash", bi["grok"], "-", nil, nil, true, nil},
+		{"no end of options", Provider{Args: []string{"--model", "m", "{prompt}"}}, "--help", nil, nil, true, nil},
+		{"prompt inside an option is its value", Provider{Args: []string{"--prompt={prompt}"}}, "-x", []string{"--prompt=-x"}, nil, false, nil},
+		{"what follows the prompt stays after it", Provider{Args: []string{"-p", "{prompt}", "{run_id}"}, EndOfOptions: "--"}, "-x", []string{"-p"}, []string{"--", "-x", "r1"}, false, nil},
+		// sh -c a -- -x would run "a": with run args the prompt cannot
+		// leave -c, so it is refused.
+		{"shell with run args", bi["shell"], "-x", nil, nil, true, []string{"a"}},
+		{"shell with run args, plain prompt", bi["shell"], "echo hi", []string{"-c", "echo hi"}, nil, false, []string{"a"}},
+		{"claude with run args", bi["claude"], "-x", nil, []string{"--", "-x"}, false, []string{"--model", "m"}},
 	}
 	for _, tt := range tests {
-		head, tail, err := tt.p.ArgvParts(Vars{Prompt: tt.prompt, RunID: "r1"})
+		head, tail, err := tt.p.ArgvParts(Vars{Prompt: tt.prompt, RunID: "r1", Args: tt.args})
 		if tt.refused {
 			if !errors.Is(err, ErrPromptLooksLikeOption) {
 				t.Errorf("%s: ArgvParts = %q %q %v, want ErrPromptLooksLikeOption", tt.name, head, tail, err)
 			}
-			if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt); tt.p.Name != "" && !errors.Is(err, ErrPromptLooksLikeOption) {
+			if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt, tt.args); tt.p.Name != "" && !errors.Is(err, ErrPromptLooksLikeOption) {
 				t.Errorf("%s: CheckBuiltinPrompt = %v", tt.name, err)
 			}
 			continue
@@ -218,7 +224,7 @@ func TestPromptStartingWithDashNeverAnOption(t *testing.T) {
 		if err != nil || !slices.Equal(head, tt.head) || !slices.Equal(tail, tt.tail) {
 			t.Errorf("%s: ArgvParts = %q %q %v, want %q %q", tt.name, head, tail, err, tt.head, tt.tail)
 		}
-		if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt); err != nil {
+		if err := CheckBuiltinPrompt(tt.p.Name, tt.prompt, tt.args); err != nil {
 			t.Errorf("%s: CheckBuiltinPrompt = %v", tt.name, err)
 		}
 	}

@@ -47,7 +47,7 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 		}
 		// A prompt is never an option of the CLI; the host's own catalog is
 		// checked again by the wrapper before exec.
-		if err := provider.CheckBuiltinPrompt(in.Provider, prompt); err != nil {
+		if err := provider.CheckBuiltinPrompt(in.Provider, prompt, in.Args); err != nil {
 			return wire.Run{}, wire.Invalid("prompt", "provider %s: %v", in.Provider, err)
 		}
 	}

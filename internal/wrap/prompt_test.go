@@ -26,15 +26,19 @@ func TestPromptStartingWithDashNeverAnOptionWrapper(t *testing.T) {
 		t.Parallel()
 		orch := newOrchestrator(t)
 		f := newFixture(t, orch.URL, "fake", bin, "--yolo")
+		// The run's args are options; the prompt, a CLI operand, goes after
+		// "--" behind them and the hook options. (A template whose prompt
+		// is the value of an option is refused when the run has args: see
+		// the provider's table test.)
 		f.d.Args = []string{"--model", "m"}
 		f.writeDispatch(t)
-		f.writeCatalog(t, fmt.Sprintf("[providers.fake]\nbinary = %q\nargs = [\"-p\", \"{prompt}\"]\nhooks = \"codex\"\nend_of_options = \"--\"\n", bin))
+		f.writeCatalog(t, fmt.Sprintf("[providers.fake]\nbinary = %q\nargs = [\"{prompt}\"]\nhooks = \"codex\"\nend_of_options = \"--\"\n", bin))
 		o := f.options()
 		o.PamBinary = "/opt/pam/bin/pam"
 		if code := Run(t.Context(), o); code != 0 {
 			t.Fatalf("exit %d\n%s", code, f.stderr)
 		}
-		want := "[-p]\n[--model]\n[m]\n[-c]\n[notify=[\"/opt/pam/bin/pam\",\"hook\",\"completed\"]]\n[--]\n[--yolo]\n"
+		want := "[--model]\n[m]\n[-c]\n[notify=[\"/opt/pam/bin/pam\",\"hook\",\"completed\"]]\n[--]\n[--yolo]\n"
 		if out := f.stdout.String(); out != want {
 			t.Errorf("argv:\n%s\nwant:\n%s", out, want)
 		}

@@ -302,7 +302,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 			return nil, ExitCannotRun, fmt.Errorf("path of pam for the provider hooks: %w", err)
 		}
 	}
-	head, tail, err := p.ArgvParts(provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd})
+	head, tail, err := p.ArgvParts(provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd, Args: d.Args})
 	if err != nil {
 		return nil, ExitCannotRun, fmt.Errorf("provider %q: %w", d.Provider, err)
 	}
