@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -52,20 +53,17 @@ func TestAttachLease(t *testing.T) {
 	if err := a.send(wire.TermFrame{Type: wire.WSResize, Rows: 40, Cols: 117}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		a.input("size\r")
-		time.Sleep(200 * time.Millisecond)
+	// Ask again every 200 ms until the program sees the new size.
+	var asked time.Time
+	eventually.Wait(t, 10*time.Second, "tput cols saying 117", func() bool {
+		if time.Since(asked) >= 200*time.Millisecond {
+			a.input("size\r")
+			asked = time.Now()
+		}
 		a.mu.Lock()
-		ok := strings.Contains(a.out.String(), "got:size cols:117")
-		a.mu.Unlock()
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("tput cols never said 117: %q", tail(a.out.String(), 300))
-		}
-	}
+		defer a.mu.Unlock()
+		return strings.Contains(a.out.String(), "got:size cols:117")
+	})
 	// A non-holder's input is refused, and never reaches the program.
 	if err := b.send(wire.TermFrame{Type: wire.WSInput, Bytes: []byte("intruder\r")}); err != nil {
 		t.Fatal(err)
@@ -234,6 +232,7 @@ func TestAttachHostileClients(t *testing.T) {
 	f := s.attach(sink.ID, nil)
 	f.waitFrame(wire.WSLeaseAcquired, "")
 	floodDone := make(chan error, 1)
+	var chunks atomic.Int64
 	go func() {
 		chunk := bytes.Repeat([]byte("flood "), 64<<10/6)
 		for sent := 0; sent < 8<<20; sent += len(chunk) {
@@ -241,12 +240,14 @@ func TestAttachHostileClients(t *testing.T) {
 				floodDone <- err
 				return
 			}
+			chunks.Add(1)
 		}
 		floodDone <- nil
 	}()
-	// Meanwhile: keys to another run are delivered and observed, the
-	// other run's viewer keeps getting every change.
-	time.Sleep(500 * time.Millisecond)
+	// Meanwhile (the flood under way, 4 of its 128 chunks in): keys to
+	// another run are delivered and observed, the other run's viewer
+	// keeps getting every change.
+	eventually.Wait(t, 30*time.Second, "the flood under way", func() bool { return chunks.Load() >= 4 })
 	var res wire.KeysResult
 	s.must(202, "POST", "/api/v1/runs/"+echo.ID+"/keys", map[string]any{"keys": []map[string]string{{"text": "during-flood"}, {"key": "Enter"}}}, &res)
 	if res.Delivery != "observed" {
