@@ -114,27 +114,21 @@ func (f *Fleet) DeliverAttach(hostID string, fr wire.Frame) bool {
 // dropAttaches ends the relays opened on c, which has gone: each sink
 // gets an attach_closed.
 func (f *Fleet) dropAttaches(c *Conn) {
-	var gone []*AttachRoute
-	f.mu.Lock()
-	for id, r := range f.attaches {
-		if r.conn == c {
-			gone = append(gone, r)
-			delete(f.attaches, id)
-		}
-	}
-	f.mu.Unlock()
-	for _, r := range gone {
-		r.sink(wire.Frame{Type: wire.FrameAttachClosed, AttachID: r.ID, Reason: "the worker's uplink went away"})
-	}
+	f.dropAttachesWhere(func(r *AttachRoute) bool { return r.conn == c }, "the worker's uplink went away")
 }
 
 // dropHostAttaches ends every relay of hostID, whichever connection
 // opened it: the host was revoked.
 func (f *Fleet) dropHostAttaches(hostID, reason string) {
+	f.dropAttachesWhere(func(r *AttachRoute) bool { return r.HostID == hostID }, reason)
+}
+
+// dropAttachesWhere ends the relays match picks, telling each sink why.
+func (f *Fleet) dropAttachesWhere(match func(*AttachRoute) bool, reason string) {
 	var gone []*AttachRoute
 	f.mu.Lock()
 	for id, r := range f.attaches {
-		if r.HostID == hostID {
+		if match(r) {
 			gone = append(gone, r)
 			delete(f.attaches, id)
 		}
