@@ -436,3 +436,112 @@ func TestVersion(t *testing.T) {
 		t.Errorf("version --json: %+v %v", b, err)
 	}
 }
+
+// TestDoctorListsProviders: doctor shows every provider of this host's
+// catalog, the binary a worker would run (or that it is missing), and
+// which of the variables its CLI would be passed are set: names only,
+// never a value. Without tmux it says to install tmux, and no longer
+// sends the operator to the pty executor, which is not built.
+func TestDoctorListsProviders(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	bin := t.TempDir()
+	for _, name := range []string{"claude", "my-agent"} {
+		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conf := t.TempDir()
+	os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(`
+[providers.mine]
+binary = "`+filepath.Join(bin, "my-agent")+`"
+pass_env = ["MINE_KEY"]
+`), 0o600)
+	const secret = "sk-ant-doctor-must-not-show-this"
+	e.setenv("PATH", bin) // no tmux there
+	e.setenv("PAM_CONFIG_DIR", conf)
+	e.setenv("ANTHROPIC_API_KEY", secret)
+	e.setenv("PAM_PASS_ENV", "CORP_TOKEN")
+	e.setenv("PAM_URL", "http://127.0.0.1:1")
+
+	r := e.pam("doctor", "--json")
+	var got struct {
+		Checks    []check          `json:"checks"`
+		Providers []doctorProvider `json:"providers"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v\n%v", err, r)
+	}
+	type row struct {
+		resolved string
+		passEnv  string
+	}
+	want := map[string]row{
+		"claude": {filepath.Join(bin, "claude"), "ANTHROPIC_API_KEY=set CORP_TOKEN=unset"},
+		"codex":  {"", "CORP_TOKEN=unset OPENAI_API_KEY=unset"},
+		"gemini": {"", "CORP_TOKEN=unset GEMINI_API_KEY=unset GOOGLE_API_KEY=unset"},
+		"grok":   {"", "CORP_TOKEN=unset XAI_API_KEY=unset"},
+		"mine":   {filepath.Join(bin, "my-agent"), "CORP_TOKEN=unset MINE_KEY=unset"},
+		"shell":  {"/bin/sh", "CORP_TOKEN=unset"},
+	}
+	if len(got.Providers) != len(want) {
+		t.Errorf("providers %+v, want %d", got.Providers, len(want))
+	}
+	for _, p := range got.Providers {
+		w, ok := want[p.Name]
+		if !ok {
+			t.Errorf("unexpected provider %+v", p)
+			continue
+		}
+		resolved := ""
+		if p.Resolved != nil {
+			resolved = *p.Resolved
+		}
+		var vars []string
+		for _, v := range p.PassEnv {
+			vars = append(vars, v.Name+"="+map[bool]string{true: "set", false: "unset"}[v.Set])
+		}
+		if resolved != w.resolved || strings.Join(vars, " ") != w.passEnv || (resolved == "") != (p.Error != "") {
+			t.Errorf("%s: resolved %q (error %q), pass_env %q; want %q, %q", p.Name, resolved, p.Error, vars, w.resolved, w.passEnv)
+		}
+	}
+	byName := map[string]check{}
+	for _, c := range got.Checks {
+		byName[c.Name] = c
+	}
+	if c := byName["providers"]; !c.OK || !strings.Contains(c.Detail, "3 of 6") {
+		t.Errorf("providers check %+v", c)
+	}
+	if c := byName["tmux"]; c.OK || !strings.Contains(c.Fix, "install tmux") {
+		t.Errorf("tmux check without tmux on PATH: %+v", c)
+	}
+	text := e.pam("doctor")
+	for _, out := range []string{r.stdout, text.stdout} {
+		if strings.Contains(out, secret) {
+			t.Errorf("doctor shows a credential's value:\n%s", out)
+		}
+		if strings.Contains(out, "PAM_EXECUTOR=pty") || strings.Contains(out, "pty executor") {
+			t.Errorf("doctor recommends the pty executor, which is not built:\n%s", out)
+		}
+	}
+	if !strings.Contains(text.stdout, "ANTHROPIC_API_KEY (set)") || !strings.Contains(text.stdout, "missing: codex") {
+		t.Errorf("doctor's providers table:\n%s", text.stdout)
+	}
+
+	// A PAM_PASS_ENV the worker would refuse fails the check; the
+	// providers are still listed.
+	e.setenv("PAM_PASS_ENV", "PAM_WORKER_TOKEN")
+	r = e.pam("doctor", "--json")
+	got.Checks, got.Providers = nil, nil
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range got.Checks {
+		if c.Name == "providers" && (c.OK || !strings.Contains(c.Detail, "PAM_PASS_ENV")) {
+			t.Errorf("bad PAM_PASS_ENV: %+v", c)
+		}
+	}
+	if len(got.Providers) != len(want) {
+		t.Errorf("providers not listed with a bad PAM_PASS_ENV: %+v", got.Providers)
+	}
+}

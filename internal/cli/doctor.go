@@ -22,6 +22,7 @@ import (
 	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/embeddb"
+	"pam/internal/provider"
 	"pam/internal/wire"
 )
 
@@ -47,18 +48,20 @@ const healthTimeout = 3 * time.Second
 
 var doctorCmd = &command{
 	name:    "doctor",
-	summary: "check what this host needs (data dir, token, tmux, database, orchestrator) and say how to fix each failure",
+	summary: "check what this host needs (data dir, token, tmux, database, orchestrator, providers) and say how to fix each failure",
 	group:   "doctor",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		asJSON := fs.Bool("json", false, "print the checks as JSON")
 		return func(x *invocation) error {
 			dir := x.cfg.str("PAM_DATA_DIR")
+			provCheck, providers := checkProviders(x)
 			checks := []check{
 				checkDataDir(dir),
 				checkToken(dir, x.cfg.str("PAM_TOKEN")),
-				checkTmux(x.ctx),
+				checkTmux(x.ctx, x.env.getenv("PATH")),
 				checkDatabase(dir, x.cfg.str("PAM_DATABASE_URL")),
 				checkOrchestrator(x.ctx, x.cfg.str("PAM_URL"), x.cfg.str("PAM_CA_FILE")),
+				provCheck,
 			}
 			failed := 0
 			for _, c := range checks {
@@ -67,11 +70,12 @@ var doctorCmd = &command{
 				}
 			}
 			if *asJSON {
-				if err := printJSON(x.stdout, map[string]any{"ok": failed == 0, "checks": checks}); err != nil {
+				if err := printJSON(x.stdout, map[string]any{"ok": failed == 0, "checks": checks, "providers": providers}); err != nil {
 					return err
 				}
 			} else {
 				printChecks(x.stdout, checks)
+				printProviders(x.stdout, providers)
 			}
 			if failed > 0 {
 				fmt.Fprintf(x.stderr, "pam doctor: %d of %d checks failed\n", failed, len(checks))
@@ -158,11 +162,23 @@ func checkToken(dir, envToken string) check {
 
 var tmuxVersionRe = regexp.MustCompile(`(\d+)\.(\d+)`)
 
-func checkTmux(ctx context.Context) check {
+// checkTmux finds tmux on searchPath (the PATH the worker would have; ""
+// for this process's) and checks its version.
+func checkTmux(ctx context.Context, searchPath string) check {
 	const name = "tmux"
-	const fix = "install tmux 3.0 or later (Debian: apt-get install -y tmux; macOS: brew install tmux), or use PAM_EXECUTOR=pty on this host"
-	bin, err := exec.LookPath("tmux")
-	if err != nil {
+	// The pty executor is not built yet: tmux is the only way to run.
+	const fix = "install tmux 3.0 or later (Debian: apt-get install -y tmux; macOS: brew install tmux)"
+	bin := ""
+	for _, dir := range filepath.SplitList(searchPath) {
+		if cand := filepath.Join(dir, "tmux"); filepath.IsAbs(dir) && provider.CheckExecutable(cand) == nil {
+			bin = cand
+			break
+		}
+	}
+	if searchPath == "" {
+		bin, _ = exec.LookPath("tmux")
+	}
+	if bin == "" {
 		return fail(name, fix, "tmux not found on PATH")
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -240,4 +256,97 @@ func checkOrchestrator(ctx context.Context, base, caFile string) check {
 		return fail(name, fix, "cannot reach %s: %s", base, describe(err))
 	}
 	return pass(name, "%s answers: status %s", base, h.Status)
+}
+
+// doctorProvider is one provider of this host's catalog as `pam doctor`
+// shows it: where its binary is, and which of the variables its CLI
+// would take from this environment are set. Names only: a credential's
+// value is never printed.
+type doctorProvider struct {
+	Name string `json:"name"`
+	// Binary is the catalog's binary: a bare name or an absolute path.
+	Binary string `json:"binary"`
+	// Resolved is the absolute path a worker would run; nil when the
+	// binary is missing (Error says why).
+	Resolved *string        `json:"resolved"`
+	Error    string         `json:"error,omitempty"`
+	PassEnv  []doctorEnvVar `json:"pass_env"`
+}
+
+// doctorEnvVar is one pass_env (or PAM_PASS_ENV) name and whether this
+// environment sets it.
+type doctorEnvVar struct {
+	Name string `json:"name"`
+	Set  bool   `json:"set"`
+}
+
+// checkProviders loads the catalog as a worker on this host would
+// (PAM_CONFIG_DIR, PAM_PASS_ENV, PATH) and lists every provider. A
+// missing binary is not a failure (a host need not have every CLI); a
+// catalog or a PAM_PASS_ENV the worker would refuse is.
+func checkProviders(x *invocation) (check, []doctorProvider) {
+	const name = "providers"
+	configDir := x.cfg.str("PAM_CONFIG_DIR")
+	if configDir == "" {
+		configDir = datadir.DefaultConfigDirIn(x.env.getenv)
+	}
+	cat, err := provider.Load(configDir)
+	if err != nil {
+		return fail(name, "fix the file, or move it aside to use the built-in providers", "%v", err), []doctorProvider{}
+	}
+	cat.SearchPath = x.env.getenv("PATH")
+	// A bad PAM_PASS_ENV fails the check (the worker would not start), but
+	// the providers are still listed, with their own pass_env.
+	extra, passErr := provider.ParsePassEnv(x.cfg.str("PAM_PASS_ENV"))
+	var found []string
+	out := []doctorProvider{}
+	for _, n := range cat.Names() {
+		p, _ := cat.Get(n)
+		dp := doctorProvider{Name: n, Binary: p.Binary, PassEnv: []doctorEnvVar{}}
+		if path, err := cat.Resolve(n); err != nil {
+			dp.Error = err.Error()
+		} else {
+			dp.Resolved = &path
+			found = append(found, n)
+		}
+		for _, v := range cat.PassEnvNames(n, extra) {
+			_, set := x.env.lookup(v)
+			dp.PassEnv = append(dp.PassEnv, doctorEnvVar{Name: v, Set: set})
+		}
+		out = append(out, dp)
+	}
+	from := "built-in entries only (no " + filepath.Join(configDir, provider.FileName) + ")"
+	if cat.File != "" {
+		from = cat.File + " over the built-in entries"
+	}
+	if passErr != nil {
+		return fail(name, "set PAM_PASS_ENV (--pass-env) to variable names separated by commas or spaces, none of them PAM_*", "%v", passErr), out
+	}
+	return pass(name, "%d of %d found (%s); %s", len(found), len(out), strings.Join(found, ", "), from), out
+}
+
+// printProviders is the providers table of `pam doctor`.
+func printProviders(w io.Writer, ps []doctorProvider) {
+	if len(ps) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := table(w)
+	fmt.Fprintln(tw, "PROVIDER\tBINARY\tPASS_ENV")
+	for _, p := range ps {
+		bin := "missing: " + p.Binary
+		if p.Resolved != nil {
+			bin = *p.Resolved
+		}
+		vars := make([]string, len(p.PassEnv))
+		for i, v := range p.PassEnv {
+			state := "unset"
+			if v.Set {
+				state = "set"
+			}
+			vars[i] = v.Name + " (" + state + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, bin, dash(strings.Join(vars, ", ")))
+	}
+	tw.Flush()
 }

@@ -108,6 +108,10 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 	if err != nil {
 		return worker.Options{}, err
 	}
+	passEnv, err := provider.ParsePassEnv(c.str("PAM_PASS_ENV"))
+	if err != nil {
+		return worker.Options{}, usagef("%v", err)
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return worker.Options{}, fmt.Errorf("locate the pam binary: %w", err)
@@ -139,6 +143,9 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 		Version:           versionString(),
 		Logger:            log,
 		Providers:         catalog.Available,
+		PassEnv: func(name string) map[string]string {
+			return provider.Passed(catalog.PassEnvNames(name, passEnv), x.env.lookup)
+		},
 	}, nil
 }
 

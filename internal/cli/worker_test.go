@@ -64,3 +64,36 @@ func TestWorkerOptions(t *testing.T) {
 		t.Errorf("bad url: %v", r)
 	}
 }
+
+// PAM_PASS_ENV adds to each provider's pass_env, and the values come from
+// the worker's own environment, set or not; a PAM_* name or a non-name
+// stops the worker from starting.
+func TestWorkerPassEnv(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	got := captureWorker(e)
+	e.setenv("PAM_WORKER_TOKEN", "env-token")
+	e.setenv("ANTHROPIC_API_KEY", "sk-ant")
+	e.setenv("CORP_TOKEN", "corp")
+	e.setenv("OPENAI_API_KEY", "sk-oai") // codex's, not claude's
+	e.setenv("PAM_PASS_ENV", "CORP_TOKEN, NOT_SET")
+	if r := e.pam("worker", "--config-dir", t.TempDir()); r.code != 0 {
+		t.Fatal(r)
+	}
+	if got.PassEnv == nil {
+		t.Fatal("no PassEnv")
+	}
+	want := map[string]string{"ANTHROPIC_API_KEY": "sk-ant", "CORP_TOKEN": "corp"}
+	if p := got.PassEnv("claude"); len(p) != len(want) || p["ANTHROPIC_API_KEY"] != "sk-ant" || p["CORP_TOKEN"] != "corp" {
+		t.Errorf("claude gets %v, want %v", p, want)
+	}
+	if p := got.PassEnv("shell"); len(p) != 1 || p["CORP_TOKEN"] != "corp" {
+		t.Errorf("shell gets %v, want CORP_TOKEN alone", p)
+	}
+	for _, bad := range []string{"PAM_WORKER_TOKEN", "A-B"} {
+		r := e.pam("worker", "--pass-env", bad)
+		if r.code != 2 || !strings.Contains(r.stderr, "PAM_PASS_ENV") || !strings.Contains(r.stderr, bad) {
+			t.Errorf("--pass-env %s: %v", bad, r)
+		}
+	}
+}

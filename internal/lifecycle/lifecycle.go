@@ -16,6 +16,7 @@ package lifecycle
 
 import (
 	"encoding/json"
+	"slices"
 	"time"
 
 	"pam/internal/defaults"
@@ -126,6 +127,10 @@ type Decision struct {
 	// Processed != "" records that one-shot signal kind as processed for
 	// the run's attempt (so a repeat is a duplicate).
 	Processed string
+	// Refusal records a signal set aside without being processed
+	// (stale_attempt, stale_offer, or ignored after host_lost), so that
+	// its repeats are counted instead of journaled again.
+	Refusal *Refusal
 	// ProgressSeq > 0 records last_progress_seq.
 	ProgressSeq int64
 	// CompleteSource != "" records the completion mark (completed_at,
@@ -397,6 +402,23 @@ type SignalFacts struct {
 	Processed bool
 	// LastProgressSeq is the run's last applied progress seq.
 	LastProgressSeq int64
+	// Refused lists the results (stale_attempt, stale_offer, ignored) a
+	// signal of this kind at this attempt was already set aside with, and
+	// journaled for: a repeat is not journaled again.
+	Refused []string
+}
+
+// Refusal is a signal of a run that the ingest set aside without
+// processing it: an old attempt's (stale_attempt), a withdrawn offer's
+// (stale_offer), or one that came after its attempt ended host_lost
+// (ignored). Nothing marks such a signal processed, so an old token could
+// send them without end; the first of each (run, attempt, kind, result)
+// is journaled and the rest are only counted, so the journal stays
+// bounded (docs/architecture.md#signal-ingest).
+type Refusal struct {
+	Attempt int // the signal's attempt
+	Kind    string
+	Result  string
 }
 
 // IngestSignal decides a signal in the order the ingest guarantees: the
@@ -422,19 +444,30 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		}
 		return m
 	}
+	// A refusal is journaled the first time for its (attempt, kind,
+	// result) only; its repeats are counted.
+	refuse := func(result string, topic wire.Topic, payload map[string]any) Decision {
+		d := Decision{Result: result, Refusal: &Refusal{Attempt: att, Kind: sig.Kind, Result: result}}
+		if !slices.Contains(f.Refused, result) {
+			d.Steps = []Step{journal(topic, payload)}
+		}
+		return d
+	}
 	if att < r.Attempt {
-		return Decision{Result: wire.ResultStaleAttempt, Steps: []Step{journal(wire.TopicRunStaleSignal,
-			map[string]any{"kind": sig.Kind, "source": sig.Source, "signal_attempt": att, "host_id": sig.Sender})}}, nil
+		return refuse(wire.ResultStaleAttempt, wire.TopicRunStaleSignal,
+			map[string]any{"kind": sig.Kind, "source": sig.Source, "signal_attempt": att, "host_id": sig.Sender}), nil
 	}
 	if r.HostID != sig.Sender {
 		// The offer to this host was withdrawn; the run is elsewhere (or
-		// waiting for another offer) at this very attempt.
-		return Decision{Result: wire.ResultStaleOffer, StopSender: true, Steps: []Step{journal(wire.TopicRunSignalReceived,
-			seen(wire.ResultStaleOffer, map[string]any{"from_host_id": sig.Sender}))}}, nil
+		// waiting for another offer) at this very attempt. The sender is
+		// told to stop every time, journaled or not.
+		d := refuse(wire.ResultStaleOffer, wire.TopicRunSignalReceived, seen(wire.ResultStaleOffer, map[string]any{"from_host_id": sig.Sender}))
+		d.StopSender = true
+		return d, nil
 	}
 	if Tombstoned(r) {
-		return Decision{Result: wire.ResultIgnored, Steps: []Step{journal(wire.TopicRunSignalReceived,
-			seen(wire.ResultIgnored, map[string]any{"status": r.Status, "failure_reason": wire.FailHostLost}))}}, nil
+		return refuse(wire.ResultIgnored, wire.TopicRunSignalReceived,
+			seen(wire.ResultIgnored, map[string]any{"status": r.Status, "failure_reason": wire.FailHostLost})), nil
 	}
 	if sig.Kind == wire.SignalProgress {
 		if *sig.Seq <= 0 || *sig.Seq <= f.LastProgressSeq {

@@ -210,6 +210,17 @@ var signals = []edge{
 		result: wire.ResultStaleOffer, stop: true, topics: []wire.Topic{wire.TopicRunSignalReceived}},
 	{name: "ignored: late signal after host_lost", decide: ingest(with(last(run(failed)), func(r *lifecycle.Run) { r.FailureReason = wire.FailHostLost; r.Attempt = 1 }), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
 		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "stale_attempt already journaled for its attempt and kind: counted only", decide: ingestF(with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 }),
+		sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Refused: []string{wire.ResultStaleAttempt}}),
+		result: wire.ResultStaleAttempt},
+	{name: "stale_offer already journaled: counted only, the sender still stops", decide: ingestF(run(running), from(hostB, sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
+		lifecycle.SignalFacts{Refused: []string{wire.ResultStaleOffer}}), result: wire.ResultStaleOffer, stop: true},
+	{name: "ignored after host_lost already journaled: counted only", decide: ingestF(with(last(run(failed)), func(r *lifecycle.Run) { r.FailureReason = wire.FailHostLost; r.Attempt = 1 }),
+		sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Refused: []string{wire.ResultIgnored}}),
+		result: wire.ResultIgnored},
+	{name: "stale_attempt journaled although another result was", decide: ingestF(with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 }),
+		sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Refused: []string{wire.ResultStaleOffer}}),
+		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
 	{name: "completed applied in any status, no status write", decide: ingest(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, "")),
 		result: wire.ResultApplied},
 	{name: "invalid_attempt", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 2, "")), err: wire.CodeInvalidAttempt},
@@ -229,6 +240,49 @@ var signals = []edge{
 }
 
 func TestMachine(t *testing.T) { walk(t, machine) }
+
+// Every signal set aside without being processed is recorded as a
+// refusal of its own (attempt, kind, result), whether journaled or not,
+// so the store counts it; a processed or applied one is not.
+func TestStaleSignalJournalBounded(t *testing.T) {
+	run2 := with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 })
+	lost := with(last(run(failed)), func(r *lifecycle.Run) { r.FailureReason = wire.FailHostLost; r.Attempt = 1 })
+	old := progress(7)
+	for _, c := range []struct {
+		name string
+		r    lifecycle.Run
+		s    lifecycle.Signal
+		want *lifecycle.Refusal
+	}{
+		{"stale_attempt", run2, sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), &lifecycle.Refusal{Attempt: 1, Kind: wire.SignalFinished, Result: wire.ResultStaleAttempt}},
+		{"stale_attempt progress", run2, old, &lifecycle.Refusal{Attempt: 1, Kind: wire.SignalProgress, Result: wire.ResultStaleAttempt}},
+		{"stale_offer", run(running), from(hostB, sig(wire.SignalStarted, wire.SourceWrapper, 1, "")), &lifecycle.Refusal{Attempt: 1, Kind: wire.SignalStarted, Result: wire.ResultStaleOffer}},
+		{"ignored after host_lost", lost, sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), &lifecycle.Refusal{Attempt: 1, Kind: wire.SignalCompleted, Result: wire.ResultIgnored}},
+		{"ignored after exit: processed, not a refusal", run(exited), sig(wire.SignalFailed, wire.SourceWrapper, 1, ""), nil},
+		{"applied", run(spawning), sig(wire.SignalStarted, wire.SourceWrapper, 1, ""), nil},
+	} {
+		for _, journaled := range []bool{false, true} {
+			f := lifecycle.SignalFacts{}
+			if journaled && c.want != nil {
+				f.Refused = []string{c.want.Result}
+			}
+			d, err := lifecycle.IngestSignal(c.r, c.s, f, policy, now)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			switch {
+			case c.want == nil && d.Refusal != nil:
+				t.Errorf("%s: refusal %+v, want none", c.name, *d.Refusal)
+			case c.want != nil && (d.Refusal == nil || *d.Refusal != *c.want):
+				t.Errorf("%s: refusal %+v, want %+v", c.name, d.Refusal, *c.want)
+			case c.want != nil && journaled && len(d.Steps) > 0:
+				t.Errorf("%s: journaled again: %v", c.name, d.Topics())
+			case c.want != nil && !journaled && len(d.Steps) != 1:
+				t.Errorf("%s: first refusal journaled %v, want one event", c.name, d.Topics())
+			}
+		}
+	}
+}
 
 func TestSignals(t *testing.T) { walk(t, signals) }
 

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/BurntSushi/toml"
 )
@@ -55,7 +56,9 @@ type fileEntry struct {
 	Binary *string            `toml:"binary"`
 	Args   *[]string          `toml:"args"`
 	Env    *map[string]string `toml:"env"`
-	Hooks  *string            `toml:"hooks"`
+	// PassEnv is pass_env: variables taken from the worker's environment.
+	PassEnv *[]string `toml:"pass_env"`
+	Hooks   *string   `toml:"hooks"`
 	// EndOfOptions is end_of_options: the argument that ends the CLI's
 	// options ("--"), or "" when it takes none.
 	EndOfOptions *string `toml:"end_of_options"`
@@ -106,7 +109,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, hooks and end_of_options; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks and end_of_options; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -139,6 +142,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		if e.Env != nil {
 			p.ExtraEnv = maps.Clone(*e.Env)
+		}
+		if e.PassEnv != nil {
+			p.PassEnv = slices.Clone(*e.PassEnv)
 		}
 		if e.Hooks != nil {
 			p.Hooks = *e.Hooks
@@ -202,6 +208,11 @@ func (p *Provider) validate() error {
 			return fmt.Errorf("env.%s: value holds a NUL byte", k)
 		}
 	}
+	for i, k := range p.PassEnv {
+		if err := PassEnvName(k); err != nil {
+			return fmt.Errorf("pass_env[%d]: %w", i, err)
+		}
+	}
 	switch p.Hooks {
 	case "":
 		p.Hooks = HooksNone
@@ -220,7 +231,59 @@ func (c *Catalog) Get(name string) (Provider, bool) {
 	}
 	p.Args = slices.Clone(p.Args)
 	p.ExtraEnv = maps.Clone(p.ExtraEnv)
+	p.PassEnv = slices.Clone(p.PassEnv)
 	return p, true
+}
+
+// PassEnvName checks a name of pass_env or PAM_PASS_ENV: a variable name
+// and not PAM_*. The wrapper sets the PAM_* run variables itself, and
+// PAM_WORKER_TOKEN, PAM_TOKEN and PAM_DATABASE_URL must never reach a CLI.
+func PassEnvName(name string) error {
+	if !envRe.MatchString(name) {
+		return fmt.Errorf("%q is not a variable name (want letters, digits and _, not starting with a digit)", name)
+	}
+	if strings.HasPrefix(name, "PAM_") {
+		return fmt.Errorf("%s: PAM_* variables are never passed (the wrapper sets the run's own, and pam's secrets stay out of the CLI)", name)
+	}
+	return nil
+}
+
+// ParsePassEnv reads PAM_PASS_ENV: variable names separated by commas,
+// white space or both; empty items are skipped and repeats kept once.
+func ParsePassEnv(s string) ([]string, error) {
+	var out []string
+	for _, name := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || unicode.IsSpace(r) }) {
+		if err := PassEnvName(name); err != nil {
+			return nil, fmt.Errorf("PAM_PASS_ENV: %w", err)
+		}
+		if !slices.Contains(out, name) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// PassEnvNames lists, sorted and once each, the variables the named
+// provider's CLI takes from the worker's environment: its pass_env and
+// extra (PAM_PASS_ENV, passed to every CLI). An unknown provider gets
+// extra alone.
+func (c *Catalog) PassEnvNames(name string, extra []string) []string {
+	names := slices.Concat(c.providers[name].PassEnv, extra)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// Passed picks from the worker's environment (lookup, as os.LookupEnv)
+// the values of names: what goes into a dispatch file. A name that is not
+// set is left out; one set to "" is passed empty.
+func Passed(names []string, lookup func(string) (string, bool)) map[string]string {
+	out := map[string]string{}
+	for _, k := range names {
+		if v, ok := lookup(k); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // Names lists the catalog's providers, sorted.

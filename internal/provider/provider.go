@@ -37,6 +37,11 @@ type Provider struct {
 	Args []string
 	// ExtraEnv is the entry's env table: extra environment for the CLI.
 	ExtraEnv map[string]string
+	// PassEnv names the variables copied from the worker's environment
+	// into the CLI's (its credentials): the tmux server's environment is
+	// clean, so nothing else of the worker's reaches the CLI. A name unset
+	// in the worker's environment is not passed.
+	PassEnv []string
 	// Hooks says how completion is wired: HooksClaude, HooksCodex or
 	// HooksNone ("" reads as none).
 	Hooks string
@@ -57,10 +62,15 @@ func builtins() map[string]Provider {
 		// claude (commander), codex (clap) and gemini (yargs) end their
 		// options at "--"; grok's parser is not known to, so a prompt
 		// starting with "-" is refused for it.
-		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--"},
-		"codex":  {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--"},
-		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
-		"grok":   {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone},
+		// Each passes its own credential variables.
+		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
+			PassEnv: []string{"ANTHROPIC_API_KEY"}},
+		"codex": {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
+			PassEnv: []string{"OPENAI_API_KEY"}},
+		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}},
+		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
+			PassEnv: []string{"XAI_API_KEY"}},
 		// The operator explicitly asking for a shell command in the session.
 		// POSIX sh (dash, bash) takes "sh -c -- -cmd": the command string is
 		// the first operand after "--".
@@ -160,6 +170,21 @@ func (p Provider) ArgvParts(v Vars) (head, tail []string, err error) {
 // result keeps base's order with new names appended sorted.
 func (p Provider) Env(base []string, proxy map[string]string) []string {
 	return mergeEnv(mergeEnv(base, proxy), p.ExtraEnv)
+}
+
+// WithPassed returns env with the passed variables (the worker's values
+// of pass_env names, from the dispatch file) set over it. A name that is
+// not a variable name, or that PassEnvName refuses (the PAM_* run
+// variables and pam's secrets), is dropped: whatever the file says, it
+// never replaces what the wrapper sets.
+func WithPassed(env []string, passed map[string]string) []string {
+	ok := make(map[string]string, len(passed))
+	for k, v := range passed {
+		if PassEnvName(k) == nil && !strings.ContainsRune(v, 0) {
+			ok[k] = v
+		}
+	}
+	return mergeEnv(env, ok)
 }
 
 // mergeEnv sets vars over env (KEY=value strings): a name already present

@@ -137,6 +137,9 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env", "[providers.claude]\nenv = { \"1BAD\" = \"x\" }\n", []string{"providers.claude.env.1BAD"}},
 		{"bad env dash", "[providers.claude]\nenv = { \"A-B\" = \"x\" }\n", []string{"providers.claude.env.A-B"}},
 		{"bad hooks", "[providers.claude]\nhooks = \"cursor\"\n", []string{"providers.claude.hooks"}},
+		{"bad pass_env", "[providers.claude]\npass_env = [\"OK\", \"A-B\"]\n", []string{"providers.claude.pass_env[1]", "A-B"}},
+		{"pass_env of pam's secrets", "[providers.claude]\npass_env = [\"PAM_WORKER_TOKEN\"]\n", []string{"providers.claude.pass_env[0]", "PAM_*"}},
+		{"pass_env not a list", "[providers.claude]\npass_env = \"X\"\n", []string{FileName}},
 		{"typo placeholder", "[providers.claude]\nargs = [\"{promt}\"]\n", []string{"providers.claude.args[0]", "{promt}"}},
 		{"bad proxy", "[proxy]\nhttp-proxy = \"x\"\n", []string{"proxy.http-proxy"}},
 		{"lower proxy", "[proxy]\nsome_var = \"x\"\n", []string{"proxy.some_var"}},
@@ -156,6 +159,63 @@ func TestLoadErrors(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The credentials a CLI takes from the worker's environment: built-ins
+// pass their own, an entry of providers.toml replaces the list, and
+// PAM_PASS_ENV adds to every provider's.
+func TestPassEnv(t *testing.T) {
+	t.Parallel()
+	c, err := Load(writeCatalog(t, `
+[providers.codex]
+pass_env = ["OPENAI_API_KEY", "OPENAI_ORG_ID"]
+
+[providers.aider]
+binary = "aider"
+pass_env = ["AIDER_KEY"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra, err := ParsePassEnv(" HTTPS_PROXY,\tCORP_TOKEN  HTTPS_PROXY,, ")
+	if err != nil || !slices.Equal(extra, []string{"HTTPS_PROXY", "CORP_TOKEN"}) {
+		t.Fatalf("ParsePassEnv = %q, %v", extra, err)
+	}
+	for name, want := range map[string][]string{
+		"claude": {"ANTHROPIC_API_KEY"},
+		"codex":  {"OPENAI_API_KEY", "OPENAI_ORG_ID"},
+		"gemini": {"GEMINI_API_KEY", "GOOGLE_API_KEY"},
+		"grok":   {"XAI_API_KEY"},
+		"shell":  nil,
+		"aider":  {"AIDER_KEY"},
+	} {
+		if got := c.PassEnvNames(name, nil); !slices.Equal(got, want) {
+			t.Errorf("%s: pass_env %q, want %q", name, got, want)
+		}
+		all := slices.Sorted(slices.Values(append(slices.Clone(want), extra...)))
+		if got := c.PassEnvNames(name, extra); !slices.Equal(got, all) {
+			t.Errorf("%s with PAM_PASS_ENV: %q, want %q", name, got, all)
+		}
+	}
+	env := map[string]string{"ANTHROPIC_API_KEY": "sk-1", "EMPTY": ""}
+	got := Passed([]string{"ANTHROPIC_API_KEY", "EMPTY", "UNSET"}, func(k string) (string, bool) { v, ok := env[k]; return v, ok })
+	if len(got) != 2 || got["ANTHROPIC_API_KEY"] != "sk-1" || got["EMPTY"] != "" {
+		t.Errorf("Passed = %v: an unset variable is left out, an empty one passed", got)
+	}
+	for _, bad := range []string{"PAM_TOKEN", "A,PAM_WORKER_TOKEN", "1X", "A-B", "A=B"} {
+		if _, err := ParsePassEnv(bad); err == nil || !strings.Contains(err.Error(), "PAM_PASS_ENV") {
+			t.Errorf("ParsePassEnv(%q) = %v, want a refusal naming PAM_PASS_ENV", bad, err)
+		}
+	}
+	if got, err := ParsePassEnv(""); err != nil || len(got) != 0 {
+		t.Errorf("ParsePassEnv(\"\") = %q, %v", got, err)
+	}
+	// Whatever a dispatch file holds, PAM_* never comes from it.
+	base := []string{"PATH=/bin", "PAM_RUN_ID=r"}
+	out := WithPassed(base, map[string]string{"PATH": "/opt/bin", "KEY": "v", "PAM_RUN_ID": "forged", "PAM_WORKER_TOKEN": "w", "BAD-NAME": "x"})
+	if want := []string{"PATH=/opt/bin", "PAM_RUN_ID=r", "KEY=v"}; !slices.Equal(out, want) {
+		t.Errorf("WithPassed = %q, want %q", out, want)
 	}
 }
 

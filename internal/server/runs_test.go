@@ -562,6 +562,88 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	}
 }
 
+// TestStaleSignalJournalBounded: a token whose offer was withdrawn, or
+// whose attempt is over, may send without end; each signal is answered as
+// the ingest table says, but the journal gets at most one event per (run,
+// attempt, kind), whatever the seqs and whichever host sends them.
+func TestStaleSignalJournalBounded(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{ack: 300 * time.Millisecond})
+	a := e.worker("old-a", 4, "shell")
+	r := e.start(map[string]any{"max_attempts": 3})
+	d1 := a.expect(wire.FrameRunDispatch) // a never acks: the offer is withdrawn
+	e.must(200, "POST", "/api/v1/hosts/old-a/disable", nil, nil)
+	a.reconnect()
+	b := e.worker("new-b", 4, "shell")
+	d2 := b.expect(wire.FrameRunDispatch)
+	if d2.RunID != r.ID || *d2.Attempt != 1 {
+		t.Fatalf("re-offer %+v", d2)
+	}
+	const n = 50
+	for i := range n {
+		for _, kind := range []string{"started", "progress"} {
+			if code, res, body := e.signal(d1.SignalToken, r.ID, sig(kind, 1, "seq", i+1)); code != 200 || res.Result != "stale_offer" {
+				t.Fatalf("signal %d of the withdrawn offer: %d %s", i, code, body)
+			}
+		}
+	}
+	b.ack(d2, true)
+	if code, res, _ := e.signal(d2.SignalToken, r.ID, sig("started", 1)); code != 202 || res.Result != "applied" {
+		t.Fatalf("started: %d %v", code, res)
+	}
+	e.signal(d2.SignalToken, r.ID, sig("finished", 1, "payload", map[string]any{"exit_code": 1}))
+	e.waitRun(r.ID, "requeued", func(r wire.Run) bool { return r.Attempt == 2 })
+	// Attempt 1 is over: both of its tokens are stale_attempt now.
+	for i := range n {
+		for _, tok := range []string{d1.SignalToken, d2.SignalToken} {
+			for _, body := range []map[string]any{sig("progress", 1, "seq", 100+i), sig("finished", 1, "payload", map[string]any{"exit_code": 0})} {
+				if code, res, out := e.signal(tok, r.ID, body); code != 200 || res.Result != "stale_attempt" {
+					t.Fatalf("old attempt's %s %d: %d %s", body["kind"], i, code, out)
+				}
+			}
+		}
+	}
+
+	var l wire.EventList
+	e.must(200, "GET", "/api/v1/runs/"+r.ID+"/events", nil, &l)
+	per := map[string]int{}
+	for _, ev := range l.Events {
+		var p struct {
+			Kind          string `json:"kind"`
+			Result        string `json:"result"`
+			SignalAttempt *int   `json:"signal_attempt"`
+			Attempt       int    `json:"attempt"`
+		}
+		_ = json.Unmarshal(ev.Payload, &p)
+		switch ev.Topic {
+		case string(wire.TopicRunStaleSignal):
+			per[fmt.Sprintf("%s attempt %d %s", ev.Topic, *p.SignalAttempt, p.Kind)]++
+		case string(wire.TopicRunSignalReceived):
+			per[fmt.Sprintf("%s attempt %d %s %s", ev.Topic, p.Attempt, p.Kind, p.Result)]++
+		}
+	}
+	want := map[string]int{
+		"run.signal_received attempt 1 started stale_offer":  1,
+		"run.signal_received attempt 1 progress stale_offer": 1,
+		"run.stale_signal attempt 1 progress":                1,
+		"run.stale_signal attempt 1 finished":                1,
+	}
+	if fmt.Sprint(per) != fmt.Sprint(want) {
+		t.Errorf("refused signals journaled %v, want %v", per, want)
+	}
+	if got := e.run(r.ID); got.Status != "pending" || got.Attempt != 2 {
+		t.Fatalf("after the stale signals: %+v", got)
+	}
+	// Attempts start at 1: a made-up attempt is a bad body, not one more
+	// stale attempt to journal.
+	for _, att := range []int{0, -1} {
+		code, _, body := e.signal(b.token, r.ID, sig("progress", att, "seq", 1))
+		if code != 400 || !strings.Contains(string(body), "validation_failed") {
+			t.Errorf("attempt %d: %d %s", att, code, body)
+		}
+	}
+}
+
 // Signals that overtake each other still give one live incarnation.
 func TestOvertakingSignals(t *testing.T) {
 	t.Parallel()

@@ -55,6 +55,14 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 			return r, fmt.Errorf("record signal %s of run %s: %w", d.Processed, r.ID, err)
 		}
 	}
+	if d.Refusal != nil {
+		// Counted always; journaled (in Steps) only the first time.
+		if _, err := tx.Exec(ctx, `INSERT INTO signal_refusals (run_id, attempt, kind, result) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (run_id, attempt, kind, result) DO UPDATE SET count = signal_refusals.count + 1, last_at = now()`,
+			r.ID, d.Refusal.Attempt, d.Refusal.Kind, d.Refusal.Result); err != nil {
+			return r, fmt.Errorf("count %s signal %s of run %s: %w", d.Refusal.Result, d.Refusal.Kind, r.ID, err)
+		}
+	}
 	for _, st := range d.Steps {
 		var err error
 		if r, err = write(ctx, tx, r, st); err != nil {

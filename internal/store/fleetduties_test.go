@@ -223,6 +223,39 @@ func TestLateSignalsAfterHostLostNeverResurrect(t *testing.T) {
 	}
 }
 
+// TestIgnoredSignalJournalBounded: the late signals of an attempt that
+// ended host_lost are ignored and never marked processed, so they can
+// come without end; each (attempt, kind) is journaled once, the rest are
+// counted in signal_refusals.
+func TestIgnoredSignalJournalBounded(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newFleet(t, 1)
+	r := f.running()
+	f.silent(2*time.Hour, 3*time.Hour)
+	if n, err := f.s.MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
+		t.Fatalf("lost %d (%v)", n, err)
+	}
+	kinds := []string{wire.SignalFinished, wire.SignalCompleted, wire.SignalProgress, wire.SignalStarted, wire.SignalFailed}
+	const n = 20
+	for range n {
+		for _, kind := range kinds {
+			f.signal(r.ID, kind, 1, wire.ResultIgnored)
+		}
+	}
+	if got := strings.Count(f.topics(r.ID, ""), "run.signal_received"); got != len(kinds) {
+		t.Errorf("%d late signals journaled, want %d (one per kind)", got, len(kinds))
+	}
+	var rows, total int
+	if err := f.s.Pool.QueryRow(ctx, `SELECT count(*), coalesce(sum(count), 0) FROM signal_refusals
+		WHERE run_id = $1 AND attempt = 1 AND result = 'ignored'`, r.ID).Scan(&rows, &total); err != nil {
+		t.Fatal(err)
+	}
+	if rows != len(kinds) || total != n*len(kinds) {
+		t.Errorf("signal_refusals: %d rows counting %d, want %d counting %d", rows, total, len(kinds), n*len(kinds))
+	}
+}
+
 func TestCLIHang(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

@@ -48,6 +48,12 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 }
 
 func validateSignal(sig wire.Signal) error {
+	// Attempts start at 1. Refused here as on the uplink (Frame.Validate):
+	// each made-up attempt below 1 would otherwise be one more stale
+	// attempt to journal.
+	if sig.Attempt != nil && *sig.Attempt < 1 {
+		return wire.Invalid("attempt", "attempt must be 1 or more")
+	}
 	switch sig.Kind {
 	case wire.SignalStarted, wire.SignalFinished, wire.SignalCompleted, wire.SignalFailed, wire.SignalProgress:
 	default:
@@ -65,9 +71,9 @@ func validateSignal(sig wire.Signal) error {
 
 func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal) (Ingest, error) {
 	var facts lifecycle.SignalFacts
-	if sig.Attempt != nil && *sig.Attempt == r.Attempt {
+	if sig.Attempt != nil && *sig.Attempt <= r.Attempt {
 		var err error
-		if facts, err = signalFacts(ctx, tx, r, sig.Kind); err != nil {
+		if facts, err = signalFacts(ctx, tx, r, *sig.Attempt, sig.Kind); err != nil {
 			return Ingest{}, err
 		}
 	}
@@ -83,15 +89,18 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 	return Ingest{Result: d.Result, Run: out, StopSender: d.StopSender, StatusChange: d.Changed()}, nil
 }
 
-// signalFacts reads what a signal's decision needs besides the run:
-// whether its one-shot kind was already processed for the run's attempt,
-// and the last applied progress seq. The run row is locked, so they hold
-// until the transaction ends.
-func signalFacts(ctx context.Context, tx *Tx, r wire.Run, kind string) (lifecycle.SignalFacts, error) {
+// signalFacts reads what the decision about a signal of kind at attempt
+// needs besides the run: whether that one-shot kind was already processed
+// for the run's attempt, the last applied progress seq, and the results
+// signals of that kind and attempt were already set aside with. The run
+// row is locked, so they hold until the transaction ends.
+func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind string) (lifecycle.SignalFacts, error) {
 	var f lifecycle.SignalFacts
 	err := tx.QueryRow(ctx, `SELECT last_progress_seq,
-		EXISTS (SELECT 1 FROM processed_signals WHERE run_id = $1 AND attempt = $2 AND kind = $3) FROM runs WHERE id = $1`,
-		r.ID, r.Attempt, kind).Scan(&f.LastProgressSeq, &f.Processed)
+		EXISTS (SELECT 1 FROM processed_signals WHERE run_id = $1 AND attempt = $2 AND kind = $3),
+		ARRAY(SELECT result FROM signal_refusals WHERE run_id = $1 AND attempt = $4 AND kind = $3 ORDER BY result)
+		FROM runs WHERE id = $1`,
+		r.ID, r.Attempt, kind, attempt).Scan(&f.LastProgressSeq, &f.Processed, &f.Refused)
 	if err != nil {
 		return f, fmt.Errorf("read signal facts of run %s: %w", r.ID, err)
 	}

@@ -124,4 +124,9 @@ type Dispatch struct {
 	WorkerDataDir string `json:"worker_data_dir"`
 	// CAFile is PAM_CA_FILE, when the worker trusts an extra CA.
 	CAFile string `json:"ca_file,omitempty"`
+	// PassEnv holds the values, from the worker's environment, of the
+	// variables the provider's pass_env and PAM_PASS_ENV name: the CLI's
+	// credentials reach it through this 0600 file, never a command line
+	// or the tmux server's environment. Unset variables are absent.
+	PassEnv map[string]string `json:"pass_env,omitempty"`
 }

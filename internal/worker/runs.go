@@ -203,6 +203,9 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		Prompt: f.Prompt, Args: f.Args, Cwd: cwd, SessionName: r.name.String(),
 		WorkerDataDir: w.dir, CAFile: w.o.CAFile,
 	}
+	if w.o.PassEnv != nil {
+		d.PassEnv = w.o.PassEnv(f.Provider)
+	}
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
 		fail("encode dispatch: " + err.Error())

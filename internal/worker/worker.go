@@ -76,6 +76,11 @@ type Options struct {
 	// Providers maps each provider usable on this host to the absolute
 	// path of its binary; called at registration and on each dispatch.
 	Providers func() map[string]string
+	// PassEnv returns the variables of the worker's environment that the
+	// named provider's CLI gets (its pass_env and PAM_PASS_ENV), by name;
+	// called on each dispatch, the values go into the dispatch file only.
+	// Nil passes none.
+	PassEnv func(provider string) map[string]string
 	// Reconcile receives a value for each reconciliation asked for from
 	// outside (SIGHUP); nil for none.
 	Reconcile <-chan struct{}

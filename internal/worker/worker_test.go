@@ -80,6 +80,13 @@ func TestDispatchSpawnsSession(t *testing.T) {
 	t.Parallel()
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
+	const apiKey = "sk-pass-env-0a0a0a0a"
+	h.opts.PassEnv = func(provider string) map[string]string {
+		if provider != "shell" {
+			t.Errorf("PassEnv asked for provider %q", provider)
+		}
+		return map[string]string{"ANTHROPIC_API_KEY": apiKey}
+	}
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	df := h.dispatchFrame(runA, 2)
@@ -134,9 +141,12 @@ func TestDispatchSpawnsSession(t *testing.T) {
 		d.WorkerDataDir != want.WorkerDataDir {
 		t.Errorf("dispatch file = %+v\nwant %+v", d, want)
 	}
+	if len(d.PassEnv) != 1 || d.PassEnv["ANTHROPIC_API_KEY"] != apiKey {
+		t.Errorf("dispatch file pass_env = %v", d.PassEnv)
+	}
 	// Nothing secret went through the tmux command line.
 	for _, c := range h.tmuxCalls() {
-		if strings.Contains(c, "signal-token") || strings.Contains(c, "rm -rf") || strings.Contains(c, workerToken) {
+		if strings.Contains(c, "signal-token") || strings.Contains(c, "rm -rf") || strings.Contains(c, workerToken) || strings.Contains(c, apiKey) {
 			t.Errorf("a secret or the prompt reached tmux: %s", c)
 		}
 	}

@@ -318,7 +318,9 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 	if base == nil {
 		base = os.Environ()
 	}
-	env := p.Env(scrubEnv(base), cat.Proxy)
+	// The worker's pass_env values first, then [proxy] and env, then the
+	// run's own PAM_* variables, later ones winning.
+	env := p.Env(provider.WithPassed(scrubEnv(base), d.PassEnv), cat.Proxy)
 	pamVars := []string{
 		"PAM_RUN_ID=" + w.runID,
 		"PAM_ATTEMPT=" + strconv.Itoa(d.Attempt),

@@ -215,6 +215,10 @@ func TestCLIEnvironment(t *testing.T) {
 	orch := newOrchestrator(t)
 	f := newFixture(t, orch.URL, "shell", "/bin/sh", "env; pwd")
 	f.d.CAFile = "/etc/pam/ca.pem"
+	// The worker's pass_env values: the catalog's env wins over them, and
+	// a PAM_* name never comes from the file.
+	f.d.PassEnv = map[string]string{"ANTHROPIC_API_KEY": "sk-from-worker", "FROM_CATALOG": "passed-loses",
+		"PAM_RUN_ID": "forged-run", "PAM_WORKER_TOKEN": "worker-secret-in-dispatch"}
 	f.writeDispatch(t)
 	f.writeCatalog(t, `
 [proxy]
@@ -239,13 +243,14 @@ env = { FROM_CATALOG = "yes", PAM_RUN_ID = "not-this" }
 		"HTTPS_PROXY=http://proxy.example:3128\n",
 		"FROM_CATALOG=yes\n",
 		"KEEP_ME=1\n",
+		"ANTHROPIC_API_KEY=sk-from-worker\n",
 		"\n" + f.d.Cwd + "\n", // pwd
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("CLI output lacks %q:\n%s", want, out)
 		}
 	}
-	for _, secret := range []string{"PAM_WORKER_TOKEN", "worker-secret", "PAM_TOKEN=", "operator-secret", "db-secret", "not-this", "=stale"} {
+	for _, secret := range []string{"PAM_WORKER_TOKEN", "worker-secret", "PAM_TOKEN=", "operator-secret", "db-secret", "not-this", "=stale", "passed-loses", "forged-run", "worker-secret-in-dispatch"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("CLI environment holds %q:\n%s", secret, out)
 		}
