@@ -346,7 +346,7 @@ func (c *config) token() (string, error) {
 	dir := c.str("PAM_DATA_DIR")
 	t, err := datadir.ReadToken(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return "", fmt.Errorf("no operator token: set PAM_TOKEN (or --token-file FILE), or point PAM_DATA_DIR (or --data-dir) at the data dir holding the token file (%s not found; pam serve creates it on first start)", datadir.TokenPath(dir))
+		return "", fmt.Errorf("no operator token: set PAM_TOKEN (or --token-file FILE), or point PAM_DATA_DIR (or --data-dir) at the data dir holding the token file (%s not found; pam serve writes it when it is the active server)", datadir.TokenPath(dir))
 	}
 	if err != nil {
 		return "", fmt.Errorf("operator token: %w (or set PAM_TOKEN)", err)

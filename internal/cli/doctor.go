@@ -142,7 +142,7 @@ func checkToken(dir, envToken string) check {
 	}
 	st, err := os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return fail(name, "start pam serve (or pam up) once to create it, or set PAM_TOKEN (or point PAM_DATA_DIR at the orchestrator's data dir)", "%s not found", path)
+		return fail(name, "start pam serve (or pam up) once to write it (a standby writes it when it takes over), or set PAM_TOKEN (or point PAM_DATA_DIR at the orchestrator's data dir)", "%s not found", path)
 	}
 	if err != nil {
 		return fail(name, "fix the data dir's permissions, or set PAM_TOKEN", "%v", err)
@@ -155,7 +155,7 @@ func checkToken(dir, envToken string) check {
 		return fail(name, "run pam as the user that owns the data dir, or set PAM_TOKEN", "%v", err)
 	}
 	if !datadir.ValidToken(strings.TrimSpace(string(b))) {
-		return fail(name, fmt.Sprintf("remove %s; pam serve makes a new one on its next start", path), "%s does not hold 32 lowercase hex characters", path)
+		return fail(name, fmt.Sprintf("remove %s; pam serve writes its database's token there on its next start", path), "%s does not hold 32 lowercase hex characters", path)
 	}
 	return pass(name, "%s (mode 0600)", path)
 }

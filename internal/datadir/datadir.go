@@ -78,38 +78,27 @@ var tokenRe = regexp.MustCompile(`^[0-9a-f]{32}$`)
 // TokenPath is <data>/token.
 func TokenPath(dir string) string { return filepath.Join(dir, "token") }
 
-// LoadOrCreateToken returns the operator token, creating the file (32
-// lowercase hex, 0600) on first start. A file with anything else in it is
-// an error, never silently replaced: the operator's clients depend on it.
-func LoadOrCreateToken(dir string) (string, error) {
-	tok, err := ReadToken(dir)
-	if err == nil {
-		return tok, nil
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		return "", err
-	}
+// NewToken makes an operator token: 16 random bytes as 32 lowercase hex.
+func NewToken() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
-		return "", err
+		return "", fmt.Errorf("make the operator token: %w", err)
 	}
-	tok = hex.EncodeToString(b)
-	f, err := os.OpenFile(TokenPath(dir), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return ReadToken(dir) // another process won the race
+	return hex.EncodeToString(b), nil
+}
+
+// WriteToken replaces <data>/token with tok (0600), atomically: the
+// operator's CLI reads the old token or the new one, never a torn file.
+// The token is the database's; this file is the local copy serve keeps in
+// sync when it becomes active.
+func WriteToken(dir, tok string) error {
+	if !ValidToken(tok) {
+		return errors.New("write token file: not 32 lowercase hex characters")
 	}
-	if err != nil {
-		return "", fmt.Errorf("create token file: %w", err)
+	if err := WriteFileAtomic(TokenPath(dir), []byte(tok+"\n"), 0o600); err != nil {
+		return fmt.Errorf("write token file: %w", err)
 	}
-	if _, err := f.WriteString(tok + "\n"); err != nil {
-		f.Close()
-		return "", err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return "", err
-	}
-	return tok, f.Close()
+	return nil
 }
 
 // ReadToken reads and validates <data>/token, repairing a too-open mode.

@@ -8,22 +8,31 @@ import (
 	"testing"
 )
 
-func TestTokenCreatedOnceWithMode0600(t *testing.T) {
+func TestWriteTokenMode0600(t *testing.T) {
 	dir := t.TempDir()
-	tok, err := LoadOrCreateToken(dir)
-	if err != nil {
+	tok, err := NewToken()
+	if err != nil || !ValidToken(tok) {
+		t.Fatalf("new token %q is not 32 lowercase hex (%v)", tok, err)
+	}
+	// Over a file left too open: the replacement is 0600 all the same.
+	if err := os.WriteFile(TokenPath(dir), []byte("old\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if !ValidToken(tok) {
-		t.Fatalf("token %q is not 32 lowercase hex", tok)
+	if err := WriteToken(dir, tok); err != nil {
+		t.Fatal(err)
 	}
 	st, err := os.Stat(TokenPath(dir))
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("token file mode %v, err %v", st.Mode().Perm(), err)
 	}
-	again, err := LoadOrCreateToken(dir)
-	if err != nil || again != tok {
-		t.Fatalf("second start changed the token: %q -> %q (%v)", tok, again, err)
+	if got, err := ReadToken(dir); err != nil || got != tok {
+		t.Fatalf("read back %q (%v), want %q", got, err, tok)
+	}
+	if err := WriteToken(dir, "short"); err == nil {
+		t.Fatal("a token of the wrong shape was written")
+	}
+	if got, _ := ReadToken(dir); got != tok {
+		t.Fatalf("a refused write changed the file to %q", got)
 	}
 }
 
@@ -33,10 +42,10 @@ func TestTokenFileHostileContent(t *testing.T) {
 		if err := os.WriteFile(TokenPath(dir), []byte(content), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := LoadOrCreateToken(dir); err == nil || !strings.Contains(err.Error(), "32 lowercase hex") {
+		if _, err := ReadToken(dir); err == nil || !strings.Contains(err.Error(), "32 lowercase hex") {
 			t.Errorf("content %q: err %v, want a clear refusal", content, err)
 		}
-		// The operator's file is never replaced behind their back.
+		// Reading never rewrites the operator's file.
 		if b, _ := os.ReadFile(TokenPath(dir)); string(b) != content {
 			t.Errorf("content %q was rewritten to %q", content, b)
 		}

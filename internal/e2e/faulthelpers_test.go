@@ -285,13 +285,13 @@ func (p *proxy) serve() {
 			return
 		}
 		p.mu.Lock()
-		cut := p.cut
+		cut, target := p.cut, p.target
 		p.mu.Unlock()
 		if cut {
 			c.Close()
 			continue
 		}
-		up, err := net.DialTimeout("tcp", p.target, 2*time.Second)
+		up, err := net.DialTimeout("tcp", target, 2*time.Second)
 		if err != nil {
 			c.Close()
 			continue
@@ -327,6 +327,20 @@ func (p *proxy) Cut() {
 	for c := range p.conns {
 		c.Close()
 	}
+}
+
+// Retarget sends new connections to targetURL's host from now on, as a
+// load balancer does when its health check finds another backend
+// serving; connections already made stay where they are.
+func (p *proxy) Retarget(t *testing.T, targetURL string) {
+	t.Helper()
+	u, err := url.Parse(targetURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.target = u.Host
 }
 
 // Heal lets connections through again.

@@ -46,7 +46,10 @@ type Serve struct {
 	Token string
 }
 
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
+var (
+	listenRe  = regexp.MustCompile(`pam serve listening on (\S+)`)
+	standbyRe = regexp.MustCompile(`pam serve standing by on (\S+)`)
+)
 
 // ListenURL finds the address in serve's (or `pam up`'s) "pam serve
 // listening on URL" line of out.
@@ -103,4 +106,30 @@ func (s *Serve) WaitListening(d time.Duration) {
 		s.t.Fatalf("serve's token: %v", err)
 	}
 	s.Token = strings.TrimSpace(string(b))
+}
+
+// WaitStandby waits up to d until serve says it stands by (another serve
+// is active on its database) and returns the URL where it answers as a
+// standby; it fails the test if serve exits first or d passes.
+func (s *Serve) WaitStandby(d time.Duration) string {
+	s.t.Helper()
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if m := standbyRe.FindStringSubmatch(s.Stdout.String()); m != nil {
+			return m[1]
+		}
+		select {
+		case <-tick.C:
+		case <-s.done:
+			if m := standbyRe.FindStringSubmatch(s.Stdout.String()); m != nil {
+				return m[1]
+			}
+			s.t.Fatalf("pam serve exited (%s) before standing by: %s", s.Cmd.ProcessState, s.Stderr.String())
+		case <-deadline.C:
+			s.t.Fatalf("pam serve did not stand by within %s: %s", d, s.Stderr.String())
+		}
+	}
 }

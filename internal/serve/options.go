@@ -1,6 +1,8 @@
-// Package serve assembles `pam serve`: data dir, token, serve.lock, the
-// embedded or external database, the active-server advisory lock, the
-// journal's tailer and the HTTP server, and tears them down in order.
+// Package serve assembles `pam serve`: data dir, serve.lock, the embedded
+// or external database, the listener (a standby's answers until this
+// serve is active), the active-server advisory lock, the database's
+// operator token and its local copy, the journal's tailer and the HTTP
+// server, and tears them down in order.
 package serve
 
 import (
@@ -36,14 +38,17 @@ type Options struct {
 	CaptureInterval time.Duration
 
 	// DashboardURL makes serve print the dashboard URL with the token in
-	// the fragment once it listens (pam up).
+	// the fragment once it is active (pam up).
 	DashboardURL bool
-	// Ready, if set, is called once serve listens, with its base URL and
-	// the operator token (pam up starts its local worker from it).
+	// Ready, if set, is called once serve is active and answers the API,
+	// with its base URL and the operator token (pam up starts its local
+	// worker from it).
 	Ready func(baseURL, token string)
 
 	Logger *slog.Logger
-	// Stdout receives the one line that says where serve listens.
+	// Stdout receives the line that says where serve listens once it is
+	// active, preceded by "pam serve standing by on URL" when it first
+	// waits as a standby.
 	Stdout io.Writer
 	// Version is reported by /healthz-adjacent surfaces and logs.
 	Version string

@@ -4,6 +4,8 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -151,4 +153,119 @@ func TestRunRetakesLostLock(t *testing.T) {
 		t.Fatalf("Run after cancel: %v", err)
 	}
 	waitUnlocked(t, probe)
+}
+
+// syncBuffer is an io.Writer the test reads while Run writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestFailoverInProcess is the failover under the race detector and
+// goleak: a second Run on the database stands by and answers /healthz
+// 503 standby; cancelled, it returns nil and leaves nothing behind; a
+// third one takes over when the active one stops, with the same operator
+// token (Ready hands it over), and answers /healthz 200.
+func TestFailoverInProcess(t *testing.T) {
+	dbURL := storetest.URL(t)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	defer http.DefaultClient.CloseIdleConnections()
+	type started struct {
+		out    *syncBuffer
+		ready  chan [2]string
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func() *started {
+		ctx, cancel := context.WithCancel(context.Background())
+		s := &started{out: &syncBuffer{}, ready: make(chan [2]string, 1), cancel: cancel, done: make(chan error, 1)}
+		o := Options{Bind: "127.0.0.1", DataDir: t.TempDir(), DatabaseURL: dbURL, Stdout: s.out,
+			Ready: func(base, tok string) { s.ready <- [2]string{base, tok} }}
+		go func() { s.done <- Run(ctx, o) }()
+		return s
+	}
+	healthz := func(base string) (int, string) {
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	standbyURL := func(s *started) string {
+		var base string
+		eventually.Wait(t, 30*time.Second, "a standby", func() bool {
+			out := s.out.String()
+			if i := strings.Index(out, "pam serve standing by on "); i >= 0 {
+				base = strings.Fields(out[i+len("pam serve standing by on "):])[0]
+				return true
+			}
+			return false
+		})
+		return base
+	}
+	wait := func(s *started) error {
+		select {
+		case err := <-s.done:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("serve did not stop within 30s")
+			return nil
+		}
+	}
+
+	active := start()
+	var first [2]string
+	select {
+	case first = <-active.ready:
+	case err := <-active.done:
+		t.Fatalf("serve ended before listening: %v", err)
+	}
+
+	quitter := start()
+	if code, body := healthz(standbyURL(quitter)); code != 503 || !strings.Contains(body, `"standby"`) {
+		t.Fatalf("standby healthz: %d %s", code, body)
+	}
+	quitter.cancel()
+	if err := wait(quitter); err != nil {
+		t.Fatalf("a cancelled standby returned %v", err)
+	}
+
+	next := start()
+	base := standbyURL(next)
+	active.cancel()
+	if err := wait(active); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
+	var second [2]string
+	select {
+	case second = <-next.ready:
+	case err := <-next.done:
+		t.Fatalf("the standby ended instead of taking over: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the standby did not take over within 30s")
+	}
+	if second[0] != base || second[1] != first[1] {
+		t.Fatalf("took over at %s (stood by at %s); same token: %v", second[0], base, second[1] == first[1])
+	}
+	if code, body := healthz(base); code != 200 {
+		t.Fatalf("healthz after takeover: %d %s", code, body)
+	}
+	next.cancel()
+	if err := wait(next); err != nil {
+		t.Fatalf("Run after cancel: %v", err)
+	}
 }

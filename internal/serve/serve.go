@@ -5,12 +5,15 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,10 +55,6 @@ func Run(ctx context.Context, o Options) (err error) {
 		return fmt.Errorf("another pam serve runs on this data dir: %w", err)
 	}
 	defer lock.Unlock()
-	token, err := datadir.LoadOrCreateToken(o.DataDir)
-	if err != nil {
-		return err
-	}
 
 	dbURL := o.DatabaseURL
 	if embedded {
@@ -73,62 +72,38 @@ func Run(ctx context.Context, o Options) (err error) {
 		dbURL = cluster.URL()
 	}
 
-	leader, err := becomeActive(ctx, dbURL, o.checkLeaderEvery, o.Logger)
+	// Listen before taking the active-server lock: a standby answers
+	// /healthz 503 standby, so a load balancer in front of several serves
+	// of one database sends traffic to the active one only.
+	ln, scheme, err := listen(o)
 	if err != nil {
 		return err
 	}
-	// Deferred before anything that starts Watch: it runs after g.Wait,
-	// when the connection is Run's again.
-	defer leader.Close(context.Background())
-
-	st, err := store.Open(ctx, dbURL)
-	if err != nil {
-		return err
-	}
-	defer st.Close()
-
-	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
-	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
-	st.AfterCommit = hub.Wake
-	workers := fleet.New(1000)
-	dispatcher := dispatch.New(st, workers, dispatch.Options{
-		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
-		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout, Logger: o.Logger,
-	})
-	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
-		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval})
-
-	ln, err := net.Listen("tcp", net.JoinHostPort(o.Bind, strconv.Itoa(o.Port)))
-	if err != nil {
-		return fmt.Errorf("listen on %s:%d: %w", o.Bind, o.Port, err)
-	}
-	scheme := "http"
-	if o.TLSCert != "" || o.TLSKey != "" {
-		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
-		if err != nil {
-			ln.Close()
-			return fmt.Errorf("load TLS certificate (PAM_TLS_CERT/PAM_TLS_KEY): %w", err)
-		}
-		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
-		scheme = "https"
-	} else if ip := net.ParseIP(o.Bind); ip == nil || !ip.IsLoopback() {
-		o.Logger.Warn("serving plain HTTP on a non-loopback address: tokens cross the network in clear; set PAM_TLS_CERT/PAM_TLS_KEY or put a TLS proxy in front", "bind", o.Bind)
-	}
+	front := &front{standby: server.Standby()}
 	httpSrv := &http.Server{
-		Handler:           srv,
+		Handler:           front,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
 	}
-	httpSrv.RegisterOnShutdown(srv.CloseStreams)
+	httpSrv.RegisterOnShutdown(front.closeStreams)
+	addr := ln.Addr().(*net.TCPAddr)
+	host := o.Bind
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(addr.Port)))
 
 	// Every part runs in g until ctx ends or one of them stops: a part
 	// that fails cancels the others and its error, named, is what Run
-	// returns. The shutdown part stops the HTTP side once gctx ends; Run
-	// returns only when all of them have, and the deferred closes of the
-	// store, the lock's connection and the database come after that.
-	g, gctx := errgroup.WithContext(ctx)
+	// returns. The HTTP side runs from the start, the standby's wait
+	// included; the active parts join once the lock is ours. The shutdown
+	// part stops the HTTP side once gctx ends; Run returns only when all
+	// of them have, and the deferred closes of the store, the lock's
+	// connection and the database come after that.
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	g, gctx := errgroup.WithContext(runCtx)
 	part := func(name string, run func(context.Context) error) {
 		g.Go(func() error {
 			err := run(gctx)
@@ -141,9 +116,6 @@ func Run(ctx context.Context, o Options) (err error) {
 			return nil
 		})
 	}
-	part("event journal", hub.Run)
-	part("dispatcher", dispatcher.Run)
-	part("active-server lock", leader.Watch)
 	part("http server", func(context.Context) error {
 		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -160,18 +132,64 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err := httpSrv.Shutdown(shutCtx); err != nil {
 			o.Logger.Warn("http shutdown", "err", err)
 		}
-		if err := srv.Shutdown(shutCtx); err != nil {
+		if err := front.shutdown(shutCtx); err != nil {
 			o.Logger.Warn("server shutdown", "err", err)
 		}
 		return nil
 	})
-
-	addr := ln.Addr().(*net.TCPAddr)
-	host := o.Bind
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
+	// abort stops what runs so far and, once it has, returns why: nothing
+	// when ctx asked for the stop (SIGTERM to a standby), the part that
+	// failed when that is what cancelled the step, else the step's error.
+	abort := func(err error) error {
+		stop()
+		werr := g.Wait()
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, context.Canceled) && werr != nil:
+			return werr
+		}
+		return err
 	}
-	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(addr.Port)))
+
+	leader, err := becomeActive(gctx, dbURL, o.checkLeaderEvery, o.Logger, func() {
+		fmt.Fprintf(o.Stdout, "pam serve standing by on %s\n", base)
+	})
+	if err != nil {
+		return abort(err)
+	}
+	// Deferred after g started but run after g.Wait (every return below
+	// waits for g first): the connection is Run's again by then.
+	defer leader.Close(context.Background())
+
+	st, err := store.Open(gctx, dbURL)
+	if err != nil {
+		return abort(err)
+	}
+	defer st.Close()
+	token, err := operatorToken(gctx, st, o.DataDir, o.Logger)
+	if err != nil {
+		return abort(err)
+	}
+
+	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
+	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
+	st.AfterCommit = hub.Wake
+	workers := fleet.New(1000)
+	dispatcher := dispatch.New(st, workers, dispatch.Options{
+		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
+		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout, Logger: o.Logger,
+	})
+	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
+		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval})
+	if !front.activate(srv) {
+		return abort(gctx.Err()) // shutting down already
+	}
+	part("event journal", hub.Run)
+	part("dispatcher", dispatcher.Run)
+	part("active-server lock", leader.Watch)
+
 	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", scheme == "https", "version", o.Version)
 	fmt.Fprintf(o.Stdout, "pam serve listening on %s\n", base)
 	if o.DashboardURL {
@@ -181,6 +199,126 @@ func Run(ctx context.Context, o Options) (err error) {
 		o.Ready(base, token)
 	}
 	return g.Wait()
+}
+
+// listen opens serve's listener, with TLS when a certificate is
+// configured, and returns it with its URL scheme.
+func listen(o Options) (net.Listener, string, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.Bind, strconv.Itoa(o.Port)))
+	if err != nil {
+		return nil, "", fmt.Errorf("listen on %s:%d: %w", o.Bind, o.Port, err)
+	}
+	if o.TLSCert != "" || o.TLSKey != "" {
+		cert, err := tls.LoadX509KeyPair(o.TLSCert, o.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, "", fmt.Errorf("load TLS certificate (PAM_TLS_CERT/PAM_TLS_KEY): %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
+		return ln, "https", nil
+	}
+	if ip := net.ParseIP(o.Bind); ip == nil || !ip.IsLoopback() {
+		o.Logger.Warn("serving plain HTTP on a non-loopback address: tokens cross the network in clear; set PAM_TLS_CERT/PAM_TLS_KEY or put a TLS proxy in front", "bind", o.Bind)
+	}
+	return ln, "http", nil
+}
+
+// front is what the listener serves: the standby's answers until this
+// serve becomes active, the API server from then on. Once shut down it
+// refuses to become active, so a server made while the HTTP side was
+// stopping is never left running.
+type front struct {
+	standby http.Handler
+	active  atomic.Pointer[server.Server]
+	mu      sync.Mutex
+	closed  bool
+}
+
+// ServeHTTP hands the request to the active server, or to the standby.
+func (f *front) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s := f.active.Load(); s != nil {
+		s.ServeHTTP(w, r)
+		return
+	}
+	f.standby.ServeHTTP(w, r)
+}
+
+// activate makes s the handler; false once shutdown has begun.
+func (f *front) activate(s *server.Server) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return false
+	}
+	f.active.Store(s)
+	return true
+}
+
+// closeStreams ends the active server's long-lived streams, if any.
+func (f *front) closeStreams() {
+	if s := f.active.Load(); s != nil {
+		s.CloseStreams()
+	}
+}
+
+// shutdown closes the front and shuts the active server down, if any.
+func (f *front) shutdown(ctx context.Context) error {
+	f.mu.Lock()
+	f.closed = true
+	s := f.active.Load()
+	f.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.Shutdown(ctx)
+}
+
+// operatorToken returns the database's operator token, storing one first
+// when the database has none: this data dir's token file if it holds a
+// valid one (a server upgraded from when the token lived there keeps its
+// credential), else a new one. A damaged file is then refused, never
+// replaced behind the operator's back. Once the database has a token,
+// <data>/token is made that token (0600, atomically), so that the local
+// CLI works against whichever serve of the database is active. The token
+// itself is never logged.
+func operatorToken(ctx context.Context, st *store.Store, dir string, log *slog.Logger) (string, error) {
+	path := datadir.TokenPath(dir)
+	local, localErr := datadir.ReadToken(dir)
+	tok, err := st.OperatorToken(ctx)
+	if err != nil {
+		return "", err
+	}
+	if tok == "" {
+		candidate := local
+		switch {
+		case localErr == nil:
+		case errors.Is(localErr, fs.ErrNotExist):
+			if candidate, err = datadir.NewToken(); err != nil {
+				return "", err
+			}
+		default:
+			return "", localErr
+		}
+		if tok, err = st.InitOperatorToken(ctx, candidate); err != nil {
+			return "", err
+		}
+		switch tok {
+		case local:
+			log.Info("operator token adopted into the database from the token file", "file", path)
+		case candidate:
+			log.Info("operator token created", "file", path)
+		}
+	}
+	if tok == local {
+		return tok, nil
+	}
+	if err := datadir.WriteToken(dir, tok); err != nil {
+		return "", err
+	}
+	if localErr == nil || !errors.Is(localErr, fs.ErrNotExist) {
+		log.Warn("token file replaced by the database's operator token: it held another token or none valid", "file", path)
+	}
+	return tok, nil
 }
 
 // shutdownTimeout bounds the graceful shutdown: in-flight requests, then
@@ -213,8 +351,8 @@ type activeLock struct {
 }
 
 // becomeActive takes the active-server lock, waiting as a standby while
-// another server holds it.
-func becomeActive(ctx context.Context, url string, every time.Duration, log *slog.Logger) (*activeLock, error) {
+// another server holds it; onStandby is called once when the wait begins.
+func becomeActive(ctx context.Context, url string, every time.Duration, log *slog.Logger, onStandby func()) (*activeLock, error) {
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		return nil, fmt.Errorf("connect database: %w", err)
@@ -226,6 +364,7 @@ func becomeActive(ctx context.Context, url string, every time.Duration, log *slo
 	}
 	if !got {
 		log.Warn("another pam serve is active on this database; waiting as a standby")
+		onStandby()
 		// Polled, not blocking: a session blocked in pg_advisory_lock
 		// holds a snapshot, which would hold up the active server's
 		// CREATE INDEX CONCURRENTLY migrations indefinitely.

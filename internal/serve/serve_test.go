@@ -124,17 +124,113 @@ func TestServeStandbyTakesOver(t *testing.T) {
 	dbURL := storetest.URL(t)
 	active := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL})
 	standby := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL, NoWait: true})
-	// The standby says it waits and does not listen while the active runs.
-	eventually.Wait(t, 30*time.Second, "standby message", func() bool {
-		return strings.Contains(standby.Stderr.String(), "standby")
-	})
-	if out := standby.Stdout.String(); out != "" {
+	// The standby says it waits and does not claim to serve while the
+	// active runs.
+	standby.WaitStandby(30 * time.Second)
+	if out := standby.Stdout.String(); strings.Contains(out, "listening") {
 		t.Fatalf("standby printed %q while another server was active", out)
 	}
 	active.Stop(syscall.SIGTERM, stopWait)
 	standby.WaitListening(30 * time.Second)
 	if code, _ := get(t, standby.URL+"/healthz", ""); code != 200 {
 		t.Fatalf("standby after takeover: healthz %d", code)
+	}
+}
+
+// TestStandbyHealthz503: a standby listens, so that a load balancer can
+// tell it from the active server: /healthz is 503 {"status":"standby"},
+// everything else the 503 unavailable envelope (the token is the
+// database's, and the standby holds none of the active one's state).
+// SIGTERM ends a standby cleanly. Before, a standby did not listen at all.
+func TestStandbyHealthz503(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.URL(t)
+	active := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL})
+	standby := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL, NoWait: true})
+	base := standby.WaitStandby(30 * time.Second)
+
+	code, body := get(t, base+"/healthz", "")
+	var health struct {
+		Status string     `json:"status"`
+		Error  wire.Error `json:"error"`
+	}
+	if err := json.Unmarshal(body, &health); code != 503 || err != nil || health.Status != "standby" || health.Error.Code != wire.CodeUnavailable {
+		t.Fatalf("standby healthz: %d %s", code, body)
+	}
+	for _, path := range []string{"/api/v1/projects", "/api/internal/worker/runs", "/metrics"} {
+		for _, tok := range []string{"", active.Token} {
+			code, body := get(t, base+path, tok)
+			var env wire.Envelope
+			if err := json.Unmarshal(body, &env); code != 503 || err != nil || env.Error == nil || env.Error.Code != wire.CodeUnavailable {
+				t.Fatalf("standby %s (token %v): %d %s", path, tok != "", code, body)
+			}
+		}
+	}
+	if code, body := get(t, active.URL+"/healthz", ""); code != 200 || !strings.Contains(string(body), `"ok"`) {
+		t.Fatalf("active healthz: %d %s", code, body)
+	}
+
+	standby.Stop(syscall.SIGTERM, stopWait)
+	if code := standby.Wait(stopWait); code != 0 {
+		t.Fatalf("standby exited %d after SIGTERM: %s", code, standby.Stderr)
+	}
+}
+
+// TestExistingTokenFileAdopted: the operator token belongs to the
+// database. The first serve adopts the token file its data dir already
+// has (an upgrade keeps the operator's credential); a serve of the same
+// database with another data dir, holding no token file or another
+// token, gets the database's token written there (0600). A damaged file
+// with nothing in the database to replace it is refused, not replaced.
+// Before, each serve used and made its own <data>/token.
+func TestExistingTokenFileAdopted(t *testing.T) {
+	t.Parallel()
+	dbURL := storetest.URL(t)
+	first := dataDir(t)
+	const mine = "0123456789abcdef0123456789abcdef"
+	if err := os.WriteFile(filepath.Join(first, "token"), []byte(mine+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: first, DatabaseURL: dbURL})
+	if tok := readToken(t, first); tok != mine {
+		t.Fatalf("the existing token file was not kept: %q", tok)
+	}
+	if code, body := get(t, p.URL+"/api/v1/projects", mine); code != 200 {
+		t.Fatalf("projects with the adopted token: %d %s", code, body)
+	}
+	p.Stop(syscall.SIGTERM, stopWait)
+	if strings.Contains(p.Stderr.String(), mine) {
+		t.Fatal("the operator token appears in serve's log")
+	}
+
+	other := dataDir(t)
+	if err := os.WriteFile(filepath.Join(other, "token"), []byte("fedcba9876543210fedcba9876543210\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{dataDir(t), other} {
+		p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dir, DatabaseURL: dbURL})
+		if tok := readToken(t, dir); tok != mine {
+			t.Fatalf("data dir %s got token %q, want the database's", dir, tok)
+		}
+		if code, body := get(t, p.URL+"/api/v1/projects", mine); code != 200 {
+			t.Fatalf("projects with the database's token: %d %s", code, body)
+		}
+		p.Stop(syscall.SIGTERM, stopWait)
+		if strings.Contains(p.Stderr.String(), mine) {
+			t.Fatal("the operator token appears in serve's log")
+		}
+	}
+
+	damaged := dataDir(t)
+	if err := os.WriteFile(filepath.Join(damaged, "token"), []byte("not a token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fresh := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: damaged, DatabaseURL: storetest.URL(t), NoWait: true})
+	if code := fresh.Wait(stopWait); code != 1 || !strings.Contains(fresh.Stderr.String(), "32 lowercase hex") {
+		t.Fatalf("a damaged token file on a database without a token: exit %d: %s", code, fresh.Stderr)
+	}
+	if b, _ := os.ReadFile(filepath.Join(damaged, "token")); string(b) != "not a token\n" {
+		t.Fatalf("the damaged token file was rewritten to %q", b)
 	}
 }
 
