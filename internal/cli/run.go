@@ -104,14 +104,18 @@ var runCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
 					}
-					printRuns(x.stdout, runs, x.env.Now())
+					var hosts hostNames
+					if runsHaveHosts(runs...) {
+						hosts = x.hostNames(c)
+					}
+					printRuns(x.stdout, runs, hosts, x.env.Now())
 					return nil
 				}
 			},
 		},
 		{
 			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
-			setup: showSetup((*apiclient.Client).GetRun, printRun),
+			setup: runShow,
 		},
 		{
 			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
@@ -285,27 +289,101 @@ func (f enterFlag) Set(s string) error {
 	return nil
 }
 
-func runHost(r wire.Run) string {
+// hostNames maps host ids to names, so that tables and show name hosts
+// the way an operator does. One GET /hosts per command.
+type hostNames map[string]string
+
+// hostNames reads the host list. The names are a courtesy: when the list
+// cannot be read, hosts print as short ids instead of failing the command.
+func (x *invocation) hostNames(c *apiclient.Client) hostNames {
+	hs, err := c.ListHosts(x.ctx)
+	if err != nil {
+		return nil
+	}
+	m := make(hostNames, len(hs))
+	for _, h := range hs {
+		m[h.ID] = h.Name
+	}
+	return m
+}
+
+// name renders a host id as its name; a host removed since (or one the
+// list did not hold) prints as its short id, none as "-".
+func (h hostNames) name(id *string) string {
+	switch {
+	case id == nil:
+		return "-"
+	case h[*id] != "":
+		return h[*id]
+	}
+	return shortID(*id)
+}
+
+// runHost names the host a run is on, else the one it is pinned to.
+func runHost(r wire.Run, hosts hostNames) string {
 	switch {
 	case r.HostID != nil:
-		return shortID(*r.HostID)
+		return hosts.name(r.HostID)
 	case r.TargetHostID != nil:
-		return shortID(*r.TargetHostID) + " (pinned)"
+		return hosts.name(r.TargetHostID) + " (pinned)"
 	}
 	return "-"
 }
 
-func printRuns(w io.Writer, runs []wire.Run, now time.Time) {
+// runsHaveHosts reports whether a listing of runs names any host, so
+// that the host list is read only when it is needed.
+func runsHaveHosts(runs ...wire.Run) bool {
+	for _, r := range runs {
+		if r.HostID != nil || r.TargetHostID != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func printRuns(w io.Writer, runs []wire.Run, hosts hostNames, now time.Time) {
 	tw := table(w)
 	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
 	for _, r := range runs {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts,
-			r.Provider, runHost(r), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
+			r.Provider, runHost(r, hosts), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
 	}
 	tw.Flush()
 }
 
-func printRun(w io.Writer, r *wire.Run) {
+// runShow is `pam run show ID`: the run, its host by name and its task by
+// title (one more request each, not made for --json, which is the API's
+// Run as it is).
+func runShow(fs *flag.FlagSet) func(*invocation) error {
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	return func(x *invocation) error {
+		c, err := x.client()
+		if err != nil {
+			return err
+		}
+		r, err := c.GetRun(x.ctx, x.args[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(x.stdout, r)
+		}
+		var hosts hostNames
+		if runsHaveHosts(*r) {
+			hosts = x.hostNames(c)
+		}
+		task := r.TaskID
+		if it, err := c.GetWorkItem(x.ctx, r.TaskID); err == nil {
+			task = it.Title + " (" + r.TaskID + ")"
+		}
+		printRun(x.stdout, r, task, hosts)
+		return nil
+	}
+}
+
+// printRun prints a run; task is how to name its task (its title and id
+// when they could be read).
+func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	tw := table(w)
 	exit := "-"
 	if r.ExitCode != nil {
@@ -319,10 +397,10 @@ func printRun(w io.Writer, r *wire.Run) {
 	fmt.Fprintf(tw, "status:\t%s\n", r.Status)
 	fmt.Fprintf(tw, "attempt:\t%d/%d\n", r.Attempt, r.MaxAttempts)
 	fmt.Fprintf(tw, "provider:\t%s\n", r.Provider)
-	fmt.Fprintf(tw, "task_id:\t%s\n", r.TaskID)
+	fmt.Fprintf(tw, "task:\t%s\n", task)
 	fmt.Fprintf(tw, "project_id:\t%s\n", r.ProjectID)
-	fmt.Fprintf(tw, "host_id:\t%s\n", optionalString(r.HostID))
-	fmt.Fprintf(tw, "target_host_id:\t%s\n", optionalString(r.TargetHostID))
+	fmt.Fprintf(tw, "host:\t%s\n", hosts.name(r.HostID))
+	fmt.Fprintf(tw, "target_host:\t%s\n", hosts.name(r.TargetHostID))
 	fmt.Fprintf(tw, "session_name:\t%s\n", r.SessionName)
 	fmt.Fprintf(tw, "cwd:\t%s\n", dash(r.Cwd))
 	fmt.Fprintf(tw, "args:\t%s\n", args)
