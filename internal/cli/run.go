@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
@@ -24,9 +22,9 @@ var runCmd = &command{
 			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
 			summary: "start a run of a provider CLI against a task (arguments after -- go to the CLI)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				task := fs.String("task", "", "id of the task or subtask to work on (required)")
+				task := fs.String("task", "", "id or id prefix of the task or subtask to work on (required)")
 				provider := fs.String("provider", "", "provider: claude, codex, gemini, grok, shell or one from providers.toml (required)")
-				host := fs.String("host", "", "pin the run to this host (id or name; default: any eligible host)")
+				host := fs.String("host", "", "pin the run to this host (name, id or id prefix; default: any eligible host)")
 				cwd := fs.String("cwd", "", "working directory on the host")
 				prompt := fs.String("prompt", "", "prompt for the agent")
 				maxAttempts := fs.Int("max-attempts", 0, "attempts before the run stays failed, 1 to 20 (default: the server's)")
@@ -35,7 +33,7 @@ var runCmd = &command{
 					if *task == "" || *provider == "" {
 						return usagef("--task and --provider are required")
 					}
-					body := wire.CreateRun{TaskID: *task, Provider: *provider, Args: x.args}
+					body := wire.CreateRun{Provider: *provider, Args: x.args}
 					given := givenFlags(fs)
 					if given["cwd"] {
 						body.Cwd = cwd
@@ -50,8 +48,11 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
+					if body.TaskID, err = x.id(c, itemIDs, *task); err != nil {
+						return err
+					}
 					if given["host"] {
-						id, err := hostID(x, c, *host)
+						id, err := x.id(c, hostIDs, *host)
 						if err != nil {
 							return err
 						}
@@ -73,9 +74,9 @@ var runCmd = &command{
 			name: "list", summary: "list runs, newest first", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				status := fs.String("status", "", "only runs in this status (pending, spawning, running, exited, failed, stopped)")
-				project := fs.String("project", "", "only runs of this project (id or slug)")
-				task := fs.String("task", "", "only runs of this task (id)")
-				host := fs.String("host", "", "only runs on this host (id or name)")
+				project := fs.String("project", "", "only runs of this project (slug, id or id prefix)")
+				task := fs.String("task", "", "only runs of this task (id or id prefix)")
+				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
@@ -86,14 +87,19 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
-					f := apiclient.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
+					f := apiclient.RunFilter{Status: *status, Limit: *limit}
 					if *project != "" {
-						if f.ProjectID, err = projectID(x, c, *project); err != nil {
+						if f.ProjectID, err = x.id(c, projectIDs, *project); err != nil {
+							return err
+						}
+					}
+					if *task != "" {
+						if f.TaskID, err = x.id(c, itemIDs, *task); err != nil {
 							return err
 						}
 					}
 					if *host != "" {
-						if f.HostID, err = hostID(x, c, *host); err != nil {
+						if f.HostID, err = x.id(c, hostIDs, *host); err != nil {
 							return err
 						}
 					}
@@ -114,11 +120,11 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
+			name: "show", args: "ID", nargs: 1, names: runIDs, summary: "show a run", group: clientGroup,
 			setup: runShow,
 		},
 		{
-			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
+			name: "stop", args: "ID", nargs: 1, names: runIDs, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				force := fs.Bool("force", false, "skip the grace: kill at once")
 				asJSON := fs.Bool("json", false, "print the run as JSON")
@@ -130,7 +136,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "retry", args: "ID", nargs: 1, summary: "requeue a failed run with one more attempt", group: clientGroup,
+			name: "retry", args: "ID", nargs: 1, names: runIDs, summary: "requeue a failed run with one more attempt", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
@@ -141,7 +147,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "complete", args: "ID", nargs: 1, summary: "mark a run's work complete by hand (does not stop it)", group: clientGroup,
+			name: "complete", args: "ID", nargs: 1, names: runIDs, summary: "mark a run's work complete by hand (does not stop it)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
@@ -152,7 +158,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "keys", args: "ID", nargs: 1, group: clientGroup,
+			name: "keys", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 			summary: "type into a running run's pane: --text, --key and --enter, sent in the order given " +
 				"(e.g. --text 'yes' --enter)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
@@ -189,7 +195,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "logs", args: "ID", nargs: 1, summary: "print a run's log from its host (--follow streams until the run ends)", group: clientGroup,
+			name: "logs", args: "ID", nargs: 1, names: runIDs, summary: "print a run's log from its host (--follow streams until the run ends)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				var follow bool
 				fs.BoolVar(&follow, "follow", false, "keep printing new output until the run ends or you interrupt")
@@ -227,30 +233,6 @@ func runAction(x *invocation, asJSON bool, verb string, call func(*apiclient.Cli
 	}
 	fmt.Fprintf(x.stdout, "%s run %s: %s, attempt %d/%d\n", verb, r.ID, r.Status, r.Attempt, r.MaxAttempts)
 	return nil
-}
-
-// hostID resolves a host name to its id (an id is used as it is).
-func hostID(x *invocation, c *apiclient.Client, ref string) (string, error) {
-	if _, err := uuid.Parse(ref); err == nil {
-		return ref, nil
-	}
-	h, err := c.GetHost(x.ctx, ref)
-	if err != nil {
-		return "", fmt.Errorf("host %s: %s", ref, describe(err))
-	}
-	return h.ID, nil
-}
-
-// projectID resolves a project slug to its id (an id is used as it is).
-func projectID(x *invocation, c *apiclient.Client, ref string) (string, error) {
-	if _, err := uuid.Parse(ref); err == nil {
-		return ref, nil
-	}
-	p, err := c.GetProject(x.ctx, ref)
-	if err != nil {
-		return "", fmt.Errorf("project %s: %s", ref, describe(err))
-	}
-	return p.ID, nil
 }
 
 // keyFlag appends a text (or, with named, a key) entry each time its flag
