@@ -24,7 +24,7 @@ import (
 // runAttachCmd is `pam run attach ID`: this terminal becomes the run's
 // terminal, relayed through the orchestrator and the run's worker (docs/api.md#websockets).
 var runAttachCmd = &command{
-	name: "attach", args: "ID", nargs: 1, group: clientGroup,
+	name: "attach", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 	summary: `attach this terminal to a running run through the orchestrator (raw mode; detach with Ctrl-\)`,
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		return func(x *invocation) error {

@@ -33,6 +33,9 @@ type command struct {
 	// (the least, when variadic).
 	nargs    int
 	variadic bool
+	// names is the kind of object the first positional argument names:
+	// x.client() turns an id prefix there into the whole id.
+	names *idKind
 	// group names the settings the leaf registers (see settings.Uses);
 	// empty registers none.
 	group string
@@ -50,6 +53,8 @@ type invocation struct {
 	cfg    *config
 	args   []string
 	path   string // "pam project create"
+	names  *idKind
+	api    *apiclient.Client // built by the first client()
 }
 
 // root is the command table. Every entry is reachable by Main, listed in
@@ -207,7 +212,7 @@ func runLeaf(ctx context.Context, e Env, cmd *command, args []string, path strin
 	if len(pos) > cmd.nargs && !cmd.variadic {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: fmt.Sprintf("unexpected argument %q", pos[cmd.nargs])}
 	}
-	err = run(&invocation{ctx: ctx, env: e, stdout: stdout, stderr: stderr, cfg: cfg, args: pos, path: path})
+	err = run(&invocation{ctx: ctx, env: e, stdout: stdout, stderr: stderr, cfg: cfg, args: pos, path: path, names: cmd.names})
 	var ue *usageError
 	if errors.As(err, &ue) {
 		return &cmdUsageError{cmd: cmd, path: path, fs: fs, msg: ue.msg}
@@ -355,8 +360,15 @@ func capitalize(s string) string {
 }
 
 // client builds the API client of a client command from PAM_URL,
-// PAM_TOKEN (or the token file) and PAM_CA_FILE.
+// PAM_TOKEN (or the token file) and PAM_CA_FILE. The first call also
+// resolves the command's first argument when it names an object (see
+// command.names): from then on x.args[0] is the whole id (or a slug or a
+// name the API takes), so every command that talks to the server takes
+// id prefixes, and none before its own checks of its flags.
 func (x *invocation) client() (*apiclient.Client, error) {
+	if x.api != nil {
+		return x.api, nil
+	}
 	base := x.cfg.str("PAM_URL")
 	if err := checkURL(base); err != nil {
 		return nil, err
@@ -365,7 +377,17 @@ func (x *invocation) client() (*apiclient.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return apiclient.New(base, tok, x.cfg.str("PAM_CA_FILE"))
+	c, err := apiclient.New(base, tok, x.cfg.str("PAM_CA_FILE"))
+	if err != nil {
+		return nil, err
+	}
+	if x.names != nil && len(x.args) > 0 {
+		if x.args[0], err = x.ref(c, x.names, x.args[0]); err != nil {
+			return nil, err
+		}
+	}
+	x.api = c
+	return c, nil
 }
 
 // printJSON writes v as indented JSON, the --json output of read commands.

@@ -148,6 +148,14 @@ func (f *fakeAPI) last() string {
 
 const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
+// itemID is the id of itemJSON; parentID1 and parentID2 are ids of other
+// items: commands pass whole ids to the API as they are.
+const (
+	itemID    = "9c0c2f7e-0000-4000-8000-000000000002"
+	parentID1 = "9c0c2f7e-0000-4000-8000-0000000000a1"
+	parentID2 = "9c0c2f7e-0000-4000-8000-0000000000a2"
+)
+
 const itemJSON = `{"id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001","parent_id":null,"kind":"task","title":"T","body":"","status":"todo","path":"9c0c2f7e-0000-4000-8000-000000000002","position":0,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestClientCommandsSendWhatWasGiven(t *testing.T) {
@@ -158,8 +166,8 @@ func TestClientCommandsSendWhatWasGiven(t *testing.T) {
 	f.handle("PATCH /api/v1/projects/demo", 200, projectJSON)
 	f.handle("DELETE /api/v1/projects/demo", 200, projectJSON)
 	f.handle("POST /api/v1/projects/demo/work-items", 201, itemJSON)
-	f.handle("PATCH /api/v1/work-items/w1", 200, itemJSON)
-	f.handle("DELETE /api/v1/work-items/w1", 204, "")
+	f.handle("PATCH /api/v1/work-items/"+itemID, 200, itemJSON)
+	f.handle("DELETE /api/v1/work-items/"+itemID, 204, "")
 	f.handle("GET /api/v1/projects/demo/work-items", 200, `{"work_items":[`+itemJSON+`]}`)
 
 	tests := []struct {
@@ -172,11 +180,11 @@ func TestClientCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"project", "update", "--auto-done=false", "demo"}, `PATCH /api/v1/projects/demo {"auto_done":false}`},
 		{[]string{"project", "archive", "demo"}, `DELETE /api/v1/projects/demo`},
 		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T"}`},
-		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T", "--parent", "p1", "--status", "doing", "--body", "b"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T","body":"b","parent_id":"p1","status":"doing"}`},
-		{[]string{"item", "move", "w1", "--root"}, `PATCH /api/v1/work-items/w1 {"parent_id":null}`},
-		{[]string{"item", "move", "w1", "--parent", "p2", "--status", "done", "--position", "0"}, `PATCH /api/v1/work-items/w1 {"status":"done","position":0,"parent_id":"p2"}`},
-		{[]string{"item", "update", "w1", "--title", "New"}, `PATCH /api/v1/work-items/w1 {"title":"New"}`},
-		{[]string{"item", "delete", "w1"}, `DELETE /api/v1/work-items/w1`},
+		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T", "--parent", parentID1, "--status", "doing", "--body", "b"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T","body":"b","parent_id":"` + parentID1 + `","status":"doing"}`},
+		{[]string{"item", "move", itemID, "--root"}, `PATCH /api/v1/work-items/` + itemID + ` {"parent_id":null}`},
+		{[]string{"item", "move", itemID, "--parent", parentID2, "--status", "done", "--position", "0"}, `PATCH /api/v1/work-items/` + itemID + ` {"status":"done","position":0,"parent_id":"` + parentID2 + `"}`},
+		{[]string{"item", "update", itemID, "--title", "New"}, `PATCH /api/v1/work-items/` + itemID + ` {"title":"New"}`},
+		{[]string{"item", "delete", itemID}, `DELETE /api/v1/work-items/` + itemID},
 		{[]string{"item", "list", "demo", "--status", "todo", "--kind", "task"}, `GET /api/v1/projects/demo/work-items?kind=task&status=todo`},
 	}
 	for _, tt := range tests {
@@ -222,7 +230,7 @@ func TestAPIErrorExitsOne(t *testing.T) {
 	f, _ := newFakeAPI(t, e)
 	f.handle("GET /api/v1/projects/nope", 404, `{"error":{"code":"not_found","message":"project \"nope\" not found","details":null}}`)
 	f.handle("POST /api/v1/projects", 400, `{"error":{"code":"validation_failed","message":"name must be 1-200 characters","details":{"field":"name"}}}`)
-	f.handle("DELETE /api/v1/work-items/w1", 409, `{"error":{"code":"has_children","message":"work item has children","details":null}}`)
+	f.handle("DELETE /api/v1/work-items/"+itemID, 409, `{"error":{"code":"has_children","message":"work item has children","details":null}}`)
 	f.handle("GET /api/v1/projects", 502, `<html>Bad Gateway</html>`)
 
 	tests := []struct {
@@ -231,7 +239,7 @@ func TestAPIErrorExitsOne(t *testing.T) {
 	}{
 		{[]string{"project", "show", "nope"}, "pam: project \"nope\" not found\n"},
 		{[]string{"project", "create", "--name", "x"}, "pam: name must be 1-200 characters\n"},
-		{[]string{"item", "delete", "w1"}, "pam: work item has children\n"},
+		{[]string{"item", "delete", itemID}, "pam: work item has children\n"},
 		{[]string{"project", "list"}, "pam: Bad Gateway\n"},
 	}
 	for _, tt := range tests {

@@ -72,11 +72,11 @@ var hostCmd = &command{
 			},
 		},
 		{
-			name: "show", args: "REF", nargs: 1, summary: "show a host (by id or name) with its active runs", group: clientGroup,
+			name: "show", args: "REF", nargs: 1, names: hostIDs, summary: "show a host (by name, id or id prefix) with its active runs", group: clientGroup,
 			setup: showSetup((*apiclient.Client).GetHost, printHost),
 		},
 		{
-			name: "set", args: "REF", nargs: 1, summary: "change a host's settings (--max-runs: how many runs it holds at once)", group: clientGroup,
+			name: "set", args: "REF", nargs: 1, names: hostIDs, summary: "change a host's settings (--max-runs: how many runs it holds at once)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				maxRuns := fs.Int("max-runs", 0, "concurrent runs the host accepts, 1 to 1000 (required)")
 				asJSON := fs.Bool("json", false, "print the host as JSON")
@@ -113,7 +113,7 @@ var hostCmd = &command{
 				fmt.Fprintf(w, "host %s: instance %s accepted\n", h.Name, optionalString(h.InstanceID))
 			}),
 		{
-			name: "rotate-token", args: "REF", nargs: 1, summary: "give a host a new worker token (the old one stops working at once)", group: clientGroup,
+			name: "rotate-token", args: "REF", nargs: 1, names: hostIDs, summary: "give a host a new worker token (the old one stops working at once)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the API's JSON (it holds the token)")
 				return func(x *invocation) error {
@@ -140,7 +140,7 @@ var hostCmd = &command{
 			},
 		},
 		{
-			name: "remove", args: "REF", nargs: 1, summary: "remove a host that has no active runs", group: clientGroup,
+			name: "remove", args: "REF", nargs: 1, names: hostIDs, summary: "remove a host that has no active runs", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				return func(x *invocation) error {
 					c, err := x.client()
@@ -161,7 +161,7 @@ var hostCmd = &command{
 // hostAction is a host command that POSTs an action and gets the Host back.
 func hostAction(name, summary string, call func(*apiclient.Client, context.Context, string) (*wire.Host, error), done func(io.Writer, *wire.Host)) *command {
 	return &command{
-		name: name, args: "REF", nargs: 1, summary: summary, group: clientGroup,
+		name: name, args: "REF", nargs: 1, names: hostIDs, summary: summary, group: clientGroup,
 		setup: func(fs *flag.FlagSet) func(*invocation) error {
 			asJSON := fs.Bool("json", false, "print the host as JSON")
 			return func(x *invocation) error {

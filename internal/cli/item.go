@@ -15,12 +15,12 @@ var itemCmd = &command{
 	summary: "add, list, show, move, update and delete work items",
 	subs: []*command{
 		{
-			name: "add", args: "PROJECT", nargs: 1, summary: "add a work item to a project", group: "item",
+			name: "add", args: "PROJECT", nargs: 1, names: projectIDs, summary: "add a work item to a project", group: "item",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				kind := fs.String("kind", "", "milestone, epic, task or subtask (required)")
 				title := fs.String("title", "", "title (required)")
 				body := fs.String("body", "", "body text")
-				parent := fs.String("parent", "", "id of the parent item (default: the project root)")
+				parent := fs.String("parent", "", "id or id prefix of the parent item (default: the project root)")
 				status := fs.String("status", "", "todo, doing, done or cancelled (default todo)")
 				asJSON := fs.Bool("json", false, "print the created item as JSON")
 				return func(x *invocation) error {
@@ -32,15 +32,19 @@ var itemCmd = &command{
 					if given["body"] {
 						req.Body = body
 					}
-					if given["parent"] {
-						req.ParentID = parent
-					}
 					if given["status"] {
 						req.Status = status
 					}
 					c, err := x.client()
 					if err != nil {
 						return err
+					}
+					if given["parent"] {
+						id, err := x.id(c, itemIDs, *parent)
+						if err != nil {
+							return err
+						}
+						req.ParentID = &id
 					}
 					w, err := c.CreateWorkItem(x.ctx, x.args[0], req)
 					if err != nil {
@@ -55,19 +59,25 @@ var itemCmd = &command{
 			},
 		},
 		{
-			name: "list", args: "PROJECT", nargs: 1, summary: "list a project's work items (--tree draws the hierarchy)", group: "item",
+			name: "list", args: "PROJECT", nargs: 1, names: projectIDs, summary: "list a project's work items (--tree draws the hierarchy)", group: "item",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				tree := fs.Bool("tree", false, "draw the hierarchy")
 				status := fs.String("status", "", "only items with this status")
 				kind := fs.String("kind", "", "only items of this kind")
-				parent := fs.String("parent", "", "only the children of this item")
+				parent := fs.String("parent", "", "only the children of this item (id or id prefix)")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
 					c, err := x.client()
 					if err != nil {
 						return err
 					}
-					items, err := c.ListWorkItems(x.ctx, x.args[0], apiclient.WorkItemFilter{Status: *status, Kind: *kind, ParentID: *parent})
+					f := apiclient.WorkItemFilter{Status: *status, Kind: *kind}
+					if *parent != "" {
+						if f.ParentID, err = x.id(c, itemIDs, *parent); err != nil {
+							return err
+						}
+					}
+					items, err := c.ListWorkItems(x.ctx, x.args[0], f)
 					if err != nil {
 						return err
 					}
@@ -84,14 +94,14 @@ var itemCmd = &command{
 			},
 		},
 		{
-			name: "show", args: "ID", nargs: 1, summary: "show a work item", group: "item",
+			name: "show", args: "ID", nargs: 1, names: itemIDs, summary: "show a work item", group: "item",
 			setup: showSetup((*apiclient.Client).GetWorkItem, printItem),
 		},
 		{
-			name: "move", args: "ID", nargs: 1, summary: "change a work item's status, parent or position", group: "item",
+			name: "move", args: "ID", nargs: 1, names: itemIDs, summary: "change a work item's status, parent or position", group: "item",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				status := fs.String("status", "", "new status: todo, doing, done or cancelled")
-				parent := fs.String("parent", "", "id of the new parent")
+				parent := fs.String("parent", "", "id or id prefix of the new parent")
 				toRoot := fs.Bool("root", false, "move to the project root")
 				position := fs.Int("position", 0, "new position among its siblings")
 				asJSON := fs.Bool("json", false, "print the moved item as JSON")
@@ -116,12 +126,23 @@ var itemCmd = &command{
 					if req.Status == nil && !req.ParentID.Set && req.Position == nil {
 						return usagef("nothing to change: give --status, --parent, --root or --position")
 					}
+					if given["parent"] {
+						c, err := x.client()
+						if err != nil {
+							return err
+						}
+						id, err := x.id(c, itemIDs, *parent)
+						if err != nil {
+							return err
+						}
+						req.ParentID.Value = &id
+					}
 					return updateItem(x, req, *asJSON, "moved")
 				}
 			},
 		},
 		{
-			name: "update", args: "ID", nargs: 1, summary: "change a work item's title, body or position (only the flags given)", group: "item",
+			name: "update", args: "ID", nargs: 1, names: itemIDs, summary: "change a work item's title, body or position (only the flags given)", group: "item",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				title := fs.String("title", "", "new title")
 				body := fs.String("body", "", "new body")
@@ -147,7 +168,7 @@ var itemCmd = &command{
 			},
 		},
 		{
-			name: "delete", args: "ID", nargs: 1, summary: "delete a work item without children or runs", group: "item",
+			name: "delete", args: "ID", nargs: 1, names: itemIDs, summary: "delete a work item without children or runs", group: "item",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				return func(x *invocation) error {
 					c, err := x.client()

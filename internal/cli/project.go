@@ -76,11 +76,11 @@ var projectCmd = &command{
 			},
 		},
 		{
-			name: "show", args: "REF", nargs: 1, summary: "show a project (by id or slug)", group: "project",
+			name: "show", args: "REF", nargs: 1, names: projectIDs, summary: "show a project (by slug, id or id prefix)", group: "project",
 			setup: showSetup((*apiclient.Client).GetProject, printProject),
 		},
 		{
-			name: "update", args: "REF", nargs: 1, summary: "change a project's name, description or auto-done (only the flags given)", group: "project",
+			name: "update", args: "REF", nargs: 1, names: projectIDs, summary: "change a project's name, description or auto-done (only the flags given)", group: "project",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				name := fs.String("name", "", "new name")
 				desc := fs.String("description", "", "new description")
@@ -118,7 +118,7 @@ var projectCmd = &command{
 			},
 		},
 		{
-			name: "archive", args: "REF", nargs: 1, summary: "archive a project (soft delete)", group: "project",
+			name: "archive", args: "REF", nargs: 1, names: projectIDs, summary: "archive a project (soft delete)", group: "project",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the archived project as JSON")
 				return func(x *invocation) error {

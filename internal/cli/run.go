@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
-
 	"pam/internal/apiclient"
 	"pam/internal/wire"
 )
@@ -24,9 +22,9 @@ var runCmd = &command{
 			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
 			summary: "start a run of a provider CLI against a task (arguments after -- go to the CLI)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
-				task := fs.String("task", "", "id of the task or subtask to work on (required)")
+				task := fs.String("task", "", "id or id prefix of the task or subtask to work on (required)")
 				provider := fs.String("provider", "", "provider: claude, codex, gemini, grok, shell or one from providers.toml (required)")
-				host := fs.String("host", "", "pin the run to this host (id or name; default: any eligible host)")
+				host := fs.String("host", "", "pin the run to this host (name, id or id prefix; default: any eligible host)")
 				cwd := fs.String("cwd", "", "working directory on the host")
 				prompt := fs.String("prompt", "", "prompt for the agent")
 				maxAttempts := fs.Int("max-attempts", 0, "attempts before the run stays failed, 1 to 20 (default: the server's)")
@@ -35,7 +33,7 @@ var runCmd = &command{
 					if *task == "" || *provider == "" {
 						return usagef("--task and --provider are required")
 					}
-					body := wire.CreateRun{TaskID: *task, Provider: *provider, Args: x.args}
+					body := wire.CreateRun{Provider: *provider, Args: x.args}
 					given := givenFlags(fs)
 					if given["cwd"] {
 						body.Cwd = cwd
@@ -50,8 +48,11 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
+					if body.TaskID, err = x.id(c, itemIDs, *task); err != nil {
+						return err
+					}
 					if given["host"] {
-						id, err := hostID(x, c, *host)
+						id, err := x.id(c, hostIDs, *host)
 						if err != nil {
 							return err
 						}
@@ -73,9 +74,9 @@ var runCmd = &command{
 			name: "list", summary: "list runs, newest first", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				status := fs.String("status", "", "only runs in this status (pending, spawning, running, exited, failed, stopped)")
-				project := fs.String("project", "", "only runs of this project (id or slug)")
-				task := fs.String("task", "", "only runs of this task (id)")
-				host := fs.String("host", "", "only runs on this host (id or name)")
+				project := fs.String("project", "", "only runs of this project (slug, id or id prefix)")
+				task := fs.String("task", "", "only runs of this task (id or id prefix)")
+				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
@@ -86,14 +87,19 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
-					f := apiclient.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
+					f := apiclient.RunFilter{Status: *status, Limit: *limit}
 					if *project != "" {
-						if f.ProjectID, err = projectID(x, c, *project); err != nil {
+						if f.ProjectID, err = x.id(c, projectIDs, *project); err != nil {
+							return err
+						}
+					}
+					if *task != "" {
+						if f.TaskID, err = x.id(c, itemIDs, *task); err != nil {
 							return err
 						}
 					}
 					if *host != "" {
-						if f.HostID, err = hostID(x, c, *host); err != nil {
+						if f.HostID, err = x.id(c, hostIDs, *host); err != nil {
 							return err
 						}
 					}
@@ -104,17 +110,21 @@ var runCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
 					}
-					printRuns(x.stdout, runs, x.env.Now())
+					var hosts hostNames
+					if runsHaveHosts(runs...) {
+						hosts = x.hostNames(c)
+					}
+					printRuns(x.stdout, runs, hosts, x.env.Now())
 					return nil
 				}
 			},
 		},
 		{
-			name: "show", args: "ID", nargs: 1, summary: "show a run", group: clientGroup,
-			setup: showSetup((*apiclient.Client).GetRun, printRun),
+			name: "show", args: "ID", nargs: 1, names: runIDs, summary: "show a run", group: clientGroup,
+			setup: runShow,
 		},
 		{
-			name: "stop", args: "ID", nargs: 1, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
+			name: "stop", args: "ID", nargs: 1, names: runIDs, summary: "stop a run (the worker sends SIGTERM, then SIGKILL after the grace)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				force := fs.Bool("force", false, "skip the grace: kill at once")
 				asJSON := fs.Bool("json", false, "print the run as JSON")
@@ -126,7 +136,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "retry", args: "ID", nargs: 1, summary: "requeue a failed run with one more attempt", group: clientGroup,
+			name: "retry", args: "ID", nargs: 1, names: runIDs, summary: "requeue a failed run with one more attempt", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
@@ -137,7 +147,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "complete", args: "ID", nargs: 1, summary: "mark a run's work complete by hand (does not stop it)", group: clientGroup,
+			name: "complete", args: "ID", nargs: 1, names: runIDs, summary: "mark a run's work complete by hand (does not stop it)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
@@ -148,7 +158,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "keys", args: "ID", nargs: 1, group: clientGroup,
+			name: "keys", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 			summary: "type into a running run's pane: --text, --key and --enter, sent in the order given " +
 				"(e.g. --text 'yes' --enter)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
@@ -185,7 +195,7 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "logs", args: "ID", nargs: 1, summary: "print a run's log from its host (--follow streams until the run ends)", group: clientGroup,
+			name: "logs", args: "ID", nargs: 1, names: runIDs, summary: "print a run's log from its host (--follow streams until the run ends)", group: clientGroup,
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				var follow bool
 				fs.BoolVar(&follow, "follow", false, "keep printing new output until the run ends or you interrupt")
@@ -225,30 +235,6 @@ func runAction(x *invocation, asJSON bool, verb string, call func(*apiclient.Cli
 	return nil
 }
 
-// hostID resolves a host name to its id (an id is used as it is).
-func hostID(x *invocation, c *apiclient.Client, ref string) (string, error) {
-	if _, err := uuid.Parse(ref); err == nil {
-		return ref, nil
-	}
-	h, err := c.GetHost(x.ctx, ref)
-	if err != nil {
-		return "", fmt.Errorf("host %s: %s", ref, describe(err))
-	}
-	return h.ID, nil
-}
-
-// projectID resolves a project slug to its id (an id is used as it is).
-func projectID(x *invocation, c *apiclient.Client, ref string) (string, error) {
-	if _, err := uuid.Parse(ref); err == nil {
-		return ref, nil
-	}
-	p, err := c.GetProject(x.ctx, ref)
-	if err != nil {
-		return "", fmt.Errorf("project %s: %s", ref, describe(err))
-	}
-	return p.ID, nil
-}
-
 // keyFlag appends a text (or, with named, a key) entry each time its flag
 // is given; --text, --key and --enter share one slice, so the entries keep
 // the command line's order.
@@ -285,27 +271,101 @@ func (f enterFlag) Set(s string) error {
 	return nil
 }
 
-func runHost(r wire.Run) string {
+// hostNames maps host ids to names, so that tables and show name hosts
+// the way an operator does. One GET /hosts per command.
+type hostNames map[string]string
+
+// hostNames reads the host list. The names are a courtesy: when the list
+// cannot be read, hosts print as short ids instead of failing the command.
+func (x *invocation) hostNames(c *apiclient.Client) hostNames {
+	hs, err := c.ListHosts(x.ctx)
+	if err != nil {
+		return nil
+	}
+	m := make(hostNames, len(hs))
+	for _, h := range hs {
+		m[h.ID] = h.Name
+	}
+	return m
+}
+
+// name renders a host id as its name; a host removed since (or one the
+// list did not hold) prints as its short id, none as "-".
+func (h hostNames) name(id *string) string {
+	switch {
+	case id == nil:
+		return "-"
+	case h[*id] != "":
+		return h[*id]
+	}
+	return shortID(*id)
+}
+
+// runHost names the host a run is on, else the one it is pinned to.
+func runHost(r wire.Run, hosts hostNames) string {
 	switch {
 	case r.HostID != nil:
-		return shortID(*r.HostID)
+		return hosts.name(r.HostID)
 	case r.TargetHostID != nil:
-		return shortID(*r.TargetHostID) + " (pinned)"
+		return hosts.name(r.TargetHostID) + " (pinned)"
 	}
 	return "-"
 }
 
-func printRuns(w io.Writer, runs []wire.Run, now time.Time) {
+// runsHaveHosts reports whether a listing of runs names any host, so
+// that the host list is read only when it is needed.
+func runsHaveHosts(runs ...wire.Run) bool {
+	for _, r := range runs {
+		if r.HostID != nil || r.TargetHostID != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func printRuns(w io.Writer, runs []wire.Run, hosts hostNames, now time.Time) {
 	tw := table(w)
 	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
 	for _, r := range runs {
 		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts,
-			r.Provider, runHost(r), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
+			r.Provider, runHost(r, hosts), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
 	}
 	tw.Flush()
 }
 
-func printRun(w io.Writer, r *wire.Run) {
+// runShow is `pam run show ID`: the run, its host by name and its task by
+// title (one more request each, not made for --json, which is the API's
+// Run as it is).
+func runShow(fs *flag.FlagSet) func(*invocation) error {
+	asJSON := fs.Bool("json", false, "print the API's JSON")
+	return func(x *invocation) error {
+		c, err := x.client()
+		if err != nil {
+			return err
+		}
+		r, err := c.GetRun(x.ctx, x.args[0])
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return printJSON(x.stdout, r)
+		}
+		var hosts hostNames
+		if runsHaveHosts(*r) {
+			hosts = x.hostNames(c)
+		}
+		task := r.TaskID
+		if it, err := c.GetWorkItem(x.ctx, r.TaskID); err == nil {
+			task = it.Title + " (" + r.TaskID + ")"
+		}
+		printRun(x.stdout, r, task, hosts)
+		return nil
+	}
+}
+
+// printRun prints a run; task is how to name its task (its title and id
+// when they could be read).
+func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	tw := table(w)
 	exit := "-"
 	if r.ExitCode != nil {
@@ -319,10 +379,10 @@ func printRun(w io.Writer, r *wire.Run) {
 	fmt.Fprintf(tw, "status:\t%s\n", r.Status)
 	fmt.Fprintf(tw, "attempt:\t%d/%d\n", r.Attempt, r.MaxAttempts)
 	fmt.Fprintf(tw, "provider:\t%s\n", r.Provider)
-	fmt.Fprintf(tw, "task_id:\t%s\n", r.TaskID)
+	fmt.Fprintf(tw, "task:\t%s\n", task)
 	fmt.Fprintf(tw, "project_id:\t%s\n", r.ProjectID)
-	fmt.Fprintf(tw, "host_id:\t%s\n", optionalString(r.HostID))
-	fmt.Fprintf(tw, "target_host_id:\t%s\n", optionalString(r.TargetHostID))
+	fmt.Fprintf(tw, "host:\t%s\n", hosts.name(r.HostID))
+	fmt.Fprintf(tw, "target_host:\t%s\n", hosts.name(r.TargetHostID))
 	fmt.Fprintf(tw, "session_name:\t%s\n", r.SessionName)
 	fmt.Fprintf(tw, "cwd:\t%s\n", dash(r.Cwd))
 	fmt.Fprintf(tw, "args:\t%s\n", args)

@@ -148,8 +148,12 @@ func TestRunLogs(t *testing.T) {
 		t.Errorf("request %s", f.last())
 	}
 
-	f.handle("GET /api/v1/runs/nope/logs", 404, `{"error":{"code":"not_found","message":"run not found","details":null}}`)
-	if r := e.pam("run", "logs", "nope"); r.code != 1 || r.stderr != "pam: run not found\n" {
+	missing := "0e0e0e0e-0000-4000-8000-000000000000"
+	f.handle("GET /api/v1/runs/"+missing+"/logs", 404, `{"error":{"code":"not_found","message":"run not found","details":null}}`)
+	if r := e.pam("run", "logs", missing); r.code != 1 || r.stderr != "pam: run not found\n" {
 		t.Errorf("unknown run: %v", r)
+	}
+	if r := e.pam("run", "logs", "nope"); r.code != 1 || r.stderr != "pam: no run matches \"nope\"\n" {
+		t.Errorf("not an id: %v", r)
 	}
 }

@@ -20,7 +20,7 @@ import (
 // runWatchCmd is `pam run watch ID`: the run's pane, live and read-only,
 // from the orchestrator's pane socket (docs/api.md#websockets).
 var runWatchCmd = &command{
-	name: "watch", args: "ID", nargs: 1, group: clientGroup,
+	name: "watch", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 	summary: "show a run's pane live, read-only, until the run ends (Ctrl-C to stop)",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		return func(x *invocation) error {

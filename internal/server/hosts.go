@@ -18,7 +18,17 @@ func (s *Server) hostOfflineAfter() time.Duration {
 }
 
 func (s *Server) listHosts(w http.ResponseWriter, r *http.Request) {
-	hs, err := s.store.ListHosts(r.Context())
+	prefix, err := idPrefix(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var hs []wire.Host
+	if prefix != nil {
+		hs, err = s.store.HostsByIDPrefix(r.Context(), *prefix)
+	} else {
+		hs, err = s.store.ListHosts(r.Context())
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -10,7 +10,18 @@ import (
 // Projects and work items: the operator's plan (docs/api.md#resources).
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
-	ps, err := s.store.ListProjects(r.Context(), r.URL.Query().Get("include_archived") == "true")
+	archived := r.URL.Query().Get("include_archived") == "true"
+	prefix, err := idPrefix(r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var ps []wire.Project
+	if prefix != nil {
+		ps, err = s.store.ProjectsByIDPrefix(r.Context(), *prefix, archived)
+	} else {
+		ps, err = s.store.ListProjects(r.Context(), archived)
+	}
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -88,6 +99,41 @@ func (s *Server) createWorkItem(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, item)
+}
+
+// findWorkItems is GET /work-items?id_prefix=: the work items of any
+// project whose id starts with the prefix. The prefix is required: a
+// project's items are listed by GET /projects/{ref}/work-items, and no
+// one needs every item of every project at once.
+func (s *Server) findWorkItems(w http.ResponseWriter, r *http.Request) {
+	prefix, err := idPrefix(r)
+	if err == nil && prefix == nil {
+		err = wire.Invalid("id_prefix", "id_prefix is required")
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	items, err := s.store.WorkItemsByIDPrefix(r.Context(), *prefix)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, wire.WorkItemList{WorkItems: items})
+}
+
+// idPrefix reads the id_prefix filter of a list (nil when absent; given
+// but empty or malformed is 400 validation_failed).
+func idPrefix(r *http.Request) (*wire.IDPrefix, error) {
+	q := r.URL.Query()
+	if !q.Has("id_prefix") {
+		return nil, nil
+	}
+	p, err := wire.ParseIDPrefix(q.Get("id_prefix"))
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 func (s *Server) getWorkItem(w http.ResponseWriter, r *http.Request) {

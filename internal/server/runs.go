@@ -41,6 +41,11 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		}
 		f.Limit = n
 	}
+	var err error
+	if f.IDPrefix, err = idPrefix(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	runs, err := s.store.ListRuns(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)

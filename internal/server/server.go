@@ -204,6 +204,7 @@ func (s *Server) routes() {
 	api("DELETE /projects/{ref}", s.archiveProject)
 	api("GET /projects/{ref}/work-items", s.listWorkItems)
 	api("POST /projects/{ref}/work-items", s.createWorkItem)
+	api("GET /work-items", s.findWorkItems)
 	api("GET /work-items/{id}", s.getWorkItem)
 	api("PATCH /work-items/{id}", s.updateWorkItem)
 	api("DELETE /work-items/{id}", s.deleteWorkItem)

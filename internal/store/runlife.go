@@ -115,7 +115,10 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 // RunFilter narrows GET /runs.
 type RunFilter struct {
 	Status, ProjectID, TaskID, HostID string
-	Limit                             int
+	// IDPrefix, when set, keeps the runs whose id starts with it, at most
+	// wire.MaxIDPrefixMatches of them.
+	IDPrefix *wire.IDPrefix
+	Limit    int
 }
 
 // ListRuns returns runs newest first.
@@ -136,9 +139,15 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	if f.Limit < 1 || f.Limit > 1000 {
 		return nil, wire.Invalid("limit", "limit must be between 1 and 1000")
 	}
+	var first, last *string
+	if f.IDPrefix != nil {
+		first, last = &f.IDPrefix.First, &f.IDPrefix.Last
+		f.Limit = min(f.Limit, wire.MaxIDPrefixMatches)
+	}
 	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE
 		($1 = '' OR status = $1) AND ($2 = '' OR project_id::text = $2) AND ($3 = '' OR task_id::text = $3) AND ($4 = '' OR host_id::text = $4)
-		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit)
+		AND ($6::uuid IS NULL OR id BETWEEN $6::uuid AND $7::uuid)
+		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit, first, last)
 	if err != nil {
 		return nil, translate(err)
 	}
