@@ -51,6 +51,10 @@ type reliability struct {
 	cached  bool
 
 	replayWake, livenessWake, reconcileWake chan struct{}
+
+	// replayMu makes spool replay one pass at a time; it guards replayed.
+	replayMu sync.Mutex
+	replayed replayState
 }
 
 func (rs *reliability) init(dir string) {
@@ -59,6 +63,7 @@ func (rs *reliability) init(dir string) {
 	rs.flagged = map[string]bool{}
 	rs.foreign = map[tmux.SessionName]bool{}
 	rs.endedAt = map[string]time.Time{}
+	rs.replayed.kept = map[string]bool{}
 	rs.replayWake = make(chan struct{}, 1)
 	rs.livenessWake = make(chan struct{}, 1)
 	rs.reconcileWake = make(chan struct{}, 1)
@@ -74,8 +79,9 @@ func poke(ch chan struct{}) {
 
 func (w *agent) pokeLiveness() { poke(w.rs.livenessWake) }
 
-// afterConnect runs what every (re)connect calls for: replay the spool
-// and reconcile against the orchestrator's current word.
+// afterConnect runs what every (re)connect calls for once the uplink is
+// up: replay what was spooled meanwhile (the spool was replayed before the
+// uplink opened) and reconcile against the orchestrator's current word.
 func (w *agent) afterConnect() {
 	poke(w.rs.replayWake)
 	poke(w.rs.reconcileWake)
