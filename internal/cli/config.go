@@ -86,7 +86,7 @@ var settings = []setting{
 	{Env: "PAM_HOST_OFFLINE_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.HostOfflineAfter), Uses: serveCmds, Positive: true, Help: "no heartbeat for this long: host offline"},
 	{Env: "PAM_HOST_LOST_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.HostLostAfter), Uses: serveCmds, Positive: true, Help: "offline this long: host lost, its runs fail host_lost"},
 	{Env: "PAM_DISPATCH_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.DispatchTimeout), Uses: serveCmds, Positive: true, Help: "pending this long: run fails"},
-	{Env: "PAM_DISPATCH_ACK_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.DispatchAckTimeout), Uses: serveCmds, Positive: true, Help: "an offer not acked in time is withdrawn"},
+	{Env: "PAM_DISPATCH_ACK_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.DispatchAckTimeout), Uses: serveCmds, Positive: true, Help: "an offer not acked in time is withdrawn; a host that refused a run is not offered it again within it"},
 	{Env: "PAM_CLI_HANG_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.CLIHangTimeout), Uses: serveCmds, Positive: true, Help: "no pane change this long: run fails cli_hang"},
 	{Env: "PAM_RESTART_INITIAL_DELAY", Kind: kindDuration, Default: defaults.Duration(defaults.RestartInitialDelay), Uses: serveCmds, Positive: true, Help: "restart backoff start"},
 	{Env: "PAM_RESTART_MAX_DELAY", Kind: kindDuration, Default: defaults.Duration(defaults.RestartMaxDelay), Uses: serveCmds, Positive: true, Help: "restart backoff cap"},

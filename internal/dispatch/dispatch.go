@@ -25,7 +25,10 @@ type Sender interface {
 
 // Options are the timers of docs/architecture.md#configuration-and-files-on-disk the dispatcher applies.
 type Options struct {
-	AckTimeout       time.Duration // PAM_DISPATCH_ACK_TIMEOUT
+	// AckTimeout is PAM_DISPATCH_ACK_TIMEOUT: an offer not acked within it
+	// is withdrawn, and a host that refused a run is not offered it again
+	// within it.
+	AckTimeout       time.Duration
 	DispatchTimeout  time.Duration // PAM_DISPATCH_TIMEOUT
 	SpawnTimeout     time.Duration // PAM_SPAWN_TIMEOUT
 	HostOfflineAfter time.Duration // PAM_HOST_OFFLINE_AFTER
@@ -133,7 +136,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	// that comes late (a loaded server) still records whether a host was
 	// eligible but for capacity (dispatch_timeout) or none was
 	// (no_eligible_host), and a run placeable now is placed, not failed.
-	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch)
+	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch, d.o.AckTimeout)
 	if err != nil {
 		d.logErr(ctx, "claim runs", err)
 	}

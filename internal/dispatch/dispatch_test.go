@@ -33,6 +33,9 @@ type fakeFleet struct {
 	connected map[string]bool
 	broken    map[string]bool // Send fails
 	sent      map[string][]wire.Frame
+	// onSend, if set, is called after each frame a host was sent, outside
+	// the lock: a test's stand-in for the worker answering it.
+	onSend func(h string, fr wire.Frame)
 }
 
 func newFakeFleet() *fakeFleet {
@@ -43,11 +46,16 @@ func (f *fakeFleet) Connected(h string) bool { f.mu.Lock(); defer f.mu.Unlock();
 
 func (f *fakeFleet) Send(h string, fr wire.Frame) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if !f.connected[h] || f.broken[h] {
+		f.mu.Unlock()
 		return errors.New("uplink down")
 	}
 	f.sent[h] = append(f.sent[h], fr)
+	on := f.onSend
+	f.mu.Unlock()
+	if on != nil {
+		on(h, fr)
+	}
 	return nil
 }
 
@@ -368,7 +376,7 @@ func TestLatePassJudgesEligibilityFirst(t *testing.T) {
 	y.s.Policy.MaxAttempts = 1
 	full := y.host("full", 1, true, "shell")
 	busy := y.run("shell", &full.ID)
-	if _, err := y.s.ClaimAndOffer(t.Context(), y.fleet.Connected, 10); err != nil {
+	if _, err := y.s.ClaimAndOffer(t.Context(), y.fleet.Connected, 10, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if got := y.get(busy.ID); got.HostID == nil {
@@ -412,4 +420,77 @@ func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
 	if n := len(y.fleet.frames(silent.ID, wire.FrameRunDispatch)); n < 2 {
 		t.Errorf("%d offers before the timeout, want it re-offered after each ack timeout", n)
 	}
+}
+
+// Issue item "refused offers loop": a host that refuses an offer (full,
+// or its provider binary gone) is not offered that run again for
+// PAM_DISPATCH_ACK_TIMEOUT. The only host here refuses every offer at
+// once and the server wakes the dispatcher on each refusal, as it does:
+// the offers to it are spaced by the ack timeout, not made on every pass;
+// and a host that comes up meanwhile gets the run at once.
+func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
+	t.Parallel()
+	y := newSys(t)
+	const ack = 400 * time.Millisecond
+	h := y.host("refuses", 4, true, "shell")
+	r := y.run("shell", nil)
+	var d atomic.Pointer[dispatch.Dispatcher]
+	var refusals atomic.Int64
+	y.fleet.set(func(f *fakeFleet) {
+		f.onSend = func(host string, fr wire.Frame) {
+			if host != h.ID || fr.Type != wire.FrameRunDispatch {
+				return
+			}
+			no := false
+			res, err := y.s.AckOffer(t.Context(), host, wire.Frame{RunID: fr.RunID, Attempt: fr.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
+			if err != nil {
+				t.Errorf("refuse: %v", err)
+				return
+			}
+			refusals.Add(1)
+			if dd := d.Load(); res.Changed && dd != nil {
+				dd.Wake() // as the server does on a withdrawal
+			}
+		}
+	})
+	d.Store(y.start(dispatch.Options{AckTimeout: ack, DispatchTimeout: time.Hour, Tick: 20 * time.Millisecond}))
+	eventually.Wait(t, 10*time.Second, "the first refusal", func() bool { return refusals.Load() >= 1 })
+	t0 := time.Now()
+	const windows = 4
+	from := y.passes.Load()
+	// Many passes over windows × the ack timeout: each could have offered
+	// the run again.
+	eventually.Wait(t, 30*time.Second, "passes over the window", func() bool {
+		return time.Since(t0) >= windows*ack && y.passes.Load() >= from+windows*5
+	})
+	offers := len(y.fleet.frames(h.ID, wire.FrameRunDispatch))
+	if offers > windows+2 || offers < 2 {
+		t.Errorf("%d offers to the refusing host over %s (%d passes) with an ack timeout of %s: want 2 to %d",
+			offers, time.Since(t0).Round(time.Millisecond), y.passes.Load()-from, ack, windows+2)
+	}
+	// In the journal: each offer after a refusal comes at least an ack
+	// timeout after it (both times are the database's).
+	evs, err := y.s.RunEvents(t.Context(), r.ID, math.MaxInt64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var withdrawnAt time.Time
+	for _, e := range evs {
+		switch e.Topic {
+		case string(wire.TopicRunDispatchWithdrawn):
+			withdrawnAt = e.CreatedAt
+		case string(wire.TopicRunDispatched):
+			if !withdrawnAt.IsZero() && e.CreatedAt.Sub(withdrawnAt) < ack {
+				t.Errorf("offered again %s after a refusal, within the ack timeout %s", e.CreatedAt.Sub(withdrawnAt), ack)
+			}
+		}
+	}
+
+	// A host able to take it gets it without waiting for the refusal to
+	// age: the refusal keeps only the refusing host away.
+	good := y.host("takes", 4, true, "shell")
+	eventually.Wait(t, 10*time.Second, "the offer to the other host", func() bool {
+		got := y.get(r.ID)
+		return got.HostID != nil && *got.HostID == good.ID
+	})
 }

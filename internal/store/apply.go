@@ -136,7 +136,7 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 	switch st.Write {
 	case lifecycle.Offer:
 		if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
-			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now()`, r.ID, st.Attempt, st.HostID); err != nil {
+			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now(), refused_at = NULL`, r.ID, st.Attempt, st.HostID); err != nil {
 			return out, err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, now())

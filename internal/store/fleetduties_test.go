@@ -70,7 +70,7 @@ func (f *fleet) running() wire.Run {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10)
+	offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second)
 	if err != nil || len(offers) != 1 || offers[0].HostID != f.host.ID {
 		f.t.Fatalf("offer: %+v %v", offers, err)
 	}
@@ -337,7 +337,7 @@ func TestInstanceReinstallAndSuspect(t *testing.T) {
 	if _, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
 		t.Fatal(err)
 	}
-	if offers, _ := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10); len(offers) != 0 {
+	if offers, _ := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {
 		t.Errorf("a suspect host was offered %+v", offers)
 	}
 	// The pinned instance silent past the offline bound: a reinstall.

@@ -49,8 +49,14 @@ type candidate struct {
 // FOR UPDATE SKIP LOCKED so that several dispatchers never take the same
 // run, are offered to the least loaded eligible host. Candidate hosts are
 // locked for the pass so that capacity is counted once across dispatchers.
-// connected reports whether a host's uplink is up in this process.
-func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string) bool, limit int) ([]Offer, error) {
+// connected reports whether a host's uplink is up in this process. A host
+// that refused a run's current attempt less than refusalHold ago
+// (PAM_DISPATCH_ACK_TIMEOUT) is not offered it again: the run goes to
+// another host or waits, instead of being offered back and refused in a
+// loop. Such a host still counts as eligible but for capacity (it was
+// offered the run), so the dispatch timeout fails the run
+// dispatch_timeout as before.
+func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string) bool, limit int, refusalHold time.Duration) ([]Offer, error) {
 	var offers []Offer
 	err := s.InTx(ctx, func(tx *Tx) error {
 		offers = nil
@@ -84,6 +90,10 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 				hosts = append(hosts, c)
 			}
 		}
+		refused, err := recentRefusals(ctx, tx, due, refusalHold)
+		if err != nil {
+			return err
+		}
 		var matchedIDs []string
 		for _, r := range due {
 			var best *candidate
@@ -93,6 +103,9 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 					continue
 				}
 				matched = true // eligible in every respect but capacity
+				if refused[r.ID+"/"+h.id] {
+					continue // it said no to this attempt moments ago
+				}
 				if h.active < h.capacity && (best == nil || h.active < best.active) {
 					best = h
 				}
@@ -124,6 +137,30 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 	return offers, err
 }
 
+// recentRefusals returns the (run, host) pairs, keyed "run/host", whose
+// host refused the run's current attempt within hold.
+func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Duration) (map[string]bool, error) {
+	ids := make([]string, len(due))
+	for i, r := range due {
+		ids[i] = r.ID
+	}
+	rows, err := tx.Query(ctx, `SELECT o.run_id::text || '/' || o.host_id::text FROM run_offers o
+		JOIN runs r ON r.id = o.run_id AND r.attempt = o.attempt
+		WHERE o.run_id = ANY($1::uuid[]) AND o.refused_at > now() - $2::interval`, ids, hold)
+	if err != nil {
+		return nil, fmt.Errorf("read refused offers: %w", err)
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("read refused offers: %w", err)
+	}
+	out := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		out[k] = true
+	}
+	return out, nil
+}
+
 // OfferedTo reports whether runID was ever offered to hostID (at any
 // attempt): the scope of every frame and request a worker sends about a
 // run (docs/architecture.md#security-model).
@@ -149,7 +186,9 @@ type AckOutcome struct {
 }
 
 // AckOffer applies run_dispatch_ack from hostID (docs/architecture.md#central-duties): accepted → spawning;
-// refused → the offer is withdrawn and the run may go elsewhere. An ack
+// refused → the offer is withdrawn and the run may go elsewhere, and the
+// refusal is recorded so that ClaimAndOffer does not offer that attempt
+// to hostID again for PAM_DISPATCH_ACK_TIMEOUT. An ack
 // for an offer that was withdrawn meanwhile tells the sender to stop: that
 // incarnation must not run twice.
 func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckOutcome, error) {
@@ -171,6 +210,12 @@ func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckO
 		d, err := lifecycle.Ack(lifecycle.FromWire(r), hostID, *f.Attempt, *f.Accepted, f.Reason, offered)
 		if err != nil {
 			return err
+		}
+		if !*f.Accepted {
+			if _, err := tx.Exec(ctx, `UPDATE run_offers SET refused_at = now() WHERE run_id = $1 AND attempt = $2 AND host_id = $3`,
+				r.ID, *f.Attempt, hostID); err != nil {
+				return fmt.Errorf("record the refusal of run %s by host %s: %w", r.ID, hostID, err)
+			}
 		}
 		res.StopSender = d.StopSender
 		res.Changed = d.Changed()

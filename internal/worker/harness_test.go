@@ -48,6 +48,10 @@ type fakeOrch struct {
 	signals       []postedSignal
 	// runs is what GET /api/internal/worker/runs[/{id}] answer (reconcile_test.go).
 	runs fakeRuns
+
+	// dials counts the uplink requests as they arrive, before the upgrade
+	// is answered: one is counted before the worker's dial returns.
+	dials int
 }
 
 // postedSignal is a signal the wrapper posted over HTTP.
@@ -139,6 +143,9 @@ func (o *fakeOrch) uplink(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad token", http.StatusUnauthorized)
 		return
 	}
+	o.mu.Lock()
+	o.dials++
+	o.mu.Unlock()
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
 		return

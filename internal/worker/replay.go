@@ -18,17 +18,23 @@ import (
 // replayTimeout bounds one replayed post.
 const replayTimeout = 10 * time.Second
 
-// replayLoop drains the spool (docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#internal-api): after every (re)connect,
-// when reconciliation asks, and every LivenessInterval while files wait
-// (a look at an empty folder costs one ReadDir). The orchestrator may be
-// reachable over HTTP before the uplink is back; replaying then is safe,
-// since writers of a run with spooled signals spool behind them.
+// connectReplayTimeout bounds the replay a (re)connect makes before it
+// opens the uplink: a large spool or a slow orchestrator must not keep the
+// host silent until it is judged offline. What is left then is replayed by
+// the replay loop, after the heartbeats resumed.
+const connectReplayTimeout = 30 * time.Second
+
+// replayLoop drains the spool (docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#internal-api): when reconciliation asks,
+// and every LivenessInterval while files wait (a look at an empty folder
+// costs one ReadDir). The orchestrator may be reachable over HTTP before
+// the uplink is back; replaying then is safe, since writers of a run with
+// spooled signals spool behind them. Every (re)connect replays too, before
+// the uplink opens (replayBeforeUplink).
 func (w *agent) replayLoop(ctx context.Context) {
 	t := time.NewTicker(w.o.LivenessInterval)
 	defer t.Stop()
-	st := &replayState{kept: map[string]bool{}}
 	for {
-		w.replay(ctx, st)
+		w.replay(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -38,6 +44,20 @@ func (w *agent) replayLoop(ctx context.Context) {
 	}
 }
 
+// replayBeforeUplink replays the spool once registration succeeded and
+// before the uplink opens, whose first frame is a heartbeat: the
+// orchestrator judges this host's runs (spawn and CLI-hang timers, lost
+// sessions, the reports reconciliation sends over the uplink) from the
+// moment the host is back, so the signals written while it could not be
+// reached — a finished, a started — must be in before it hears from the
+// host again (seed 030: the spool is replayed before live heartbeats
+// resume). Bounded by connectReplayTimeout.
+func (w *agent) replayBeforeUplink(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, connectReplayTimeout)
+	defer cancel()
+	w.replay(ctx)
+}
+
 // replay posts the spooled signals in seq order, verbatim, each with the
 // signal token it was made with (POST /api/internal/runs/{id}/signals), and
 // deletes a file only on an answer that is not a transport failure, a 5xx,
@@ -45,8 +65,13 @@ func (w *agent) replayLoop(ctx context.Context) {
 // orchestrator is not taking signals; the order is kept for the next
 // pass). A 401 or 403 keeps the file and holds back the later signals of
 // that run's attempt only, so that one bad token never blocks the others.
-// Unreadable files are set aside in spool/bad and reported.
-func (w *agent) replay(ctx context.Context, st *replayState) {
+// Unreadable files are set aside in spool/bad and reported. One pass runs
+// at a time (the replay loop's or a connect's), so that no file is posted
+// twice by two passes at once.
+func (w *agent) replay(ctx context.Context) {
+	w.rs.replayMu.Lock()
+	defer w.rs.replayMu.Unlock()
+	st := &w.rs.replayed
 	dir := spool.Dir(w.dir)
 	files, bad, err := spool.List(dir)
 	if err != nil {
@@ -74,6 +99,8 @@ func (w *agent) replay(ctx context.Context, st *replayState) {
 		res, err := s.Post(ctx, f.Signal)
 		var we *wire.Error
 		switch {
+		case err != nil && ctx.Err() != nil:
+			return // stopping, or the connect's time for it is up: not an outage
 		case err == nil:
 			st.paused = false
 			w.log.Info("spooled signal replayed", "run_id", f.RunID, "attempt", *f.Signal.Attempt, "kind", f.Signal.Kind, "seq", f.Seq, "result", res)
@@ -107,8 +134,8 @@ func (w *agent) replay(ctx context.Context, st *replayState) {
 	}
 }
 
-// replayState is what the replay loop remembers between passes, so that
-// an outage or a refused file is reported once, not on every pass.
+// replayState is what replay remembers between passes, so that an outage
+// or a refused file is reported once, not on every pass.
 type replayState struct {
 	paused bool
 	kept   map[string]bool // files kept after a 401/403, already reported

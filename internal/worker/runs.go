@@ -106,6 +106,15 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 	}
 
 	w.mu.Lock()
+	full := w.runs[f.RunID] == nil && w.activeCount() >= w.o.MaxRuns
+	w.mu.Unlock()
+	if full {
+		// Before saying no, make sure every run counted still runs: the
+		// orchestrator, which offered it, counts only those.
+		w.settleCapacity(ctx)
+	}
+
+	w.mu.Lock()
 	r := w.runs[f.RunID]
 	var undo func()
 	switch {
@@ -123,9 +132,9 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 		return
 	case r != nil:
 		// A newer attempt replaces ours: kill-before-respawn.
-		prevAttempt, prevState, prevGen := r.attempt, r.state, r.gen
-		undo = func() { r.attempt, r.state, r.gen = prevAttempt, prevState, prevGen }
-		r.attempt, r.state = attempt, stateSpawning
+		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
+		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
+		r.attempt, r.state, r.ended = attempt, stateSpawning, false
 		r.gen++
 	default:
 		for _, o := range w.runs {

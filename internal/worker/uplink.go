@@ -73,13 +73,17 @@ func jitter(d, lo, hi time.Duration) time.Duration {
 	return max(v, lo)
 }
 
-// connect registers, dials the uplink and serves it until it breaks.
-// connected reports whether the WebSocket was established.
+// connect registers, replays the spool, dials the uplink and serves it
+// until it breaks. connected reports whether the WebSocket was
+// established.
 func (w *agent) connect(ctx context.Context) (connected bool, err error) {
 	reg, err := w.register(ctx)
 	if err != nil {
 		return false, err
 	}
+	// The orchestrator is back: the signals it missed go first, before the
+	// uplink's first heartbeat (docs/architecture.md#worker-duties).
+	w.replayBeforeUplink(ctx)
 	conn, err := w.dial(ctx)
 	if err != nil {
 		return false, err

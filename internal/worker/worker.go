@@ -235,7 +235,8 @@ type run struct {
 	interval   time.Duration
 	lastChange time.Time
 	// ended: the orchestrator says the run is over and its session is in
-	// hold-open; it no longer counts against MaxRuns.
+	// hold-open; it no longer counts against MaxRuns (activeCount). A new
+	// attempt of the run clears it.
 	ended bool
 }
 
