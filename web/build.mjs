@@ -29,11 +29,15 @@ function clean() {
 function finish(meta) {
   let js = '';
   let css = '';
+  let preload = [];
   for (const [file, info] of Object.entries(meta.outputs)) {
     const name = basename(file);
     if (info.entryPoint === 'src/main.jsx' && name.endsWith('.js')) {
       js = name;
       css = info.cssBundle ? basename(info.cssBundle) : '';
+      // The chunks the entry imports statically load in parallel with it,
+      // not after it has been parsed.
+      preload = info.imports.filter((i) => i.kind === 'import-statement').map((i) => basename(i.path));
     }
   }
   if (!js || !css) throw new Error('build: the app entry produced no .js or .css');
@@ -45,7 +49,8 @@ function finish(meta) {
   const html = readFileSync(join(here, 'src', 'index.html'), 'utf8')
     .replace('{{css}}', `/assets/${css}`)
     .replace('{{js}}', `/assets/${js}`)
-    .replace('{{icon}}', `/assets/${iconName}`);
+    .replace('{{icon}}', `/assets/${iconName}`)
+    .replace('{{preload}}', preload.map((p) => `<link rel="modulepreload" href="/assets/${p}">`).join('\n'));
   writeFileSync(join(out, 'index.html'), html);
   const sizes = readdirSync(assets).filter((n) => n.endsWith('.gz'))
     .map((n) => `${n.slice(0, -3)} ${(readFileSync(join(assets, n)).length / 1024).toFixed(1)} KiB gzip`);

@@ -6,4 +6,7 @@ import { takeFragmentToken } from './auth.js';
 import { App } from './ui/app.jsx';
 
 takeFragmentToken();
+// The link `pam up` prints may be pasted into a tab that shows the
+// dashboard already: only the fragment changes then, with no reload.
+window.addEventListener('hashchange', takeFragmentToken);
 render(<App />, document.getElementById('app'));

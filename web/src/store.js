@@ -265,8 +265,12 @@ function apply(e) {
   const t = e.topic || '';
   const p = e.payload || {};
   if (t.startsWith('work_item.')) {
-    const w = p.work_item;
-    if (!w || !w.id) return;
+    // Changes carry the item as payload.work_item; a creation is the item itself.
+    const w = p.work_item || (t === 'work_item.created' && p.id ? p : null);
+    if (!w || !w.id) {
+      if (p.work_item_id) refetch('item', p.work_item_id);
+      return;
+    }
     const m = new Map(items.value);
     if (t === 'work_item.deleted') m.delete(w.id);
     else m.set(w.id, w);
@@ -299,7 +303,7 @@ async function flush() {
   pending.clear();
   await Promise.all(keys.map(async (k) => {
     const [kind, id] = k.split(':');
-    const path = kind === 'run' ? `/runs/${id}` : kind === 'host' ? `/hosts/${id}` : `/projects/${id}`;
+    const path = { run: `/runs/${id}`, host: `/hosts/${id}`, item: `/work-items/${id}`, project: `/projects/${id}` }[kind];
     try {
       put(kind, id, await get(path));
     } catch (e) {
@@ -351,6 +355,23 @@ export function taskTitle(run) {
   const w = items.value.get(run.task_id);
   return w ? w.title : 'Task ' + run.task_id.slice(0, 8);
 }
+
+// A page the browser leaves (or keeps in its back/forward cache) closes
+// its stream: an open stream holds one of the six HTTP/1.1 connections a
+// browser allows per server, and a few left open stall every request.
+let paused = false;
+window.addEventListener('pagehide', () => {
+  if (!session) return;
+  session.abort();
+  session = null;
+  paused = true;
+});
+window.addEventListener('pageshow', () => {
+  if (paused && token.value) {
+    paused = false;
+    start();
+  }
+});
 
 /** Signed out: forget the state. */
 token.subscribe((t) => { if (!t) stop(); });

@@ -153,7 +153,8 @@ export function createTerminal(el, runId, onState) {
     }
     if (disposed || attach) { ws.close(); return; }
     pane = ws;
-    ws.onopen = () => { if (pane === ws) emit({ mode: 'view', message: '' }); };
+    // A notice of why control ended stays; a connection error goes.
+    ws.onopen = () => { if (pane === ws) emit({ mode: 'view', message: state.notice ? state.message : '' }); };
     ws.onmessage = (m) => {
       let f;
       try {
@@ -203,7 +204,7 @@ export function createTerminal(el, runId, onState) {
 
   async function takeControl() {
     if (disposed || attach) return;
-    emit({ mode: 'waiting', message: '' });
+    emit({ mode: 'waiting', message: '', notice: false });
     term.options.fontSize = FONT;
     safeFit();
     let url;
@@ -271,7 +272,7 @@ export function createTerminal(el, runId, onState) {
     term.options.disableStdin = true;
     term.reset();
     widest = 0;
-    emit({ mode: 'view', holder: null, message, ctrl: false });
+    emit({ mode: 'view', holder: null, message, notice: !!message, ctrl: false });
     sizeForPane();
     startView();
   }
