@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
@@ -592,6 +593,27 @@ func TestDashboard(t *testing.T) {
 			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
 			d.shot(d.ctx, "desktop-"+p.name)
 		}
+		// Dark, as a system set to dark gets it.
+		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct{ name, path, ready string }{
+			{"inbox", "/inbox", `[data-testid=inbox-card]`},
+			{"board", "/projects/browser-test", `[data-testid=item-card]`},
+			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
+		} {
+			d.goTo(d.ctx, p.path)
+			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			if bg := eval[string](d, d.ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(14, 15, 18)" {
+				t.Errorf("dark %s: body background %s", p.name, bg)
+			}
+			d.shot(d.ctx, "desktop-dark-"+p.name)
+		}
+		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{}); err != nil {
+			t.Fatal(err)
+		}
+		d.goTo(d.ctx, "/fleet")
 		// Shortcuts: ? opens the list, g i goes to the inbox.
 		d.do(d.ctx, chromedp.KeyEvent("?"))
 		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog .shortcuts')`)

@@ -33,7 +33,7 @@ export function Ago({ iso }) {
 /** duration renders the span between two ISO times (or now). */
 export function duration(from, to) {
   if (!from) return '—';
-  const s = Math.max(0, ((to ? Date.parse(to) : now.value) - Date.parse(from)) / 1000);
+  const s = Math.max(0, ((to ? Date.parse(to) : Math.max(now.value, Date.now())) - Date.parse(from)) / 1000);
   if (s < 60) return Math.round(s) + 's';
   if (s < 3600) return Math.floor(s / 60) + 'm ' + Math.round(s % 60) + 's';
   return Math.floor(s / 3600) + 'h ' + Math.round((s % 3600) / 60) + 'm';

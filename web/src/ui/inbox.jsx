@@ -48,7 +48,7 @@ export function Inbox() {
                   <Thumb runId={run.id} live={isActive(run)} />
                 </a>
                 <footer class="inbox-foot">
-                  <StatusBadge status={run.status} />
+                  {isActive(run) ? <StatusBadge status={run.status} /> : <span class="muted sm">attempt {run.attempt}/{run.max_attempts} · <span class="mono">{run.id.slice(0, 8)}</span></span>}
                   {!isActive(run) && <button class="btn sm ghost" onClick={() => markSeen(run)}>Dismiss</button>}
                 </footer>
               </article>

@@ -11,6 +11,12 @@ import { Icon } from './icons.jsx';
 export function RunPage({ id }) {
   const run = runs.value.get(id);
   const [missing, setMissing] = useState(false);
+  const [, setTick] = useState(0);
+  useEffect(() => {
+    // The running time ticks by the second here.
+    const t = setInterval(() => setTick((n) => n + 1), 1000);
+    return () => clearInterval(t);
+  }, []);
   useEffect(() => {
     if (!run) get('/runs/' + id).then((r) => put('run', r.id, r)).catch((e) => { if (e instanceof ApiError && e.status === 404) setMissing(true); });
   }, [id]);
@@ -107,7 +113,7 @@ function TerminalPanel({ run }) {
           {{ connecting: 'Connecting…', view: 'Read-only view', waiting: 'Taking control…', control: 'You have control', held: 'Controlled elsewhere', ended: 'Ended' }[st.mode]}
         </span>
         {st.mode === 'held' && <span class="muted sm holder" data-testid="holder">by {holderText(st.holder)}{st.holder && st.holder.attached_at ? <> since <Ago iso={st.holder.attached_at} /></> : null}</span>}
-        {st.message && <span class="muted sm term-msg">{st.message}</span>}
+        {st.message && st.mode !== 'held' && <span class="muted sm term-msg">{st.message}</span>}
         <span class="grow" />
         {st.renderer && <span class="muted xs hide-sm" title="xterm.js renderer">{st.renderer}</span>}
         {running && (st.mode === 'view' || st.mode === 'connecting') && (
