@@ -252,7 +252,14 @@ func (d *dash) shot(ctx context.Context, name string) {
 	if _, err := chromedp.Run(c, chromedp.Evaluate[bool](`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
 		d.t.Fatalf("wait for a frame: %v", err)
 	}
-	b, err := chromedp.Run(c, chromedp.FullScreenshot(100))
+	// A phone's screenshot is its screen: capturing beyond the viewport
+	// resizes it for a moment, and the WebGL terminal of an emulated
+	// high-density screen is caught mid-redraw.
+	shoot := chromedp.FullScreenshot(100)
+	if strings.HasPrefix(name, "phone-") {
+		shoot = chromedp.CaptureScreenshot()
+	}
+	b, err := chromedp.Run(c, shoot)
 	if err != nil {
 		d.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -623,7 +630,7 @@ func TestDashboard(t *testing.T) {
 
 		phone, closePhone := d.tab(d.ctx)
 		defer closePhone()
-		d.do(phone, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile, chromedp.EmulateTouch, chromedp.EmulateScale(2)))
+		d.do(phone, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile, chromedp.EmulateTouch))
 		for _, p := range []struct{ name, path, ready string }{
 			{"inbox", "/inbox", `[data-testid=inbox-card]`},
 			{"projects", "/projects", `[data-testid=project-card]`},
@@ -637,12 +644,25 @@ func TestDashboard(t *testing.T) {
 			if p.name == "run" {
 				d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
 			}
-			over := eval[float64](d, phone, `document.documentElement.scrollWidth - window.innerWidth`)
+			// A mobile layout viewport grows to fit wide content, so
+			// innerWidth would hide an overflow: compare with the screen.
+			over := eval[float64](d, phone, `document.documentElement.scrollWidth - screen.width`)
 			if over > 0 {
 				t.Errorf("%s overflows a 375 px screen by %.0f px", p.path, over)
 			}
 			d.shot(phone, "phone-"+p.name)
 		}
+		// The phone's key bar types what its keyboard lacks: ↑ reaches cat
+		// as ESC [ A, which the tty echoes as ^[[A.
+		d.open(phone, "/runs/"+runID)
+		d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		d.click(phone, d.sel("take-control"))
+		d.waitJS(phone, 10*time.Second, "control on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)
+		d.do(phone, chromedp.Tap(chromedp.CSS(`.keybar .key:nth-child(5)`)))
+		d.waitJS(phone, 5*time.Second, "the key bar's arrow echoed", `window.__pamTerm.buffer.includes('^[[A')`)
+		d.shot(phone, "phone-run-control")
+		d.click(phone, d.sel("release"))
+		d.waitJS(phone, 10*time.Second, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 		d.click(phone, `.nav-toggle`)
 		d.waitJS(phone, 5*time.Second, "the collapsed nav open", `document.querySelector('.nav.open')`)
 		d.shot(phone, "phone-nav")
