@@ -668,6 +668,22 @@ func TestDashboard(t *testing.T) {
 		d.shot(phone, "phone-nav")
 	})
 
+	t.Run("StopFromRunPage", func(t *testing.T) {
+		d.t = t
+		if runID == "" {
+			t.Skip("no run")
+		}
+		d.goTo(d.ctx, "/runs/"+runID)
+		d.click(d.ctx, d.sel("stop"))
+		eventually.Wait(t, 10*time.Second, "the run stopped in the API", func() bool {
+			var r wire.Run
+			d.api(200, "GET", "/runs/"+runID, nil, &r)
+			return r.Status == "stopped"
+		})
+		d.waitJS(d.ctx, 10*time.Second, "the stopped badge and run.stopped in Events, live",
+			`document.querySelector('.run-meta .badge.st-stopped') && document.querySelector('[data-testid=events]').textContent.includes('run.stopped') && !document.querySelector('[data-testid=stop]')`)
+	})
+
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
