@@ -1,6 +1,7 @@
 # pam: one Go binary for every role (docs/architecture.md).
 #
-#   make          build bin/pam
+#   make          build the dashboard bundle (when npm is there), then bin/pam
+#   make web      only the dashboard bundle (web/ → internal/webui/dist)
 #   make up       install missing Debian packages, build, run `pam up`
 #   make test     vet and the whole test suite with the race detector
 #   make lint     gofmt, go vet and staticcheck
@@ -18,18 +19,30 @@ BENCHTIME ?= 1s
 ARGS      ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build deps up test test-short fuzz bench lint clean
+.PHONY: build web deps deps-test up test test-short fuzz bench lint clean
 
-build:
+build: web
 	$(GO) build -o bin/pam ./cmd/pam
+
+# The dashboard bundle, embedded by the next go build. Without npm it says
+# so and the binary serves a page that explains how to build it.
+web:
+	@bash scripts/web.sh
 
 deps:
 	@bash scripts/deps.sh
 
+# What the tests need on top: Chromium for the dashboard's browser tests.
+deps-test:
+	@bash scripts/deps.sh --test
+
 up: deps build
 	exec ./bin/pam up $(ARGS)
 
-test: deps
+# The browser tests drive the dashboard that the pam binary they build
+# embeds, so the bundle is built (and required) first.
+test: deps-test
+	@bash scripts/web.sh --require
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 2 -timeout 20m ./...
 
@@ -40,6 +53,7 @@ cover: deps
 	GO=$(GO) bash scripts/cover.sh
 
 test-short: deps
+	@bash scripts/web.sh
 	$(GO) test -short -count=1 -p 2 -timeout 10m ./...
 
 # Fuzz targets are discovered (scripts/fuzz.sh), so new ones are fuzzed

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# deps.sh makes sure the Debian packages pam needs are present: tmux, and
+# deps.sh makes sure the Debian packages pam needs are present: tmux,
 # PostgreSQL's server binaries (initdb and postgres) for the embedded
-# database; when root, also the postgres system user the database runs as.
+# database, and Node.js with npm to build the web dashboard (web/); when
+# root, also the postgres system user the database runs as. With --test it
+# also wants Chromium, which the dashboard's browser tests drive.
 # Quiet when everything is there. As root it installs what is missing with
 # apt-get; otherwise it prints the command to run and exits 1.
 #
@@ -11,6 +13,9 @@
 set -euo pipefail
 
 have() { command -v "$1" >/dev/null 2>&1; }
+
+for_tests=false
+[ "${1:-}" = "--test" ] && for_tests=true
 
 # pg_bin_dir succeeds when a folder holds both initdb and postgres: the one
 # of initdb on PATH, then Debian's /usr/lib/postgresql/*/bin.
@@ -36,6 +41,11 @@ missing() {
 		pkgs+=(postgresql)
 	fi
 	have tmux || pkgs+=(tmux)
+	have node || pkgs+=(nodejs)
+	have npm || pkgs+=(npm)
+	if $for_tests && ! have chromium && ! have chromium-browser && ! have google-chrome; then
+		pkgs+=(chromium fonts-liberation)
+	fi
 	echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 

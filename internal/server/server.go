@@ -23,6 +23,7 @@ import (
 	"pam/internal/defaults"
 	"pam/internal/fleet"
 	"pam/internal/store"
+	"pam/internal/webui"
 	"pam/internal/wire"
 )
 
@@ -248,7 +249,10 @@ func (s *Server) routes() {
 
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /metrics", s.metricsHandler())
-	s.mux.HandleFunc("GET /{$}", s.index)
+	ui := webui.New()
+	for _, p := range webui.Patterns {
+		s.mux.Handle("GET "+p, ui)
+	}
 }
 
 // ServeHTTP logs, counts and routes every request.
@@ -317,13 +321,6 @@ func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, wire.Health{Status: "ok"})
-}
-
-func (s *Server) index(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Content-Security-Policy", "default-src 'self'")
-	_, _ = io.WriteString(w, `<!doctype html><meta charset="utf-8"><title>pam</title>
-<p>pam is running. The API is under <code>/api/v1</code>; the dashboard is being built.</p>`)
 }
 
 // decodeJSON reads a bounded JSON body into v, rejecting unknown fields

@@ -1,0 +1,690 @@
+package webui_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/cdproto/log"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
+	"pam/internal/store/storetest"
+	"pam/internal/webui"
+	"pam/internal/wire"
+)
+
+// The dashboard's browser tests (contract §15): a real serve, worker and
+// tmux, driven through Debian's Chromium with chromedp. Screenshots of
+// every page, desktop and phone, go to $TEST_ARTIFACTS (or a temporary
+// folder the test logs).
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// Budgets of contract §15, in bytes on the wire (gzip).
+const (
+	firstPageBudget = 150 << 10
+	terminalBudget  = 350 << 10
+	firstRender     = time.Second
+)
+
+// dash is one serve with one worker, and a Chromium tab on its dashboard.
+type dash struct {
+	t     *testing.T
+	url   string
+	token string
+	host  string // the worker's host id
+	ctx   context.Context
+	shots string
+
+	mu   sync.Mutex
+	logs []string // console errors, CSP reports, exceptions
+}
+
+func chromiumPath() string {
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+func newDash(t *testing.T) *dash {
+	t.Helper()
+	pamtest.Require(t, "chromium", "tmux")
+	if !webui.New().Built() {
+		msg := "the dashboard bundle is not built (internal/webui/dist has no index.html): run make web, or make test, which builds it"
+		if pamtest.InCI() {
+			t.Fatal(msg)
+		}
+		t.Skip("SKIP: " + msg)
+	}
+	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t)})
+	d := &dash{t: t, url: sv.URL, token: sv.Token}
+	var created wire.HostCreated
+	d.api(201, "POST", "/hosts", map[string]any{"name": "web-host", "max_runs": 20}, &created)
+	d.host = created.Host.ID
+	pamtest.StartWorker(t, pamtest.WorkerOptions{URL: d.url, Token: created.WorkerToken, Name: "web-host",
+		Env: []string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}})
+	eventually.Wait(t, 30*time.Second, "the worker to come online", func() bool {
+		var h wire.Host
+		d.api(200, "GET", "/hosts/web-host", nil, &h)
+		return h.Status == "online"
+	})
+
+	d.shots = os.Getenv("TEST_ARTIFACTS")
+	if d.shots == "" {
+		dir, err := os.MkdirTemp("", "pam-dashboard-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.shots = dir
+	}
+	d.shots = filepath.Join(d.shots, "dashboard")
+	if err := os.MkdirAll(d.shots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshots in %s", d.shots)
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath()), chromedp.NoSandbox,
+		chromedp.WindowSize(1440, 900), chromedp.Flag("lang", "en-US"))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	d.ctx, _ = d.tab(alloc)
+	return d
+}
+
+// tab opens a browser tab (the first one starts the browser) whose console
+// errors, CSP violations and exceptions are kept for errors. Close the
+// tab when done with it: each holds an event stream, and a browser opens
+// at most six HTTP/1.1 connections to one server.
+func (d *dash) tab(parent context.Context) (context.Context, context.CancelFunc) {
+	d.t.Helper()
+	ctx, cancel := chromedp.NewContext(parent)
+	d.t.Cleanup(cancel)
+	if err := chromedp.Do(ctx); err != nil {
+		d.t.Fatalf("start chromium: %v", err)
+	}
+	err := chromedp.Listen(ctx, func(ev any) {
+		var line string
+		switch ev := ev.(type) {
+		case *log.EventEntryAdded:
+			if ev.Entry.Level == log.EntryLevelError || strings.Contains(ev.Entry.Text, "Content Security Policy") {
+				line = fmt.Sprintf("log %s: %s %s", ev.Entry.Source, ev.Entry.Text, ev.Entry.URL)
+			}
+		case *runtime.EventExceptionThrown:
+			line = "exception: " + ev.ExceptionDetails.Text
+			if ev.ExceptionDetails.Exception != nil {
+				line += " " + ev.ExceptionDetails.Exception.Description
+			}
+		case *runtime.EventConsoleAPICalled:
+			if ev.Type == runtime.ConsoleAPICalledTypeError {
+				b, _ := json.Marshal(ev.Args)
+				line = "console.error " + string(b)
+			}
+		}
+		if line != "" {
+			d.mu.Lock()
+			d.logs = append(d.logs, line)
+			d.mu.Unlock()
+		}
+	})
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	return ctx, cancel
+}
+
+// errorsMatching returns the kept browser errors that contain none of allowed.
+func (d *dash) errors(allowed ...string) []string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var out []string
+next:
+	for _, l := range d.logs {
+		for _, a := range allowed {
+			if strings.Contains(l, a) {
+				continue next
+			}
+		}
+		out = append(out, l)
+	}
+	return out
+}
+
+func (d *dash) do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
+	d.t.Helper()
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := chromedp.Do(c, steps...); err != nil {
+		d.t.Fatalf("browser: %v", err)
+	}
+}
+
+func eval[T any](d *dash, ctx context.Context, js string) T {
+	d.t.Helper()
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(c, chromedp.Evaluate[T](js))
+	if err != nil {
+		d.t.Fatalf("evaluate %s: %v", js, err)
+	}
+	return v
+}
+
+// waitJS waits until the boolean expression js holds in the tab, polled
+// in the page itself; on a timeout it logs what the page shows.
+func (d *dash) waitJS(ctx context.Context, dur time.Duration, what, js string) {
+	d.t.Helper()
+	pred := "(() => { try { return !!(" + js + "); } catch (e) { return false; } })()"
+	deadline := time.Now().Add(dur)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		c, cancel := context.WithTimeout(ctx, left+5*time.Second)
+		_, err := chromedp.Run(c, chromedp.Poll[bool](pred, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(left)))
+		cancel()
+		if err == nil {
+			return
+		}
+		if errors.Is(err, chromedp.ErrPollingTimeout) {
+			break
+		}
+		<-tick.C // the page navigated under the poll: poll the new one
+	}
+	state := eval[string](d, ctx, `JSON.stringify({path: location.pathname, active: document.activeElement && (document.activeElement.className || document.activeElement.tagName),
+		mode: (document.querySelector('[data-testid=term-mode]') || {dataset: {}}).dataset.mode, conn: (document.querySelector('[data-testid=conn]') || {dataset: {}}).dataset.state,
+		buffer: window.__pamTerm ? window.__pamTerm.buffer.slice(-600) : null, toasts: [...document.querySelectorAll('.toast')].map((t) => t.textContent)})`)
+	d.t.Fatalf("timed out after %s waiting for %s; the page: %s", dur, what, state)
+}
+
+func (d *dash) sel(testid string) string { return fmt.Sprintf("[data-testid=%q]", testid) }
+
+// click clicks the first element matching the CSS selector.
+func (d *dash) click(ctx context.Context, css string) {
+	d.t.Helper()
+	d.do(ctx, chromedp.Click(chromedp.CSS(css), chromedp.NodeVisible))
+}
+
+// setField sets a form control's value the way typing does (input and
+// change events), so Preact's handlers see it.
+func (d *dash) setField(ctx context.Context, css, value string) {
+	d.t.Helper()
+	b, _ := json.Marshal(value)
+	sb, _ := json.Marshal(css)
+	js := fmt.Sprintf(`(() => { const el = document.querySelector(%s); if (!el) return false;
+		const proto = el.tagName === 'SELECT' ? HTMLSelectElement.prototype : el.tagName === 'TEXTAREA' ? HTMLTextAreaElement.prototype : HTMLInputElement.prototype;
+		Object.getOwnPropertyDescriptor(proto, 'value').set.call(el, %s);
+		el.dispatchEvent(new Event('input', {bubbles: true})); el.dispatchEvent(new Event('change', {bubbles: true})); return true; })()`, sb, b)
+	if !eval[bool](d, ctx, js) {
+		d.t.Fatalf("no field %s", css)
+	}
+}
+
+func (d *dash) shot(ctx context.Context, name string) {
+	d.t.Helper()
+	// Let transitions and the last frames settle.
+	c, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if _, err := chromedp.Run(c, chromedp.Evaluate[bool](`new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(() => r(true))))`, chromedp.EvalAwaitPromise)); err != nil {
+		d.t.Fatalf("wait for a frame: %v", err)
+	}
+	// A phone's screenshot is its screen: capturing beyond the viewport
+	// resizes it for a moment, and the WebGL terminal of an emulated
+	// high-density screen is caught mid-redraw.
+	shoot := chromedp.FullScreenshot(100)
+	if strings.HasPrefix(name, "phone-") {
+		shoot = chromedp.CaptureScreenshot()
+	}
+	b, err := chromedp.Run(c, shoot)
+	if err != nil {
+		d.t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(d.shots, name+".png"), b, 0o644); err != nil {
+		d.t.Fatal(err)
+	}
+}
+
+func (d *dash) api(want int, method, path string, body, out any) {
+	d.t.Helper()
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, d.url+"/api/v1"+path, rd)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != want {
+		d.t.Fatalf("%s %s: %d, want %d: %s", method, path, res.StatusCode, want, b)
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			d.t.Fatal(err)
+		}
+	}
+}
+
+// open loads path in the tab and waits until the dashboard has its data.
+func (d *dash) open(ctx context.Context, path string) {
+	d.t.Helper()
+	d.do(ctx, chromedp.Navigate(d.url+path))
+	d.waitJS(ctx, 15*time.Second, "the dashboard to load "+path, `document.querySelector('[data-testid=conn]') && !document.querySelector('.loading .spinner')`)
+}
+
+// go navigates inside the app, as a click on a link does.
+func (d *dash) goTo(ctx context.Context, path string) {
+	d.t.Helper()
+	b, _ := json.Marshal(path)
+	_ = eval[bool](d, ctx, fmt.Sprintf(`(() => { history.pushState(null, '', %s); dispatchEvent(new PopStateEvent('popstate')); return true; })()`, b))
+}
+
+func (d *dash) item(id string) wire.WorkItem {
+	var w wire.WorkItem
+	d.api(200, "GET", "/work-items/"+id, nil, &w)
+	return w
+}
+
+// TestDashboard walks the dashboard as an operator does, one feature
+// after the other on one system (Chromium is heavy: one browser, one
+// serve, one worker for all of it).
+func TestDashboard(t *testing.T) {
+	d := newDash(t)
+	var runID string
+	var project wire.Project
+
+	t.Run("SignInThroughFragment", func(t *testing.T) {
+		d.t = t
+		d.do(d.ctx, chromedp.Navigate(d.url+"/inbox#token="+d.token))
+		d.waitJS(d.ctx, 15*time.Second, "the signed-in shell", `document.querySelector('[data-testid=conn]')`)
+		if href := eval[string](d, d.ctx, `location.href`); strings.Contains(href, d.token) || strings.Contains(href, "token") {
+			t.Errorf("the token stays in the address bar: %s", href)
+		}
+		if got := eval[string](d, d.ctx, `localStorage.getItem('pam.token')`); got != d.token {
+			t.Errorf("localStorage token %q", got)
+		}
+		d.waitJS(d.ctx, 10*time.Second, "the stream to be live", `document.querySelector('[data-testid=conn]').dataset.state === 'live'`)
+		res, err := http.Get(d.url + "/inbox")
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if csp := res.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "default-src 'self'") || strings.Contains(csp, "script-src") {
+			t.Errorf("CSP %q", csp)
+		}
+		d.shot(d.ctx, "desktop-inbox-empty")
+	})
+
+	t.Run("SignOutAndForm", func(t *testing.T) {
+		d.t = t
+		d.click(d.ctx, `button[aria-label=Settings]`)
+		d.click(d.ctx, `.menu button.danger`)
+		d.waitJS(d.ctx, 5*time.Second, "the sign-in form", `document.querySelector('#token')`)
+		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
+			t.Error("the token stays in localStorage after sign-out")
+		}
+		d.shot(d.ctx, "desktop-signin")
+		d.setField(d.ctx, "#token", strings.Repeat("0", 32))
+		d.click(d.ctx, `.signin-card button[type=submit]`)
+		d.waitJS(d.ctx, 5*time.Second, "a refused token's message", `document.querySelector('.form-error')`)
+		d.setField(d.ctx, "#token", d.token)
+		d.click(d.ctx, `.signin-card button[type=submit]`)
+		d.waitJS(d.ctx, 10*time.Second, "the shell after the form", `document.querySelector('[data-testid=conn]')`)
+		// A token the server refuses later (rotated, say) returns to the form.
+		_ = eval[bool](d, d.ctx, `(localStorage.setItem('pam.token', '`+strings.Repeat("1", 32)+`'), true)`)
+		d.do(d.ctx, chromedp.Reload())
+		d.waitJS(d.ctx, 10*time.Second, "the form after a 401", `document.querySelector('#token') && document.querySelector('.notice')`)
+		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
+			t.Error("a refused token stays in localStorage")
+		}
+		d.open(d.ctx, "/inbox#token="+d.token)
+	})
+
+	t.Run("BoardCreateAndMove", func(t *testing.T) {
+		d.t = t
+		d.goTo(d.ctx, "/projects")
+		d.click(d.ctx, d.sel("new-project"))
+		d.setField(d.ctx, `#new-project-form input[name=name]`, "Browser Test")
+		d.click(d.ctx, `#new-project-form button[type=submit]`)
+		d.waitJS(d.ctx, 10*time.Second, "the new project's board", `location.pathname === '/projects/browser-test' && document.querySelector('[data-testid=board]')`)
+		d.api(200, "GET", "/projects/browser-test", nil, &project)
+		for _, title := range []string{"Wire the pane", "Say hello"} {
+			d.click(d.ctx, d.sel("new-item"))
+			d.setField(d.ctx, `#item-form input[name=title]`, title)
+			d.click(d.ctx, `#item-form button[type=submit]`)
+			d.waitJS(d.ctx, 10*time.Second, "the card "+title, fmt.Sprintf(`[...document.querySelectorAll('[data-testid=col-todo] [data-testid=item-card]')].some((c) => c.textContent.includes(%q))`, title))
+		}
+		var l wire.WorkItemList
+		d.api(200, "GET", "/projects/browser-test/work-items", nil, &l)
+		if len(l.WorkItems) != 2 {
+			t.Fatalf("the API lists %d items, want 2", len(l.WorkItems))
+		}
+		first := l.WorkItems[0]
+		for _, w := range l.WorkItems {
+			if w.Title == "Wire the pane" {
+				first = w
+			}
+		}
+		card := fmt.Sprintf(`[data-item=%q]`, first.ID)
+		d.do(d.ctx, chromedp.DragAndDrop(chromedp.CSS(card), chromedp.CSS(`[data-testid=col-doing] .column-body`)))
+		eventually.Wait(t, 10*time.Second, "the dragged card to be doing in the API", func() bool { return d.item(first.ID).Status == "doing" })
+		d.waitJS(d.ctx, 5*time.Second, "the card in the doing column", `document.querySelector('[data-testid=col-doing] `+card+`')`)
+		// Keyboard: Shift+→ moves the focused card one column right.
+		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
+		eventually.Wait(t, 10*time.Second, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
+		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
+		eventually.Wait(t, 10*time.Second, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
+		// An epic groups its tasks.
+		var epic wire.WorkItem
+		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "epic", "title": "Terminal epic"}, &epic)
+		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Key bar", "parent_id": epic.ID}, nil)
+		d.waitJS(d.ctx, 10*time.Second, "the epic's group on the board (live, from the stream)", `[...document.querySelectorAll('.group-label')].some((g) => g.textContent === 'Terminal epic')`)
+		d.shot(d.ctx, "desktop-board")
+	})
+
+	t.Run("StartShellRunAndSeeOutput", func(t *testing.T) {
+		d.t = t
+		var l wire.WorkItemList
+		d.api(200, "GET", "/projects/browser-test/work-items", nil, &l)
+		var task wire.WorkItem
+		for _, w := range l.WorkItems {
+			if w.Title == "Say hello" {
+				task = w
+			}
+		}
+		d.click(d.ctx, fmt.Sprintf(`[data-item=%q]`, task.ID))
+		d.click(d.ctx, d.sel("start-run"))
+		d.setField(d.ctx, `#start-run-form select[name=provider]`, "shell")
+		d.setField(d.ctx, `#start-run-form textarea[name=prompt]`, `echo ui-$((6*7))-ready; exec cat`)
+		d.click(d.ctx, `#start-run-form button[type=submit]`)
+		d.waitJS(d.ctx, 10*time.Second, "the run page", `/^\/runs\/[0-9a-f-]{36}$/.test(location.pathname)`)
+		runID = strings.TrimPrefix(eval[string](d, d.ctx, `location.pathname`), "/runs/")
+		eventually.Wait(t, 30*time.Second, "the run to be running", func() bool {
+			var r wire.Run
+			d.api(200, "GET", "/runs/"+runID, nil, &r)
+			return r.Status == "running"
+		})
+		start := time.Now()
+		d.waitJS(d.ctx, 10*time.Second, "the run's output in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("the output reached the terminal %s after the run was running, want ≤ 2s", took.Round(time.Millisecond))
+		} else {
+			t.Logf("output in the terminal %s after the run was running", took.Round(time.Millisecond))
+		}
+		d.waitJS(d.ctx, 10*time.Second, "the run's status badge live", `document.querySelector('.run-meta .badge.st-running')`)
+		d.shot(d.ctx, "desktop-run")
+	})
+
+	t.Run("TakeControlTypeEcho", func(t *testing.T) {
+		d.t = t
+		if runID == "" {
+			t.Skip("no run")
+		}
+		d.click(d.ctx, d.sel("take-control"))
+		d.waitJS(d.ctx, 10*time.Second, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
+		// Typed as an input method does: CDP's key events would type each
+		// character twice (a keyDown with text and a char event).
+		if _, err := chromedp.Call(d.ctx, input.InsertText, input.InsertTextParams{Text: "hello-attach"}); err != nil {
+			t.Fatal(err)
+		}
+		d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+		d.waitJS(d.ctx, 5*time.Second, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
+		d.shot(d.ctx, "desktop-run-control")
+
+		// A second tab finds the lease held, sees by whom, and revokes it.
+		other, closeOther := d.tab(d.ctx)
+		defer closeOther()
+		d.open(other, "/runs/"+runID)
+		d.waitJS(other, 10*time.Second, "the second tab's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.click(other, d.sel("take-control"))
+		d.waitJS(other, 10*time.Second, "the lease held elsewhere", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'held'`)
+		holder := eval[string](d, other, `document.querySelector('[data-testid=holder]').textContent`)
+		if !strings.Contains(holder, "Chrome") || !strings.Contains(holder, "127.0.0.1") {
+			t.Errorf("holder shown as %q", holder)
+		}
+		d.shot(other, "desktop-run-held")
+		d.click(other, d.sel("revoke"))
+		d.waitJS(other, 10*time.Second, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
+		d.waitJS(d.ctx, 10*time.Second, "the first tab back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
+		d.click(other, d.sel("release"))
+		d.waitJS(other, 10*time.Second, "the second tab released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+	})
+
+	t.Run("FleetAddHost", func(t *testing.T) {
+		d.t = t
+		d.goTo(d.ctx, "/fleet")
+		d.waitJS(d.ctx, 5*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
+		d.click(d.ctx, d.sel("add-host"))
+		d.setField(d.ctx, `.dialog input[name=name]`, "gpu-box")
+		d.click(d.ctx, `.dialog button[type=submit]`)
+		d.waitJS(d.ctx, 10*time.Second, "the worker token, shown once", `document.querySelector('[data-testid=worker-token]')`)
+		tok := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-token]').textContent`)
+		cmd := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-cmd]').textContent`)
+		if len(tok) != 64 || strings.Contains(cmd, tok) || !strings.Contains(cmd, "PAM_HOST_NAME=gpu-box") || !strings.Contains(cmd, d.url) {
+			t.Errorf("token %q, command %q", tok, cmd)
+		}
+		var h wire.Host
+		d.api(200, "GET", "/hosts/gpu-box", nil, &h)
+		d.shot(d.ctx, "desktop-fleet-add-host")
+		d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
+		d.waitJS(d.ctx, 5*time.Second, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
+	})
+
+	t.Run("Budget", func(t *testing.T) {
+		d.t = t
+		if runID == "" {
+			t.Skip("no run")
+		}
+		tab, closeTab := d.tab(d.ctx)
+		defer closeTab()
+		if _, err := chromedp.Call(tab, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		urls := map[network.RequestID]string{}
+		gz := map[network.RequestID]bool{}
+		sizes := map[network.RequestID]float64{}
+		if err := chromedp.Listen(tab, func(ev any) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch ev := ev.(type) {
+			case *network.EventResponseReceived:
+				urls[ev.RequestID] = ev.Response.URL
+				for k, v := range ev.Response.Headers {
+					if strings.EqualFold(k, "Content-Encoding") && v == "gzip" {
+						gz[ev.RequestID] = true
+					}
+				}
+			case *network.EventLoadingFinished:
+				sizes[ev.RequestID] = ev.EncodedDataLength
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		measure := func() (total float64, files []string) {
+			mu.Lock()
+			defer mu.Unlock()
+			for id, u := range urls {
+				pu, _ := url.Parse(u)
+				if pu == nil || !strings.HasPrefix(u, d.url) || strings.HasPrefix(pu.Path, "/api/") {
+					continue
+				}
+				total += sizes[id]
+				files = append(files, fmt.Sprintf("%s %.1f KiB gzip=%v", pu.Path, sizes[id]/1024, gz[id]))
+				if strings.HasPrefix(pu.Path, "/assets/") && strings.HasSuffix(pu.Path, ".js") && !gz[id] {
+					t.Errorf("%s was not sent gzipped", pu.Path)
+				}
+			}
+			return total, files
+		}
+		d.open(tab, "/inbox")
+		d.waitJS(tab, 10*time.Second, "the first render mark", `performance.getEntriesByName('pam-first-render').length`)
+		render := eval[float64](d, tab, `performance.getEntriesByName('pam-first-render')[0].startTime`)
+		t.Logf("timings: %s", eval[string](d, tab, `JSON.stringify(performance.getEntriesByType('resource').map((e) => [e.name.replace(location.origin, ''), Math.round(e.startTime), Math.round(e.responseEnd)]).concat([['document', 0, Math.round(performance.getEntriesByType('navigation')[0].responseEnd)]]))`))
+		total, files := measure()
+		t.Logf("first page: %.1f KiB on the wire, first render %.0f ms: %s", total/1024, render, strings.Join(files, ", "))
+		if total > firstPageBudget {
+			t.Errorf("the first page moved %.1f KiB, budget %d KiB", total/1024, firstPageBudget>>10)
+		}
+		if render > float64(firstRender/time.Millisecond) {
+			t.Errorf("first render at %.0f ms, budget %s", render, firstRender)
+		}
+		mu.Lock()
+		urls, sizes, gz = map[network.RequestID]string{}, map[network.RequestID]float64{}, map[network.RequestID]bool{}
+		mu.Unlock()
+		d.open(tab, "/runs/"+runID)
+		d.waitJS(tab, 10*time.Second, "the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		total, files = measure()
+		t.Logf("run page with the terminal: %.1f KiB on the wire: %s", total/1024, strings.Join(files, ", "))
+		if total > terminalBudget {
+			t.Errorf("the run page moved %.1f KiB, budget %d KiB", total/1024, terminalBudget>>10)
+		}
+	})
+
+	t.Run("Screenshots", func(t *testing.T) {
+		d.t = t
+		// Something for the inbox: a run that fails.
+		var w wire.WorkItem
+		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Build the release"}, &w)
+		var r wire.Run
+		d.api(202, "POST", "/runs", map[string]any{"task_id": w.ID, "provider": "shell", "prompt": "echo compiling; echo 'error: 3 tests failed'; sleep 1; exit 3", "max_attempts": 1}, &r)
+		eventually.Wait(t, 30*time.Second, "the run to fail", func() bool {
+			var got wire.Run
+			d.api(200, "GET", "/runs/"+r.ID, nil, &got)
+			return got.Status == "failed"
+		})
+		d.goTo(d.ctx, "/inbox")
+		d.waitJS(d.ctx, 10*time.Second, "the failed run in the inbox", `document.querySelector('[data-testid=inbox-card]')`)
+		d.waitJS(d.ctx, 10*time.Second, "the inbox thumbnail", `document.querySelector('.thumb:not(.thumb-empty)')`)
+		if title := eval[string](d, d.ctx, `document.title`); !strings.HasPrefix(title, "(1)") {
+			t.Errorf("tab title %q, want the inbox count", title)
+		}
+		d.shot(d.ctx, "desktop-inbox")
+		for _, p := range []struct{ name, path, ready string }{
+			{"projects", "/projects", `[data-testid=project-card]`},
+			{"runs", "/runs", `[data-testid=run-row]`},
+			{"fleet", "/fleet", `[data-testid=host-card]`},
+		} {
+			d.goTo(d.ctx, p.path)
+			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			d.shot(d.ctx, "desktop-"+p.name)
+		}
+		// Dark, as a system set to dark gets it.
+		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
+			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []struct{ name, path, ready string }{
+			{"inbox", "/inbox", `[data-testid=inbox-card]`},
+			{"board", "/projects/browser-test", `[data-testid=item-card]`},
+			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
+		} {
+			d.goTo(d.ctx, p.path)
+			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			if bg := eval[string](d, d.ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(14, 15, 18)" {
+				t.Errorf("dark %s: body background %s", p.name, bg)
+			}
+			d.shot(d.ctx, "desktop-dark-"+p.name)
+		}
+		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{}); err != nil {
+			t.Fatal(err)
+		}
+		d.goTo(d.ctx, "/fleet")
+		// Shortcuts: ? opens the list, g i goes to the inbox.
+		d.do(d.ctx, chromedp.KeyEvent("?"))
+		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog .shortcuts')`)
+		d.shot(d.ctx, "desktop-shortcuts")
+		d.do(d.ctx, chromedp.KeyEvent(kb.Escape), chromedp.KeyEvent("gi"))
+		d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
+
+		phone, closePhone := d.tab(d.ctx)
+		defer closePhone()
+		d.do(phone, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile, chromedp.EmulateTouch))
+		for _, p := range []struct{ name, path, ready string }{
+			{"inbox", "/inbox", `[data-testid=inbox-card]`},
+			{"projects", "/projects", `[data-testid=project-card]`},
+			{"board", "/projects/browser-test", `[data-testid=item-card]`},
+			{"runs", "/runs", `[data-testid=run-row]`},
+			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
+			{"fleet", "/fleet", `[data-testid=host-card]`},
+		} {
+			d.open(phone, p.path)
+			d.waitJS(phone, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			if p.name == "run" {
+				d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
+			}
+			// A mobile layout viewport grows to fit wide content, so
+			// innerWidth would hide an overflow: compare with the screen.
+			over := eval[float64](d, phone, `document.documentElement.scrollWidth - screen.width`)
+			if over > 0 {
+				t.Errorf("%s overflows a 375 px screen by %.0f px", p.path, over)
+			}
+			d.shot(phone, "phone-"+p.name)
+		}
+		// The phone's key bar types what its keyboard lacks: ↑ reaches cat
+		// as ESC [ A, which the tty echoes as ^[[A.
+		d.open(phone, "/runs/"+runID)
+		d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		d.click(phone, d.sel("take-control"))
+		d.waitJS(phone, 10*time.Second, "control on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)
+		d.do(phone, chromedp.Tap(chromedp.CSS(`.keybar .key:nth-child(5)`)))
+		d.waitJS(phone, 5*time.Second, "the key bar's arrow echoed", `window.__pamTerm.buffer.includes('^[[A')`)
+		d.shot(phone, "phone-run-control")
+		d.click(phone, d.sel("release"))
+		d.waitJS(phone, 10*time.Second, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.click(phone, `.nav-toggle`)
+		d.waitJS(phone, 5*time.Second, "the collapsed nav open", `document.querySelector('.nav.open')`)
+		d.shot(phone, "phone-nav")
+	})
+
+	t.Run("StopFromRunPage", func(t *testing.T) {
+		d.t = t
+		if runID == "" {
+			t.Skip("no run")
+		}
+		d.goTo(d.ctx, "/runs/"+runID)
+		d.click(d.ctx, d.sel("stop"))
+		eventually.Wait(t, 10*time.Second, "the run stopped in the API", func() bool {
+			var r wire.Run
+			d.api(200, "GET", "/runs/"+runID, nil, &r)
+			return r.Status == "stopped"
+		})
+		d.waitJS(d.ctx, 10*time.Second, "the stopped badge and run.stopped in Events, live",
+			`document.querySelector('.run-meta .badge.st-stopped') && document.querySelector('[data-testid=events]').textContent.includes('run.stopped') && !document.querySelector('[data-testid=stop]')`)
+	})
+
+	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
+		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -1,0 +1,377 @@
+// The dashboard's live state (contract §15): loaded over REST, then kept
+// current by the event stream (contract §8). Each event names what
+// changed; the store applies the payload when it carries the whole object
+// (work items) and otherwise fetches that one object again, so applying an
+// event twice is harmless and no event is ever lost to a partial payload.
+import { batch, computed, signal } from '@preact/signals';
+import { ApiError, api, eventSeqOf, get } from './api.js';
+import { readSSE } from './sse.js';
+import { token } from './auth.js';
+
+/** @typedef {{id: string, name: string, slug: string, description: string, status: string, auto_done: boolean, repo: any, created_at: string, updated_at: string}} Project */
+/** @typedef {{id: string, project_id: string, parent_id: string|null, kind: string, title: string, body: string, status: string, path: string, position: number, created_at: string, updated_at: string}} WorkItem */
+/** @typedef {{id: string, task_id: string, project_id: string, provider: string, host_id: string|null, target_host_id: string|null, status: string, attempt: number, max_attempts: number, failure_reason: string|null, exit_code: number|null, session_name: string, cwd: string, prompt: string, args: string[], attention?: string, attention_since?: string|null, workspace?: any, pending_since: string|null, next_attempt_at: string|null, started_at: string|null, finished_at: string|null, completed_at: string|null, completion_source: string|null, created_at: string, updated_at: string}} Run */
+/** @typedef {{id: string, name: string, platform: string, status: string, disabled: boolean, instance_id: string|null, instance_suspect: boolean, last_seen_at: string|null, providers: string[], max_runs: number, executor: string, active_runs: number, created_at: string, updated_at: string}} Host */
+
+/** @type {import('@preact/signals').Signal<Map<string, Project>>} */
+export const projects = signal(new Map());
+/** @type {import('@preact/signals').Signal<Map<string, WorkItem>>} */
+export const items = signal(new Map());
+/** @type {import('@preact/signals').Signal<Map<string, Run>>} */
+export const runs = signal(new Map());
+/** @type {import('@preact/signals').Signal<Map<string, Host>>} */
+export const hosts = signal(new Map());
+/** @type {import('@preact/signals').Signal<{name: string, hosts: string[]}[]>} */
+export const providers = signal([]);
+/** connecting (first load), live, or reconnecting (the screen keeps its last state). */
+export const conn = signal('connecting');
+/** True once the first load finished. */
+export const loaded = signal(false);
+/** An error of the first load, shown instead of an empty page. */
+export const loadError = signal('');
+/** A clock for relative times, ticking every 15 s. */
+export const now = signal(Date.now());
+setInterval(() => { now.value = Date.now(); }, 15000);
+
+const ACTIVE = new Set(['pending', 'spawning', 'running']);
+/** isActive reports whether a run is not terminal yet. */
+export const isActive = (r) => ACTIVE.has(r.status);
+/** attentionOf reads a run's attention, 'none' where the server sends none yet. */
+export const attentionOf = (r) => r.attention || 'none';
+
+// ---- Inbox: what waits for a person (contract §15, §19) ----
+
+const SEEN_KEY = 'pam.seen';
+function readSeen() {
+  try {
+    return JSON.parse(localStorage.getItem(SEEN_KEY) || '{}') || {};
+  } catch {
+    return {};
+  }
+}
+/** Runs the operator has looked at since they ended: id → updated_at seen. */
+export const seen = signal(readSeen());
+
+/** markSeen records that the run's current ending has been looked at. */
+export function markSeen(run) {
+  if (!run || isActive(run) || seen.value[run.id] === run.updated_at) return;
+  const next = { ...seen.value, [run.id]: run.updated_at };
+  const ids = Object.keys(next);
+  if (ids.length > 2000) for (const id of ids.slice(0, ids.length - 2000)) delete next[id];
+  seen.value = next;
+  try {
+    localStorage.setItem(SEEN_KEY, JSON.stringify(next));
+  } catch {
+    // not kept across reloads
+  }
+}
+
+/**
+ * inboxReason says why a run waits for a person: needs_input, idle,
+ * failed or completed (ended and not seen yet), or '' when it does not.
+ */
+export function inboxReason(r, seenMap = seen.value) {
+  const att = attentionOf(r);
+  if (isActive(r) && att !== 'none') return att;
+  if (isActive(r)) return '';
+  if (seenMap[r.id] === r.updated_at) return '';
+  if (r.status === 'failed') return 'failed';
+  if (r.completed_at || r.status === 'exited') return 'completed';
+  return '';
+}
+
+/** The inbox: every run that waits for a person, newest first. */
+export const inbox = computed(() => {
+  const s = seen.value;
+  const out = [];
+  for (const r of runs.value.values()) {
+    const why = inboxReason(r, s);
+    if (why) out.push({ run: r, why });
+  }
+  out.sort((a, b) => stamp(b.run) - stamp(a.run));
+  return out;
+});
+
+function stamp(r) {
+  return Date.parse(r.attention_since || r.finished_at || r.completed_at || r.updated_at || r.created_at) || 0;
+}
+
+// ---- Loading and following ----
+
+let session = null; // the running follow loop's abort controller
+const listeners = new Set();
+
+/** onEvent calls fn with every journal event as it arrives; returns the unsubscribe. */
+export function onEvent(fn) {
+  listeners.add(fn);
+  return () => listeners.delete(fn);
+}
+
+/** The notification hook, set by notify.js: called when a run enters the inbox. */
+export const hooks = { runChanged: null };
+
+function mapOf(list) {
+  const m = new Map();
+  for (const x of list) m.set(x.id, x);
+  return m;
+}
+
+async function getSeq(path, seqs, signal) {
+  const res = await api('GET', path, undefined, { response: true, signal });
+  const seq = eventSeqOf(res);
+  if (seq !== null) seqs.push(seq);
+  return res.json();
+}
+
+/**
+ * loadAll reads the whole state and returns the smallest Pam-Event-Seq of
+ * the answers (the stream resumes after it), or null when the server
+ * sends none.
+ */
+async function loadAll(signal) {
+  const seqs = [];
+  const [p, h, pr, recent, live, att] = await Promise.all([
+    getSeq('/projects', seqs, signal),
+    getSeq('/hosts', seqs, signal),
+    getSeq('/providers', seqs, signal),
+    getSeq('/runs?limit=500', seqs, signal),
+    getSeq('/runs?status=running&limit=1000', seqs, signal),
+    getSeq('/runs?attention=any&limit=500', seqs, signal),
+  ]);
+  const active = p.projects.filter((x) => x.status === 'active');
+  const lists = await Promise.all(active.map((x) => getSeq(`/projects/${x.id}/work-items`, seqs, signal)));
+  const rm = mapOf(recent.runs);
+  for (const r of live.runs.concat(att.runs)) rm.set(r.id, r);
+  const im = new Map();
+  for (const l of lists) for (const w of l.work_items) im.set(w.id, w);
+  batch(() => {
+    projects.value = mapOf(p.projects);
+    hosts.value = mapOf(h.hosts);
+    providers.value = pr.providers;
+    runs.value = rm;
+    items.value = im;
+    loaded.value = true;
+    loadError.value = '';
+  });
+  return seqs.length ? Math.min(...seqs) : null;
+}
+
+/** start loads the state and follows the stream until stop (sign-out). */
+export function start() {
+  if (session) return;
+  session = new AbortController();
+  follow(session.signal);
+}
+
+/** stop ends the stream and forgets the state (sign-out). */
+export function stop() {
+  if (session) session.abort();
+  session = null;
+  batch(() => {
+    projects.value = new Map();
+    items.value = new Map();
+    runs.value = new Map();
+    hosts.value = new Map();
+    loaded.value = false;
+    conn.value = 'connecting';
+  });
+}
+
+const sleep = (ms, signal) => new Promise((resolve) => {
+  const t = setTimeout(resolve, ms);
+  signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
+});
+
+async function follow(signal) {
+  let after = null; // the seq the stream resumes after; null = not loaded yet
+  let delay = 500;
+  while (!signal.aborted) {
+    try {
+      if (after === null) after = await loadAll(signal);
+      if (after === null) {
+        // FALLBACK until the server sends Pam-Event-Seq (contract §8):
+        // open the stream live first, then load again, so nothing that
+        // commits in between is missed; events seen twice are harmless
+        // (see the top of this file).
+        await stream(signal, null, async () => { await loadAll(signal); });
+      } else {
+        await stream(signal, after, null);
+      }
+    } catch (e) {
+      if (signal.aborted) return;
+      if (e instanceof ApiError && e.status === 401) return; // signed out
+      if (!loaded.value) loadError.value = e.message || String(e);
+    }
+    if (signal.aborted) return;
+    conn.value = 'reconnecting';
+    await sleep(delay, signal);
+    delay = Math.min(delay * 2, 8000);
+    if (lastSeq !== null) after = lastSeq;
+  }
+
+  /** stream follows the SSE stream after seq (null: live only) until it ends. */
+  async function stream(signal, seq, onOpen) {
+    const headers = { Authorization: 'Bearer ' + token.value, Accept: 'text/event-stream' };
+    const q = seq === null ? '' : `?after=${seq}`;
+    if (seq !== null) headers['Last-Event-ID'] = String(seq);
+    let res;
+    try {
+      res = await fetch('/api/v1/events/stream' + q, { headers, signal, cache: 'no-store' });
+    } catch (e) {
+      if (signal.aborted) return;
+      throw new ApiError(0, 'network', 'The server cannot be reached.');
+    }
+    if (res.status === 401) {
+      await api('GET', '/projects'); // signs out through the one 401 path
+      throw new ApiError(401, 'unauthorized', 'refused');
+    }
+    if (!res.ok) throw new ApiError(res.status, 'http_' + res.status, 'The event stream failed.');
+    if (seq !== null) lastSeq = Math.max(lastSeq ?? 0, seq);
+    if (onOpen) await onOpen();
+    conn.value = 'live';
+    delay = 500;
+    await readSSE(res, (ev) => handle(ev));
+  }
+}
+
+/** The largest seq seen on the stream, where a reconnect resumes. */
+let lastSeq = null;
+
+function handle(ev) {
+  if (ev.event === 'snapshot') {
+    // The cursor was purged: the snapshot holds every live run and host;
+    // reload the rest too.
+    loadAll(session ? session.signal : undefined).catch(() => {});
+    return;
+  }
+  let e;
+  try {
+    e = JSON.parse(ev.data);
+  } catch {
+    return;
+  }
+  if (typeof e.seq === 'number') lastSeq = Math.max(lastSeq ?? 0, e.seq);
+  apply(e);
+  for (const fn of listeners) {
+    try {
+      fn(e);
+    } catch (err) {
+      console.error(err);
+    }
+  }
+}
+
+function apply(e) {
+  const t = e.topic || '';
+  const p = e.payload || {};
+  if (t.startsWith('work_item.')) {
+    // Changes carry the item as payload.work_item; a creation is the item itself.
+    const w = p.work_item || (t === 'work_item.created' && p.id ? p : null);
+    if (!w || !w.id) {
+      if (p.work_item_id) refetch('item', p.work_item_id);
+      return;
+    }
+    const m = new Map(items.value);
+    if (t === 'work_item.deleted') m.delete(w.id);
+    else m.set(w.id, w);
+    items.value = m;
+  } else if (t.startsWith('run.')) {
+    if (e.run_id) refetch('run', e.run_id);
+  } else if (t.startsWith('host.') || t.startsWith('worker.')) {
+    if (t === 'host.removed' && e.host_id) {
+      const m = new Map(hosts.value);
+      m.delete(e.host_id);
+      hosts.value = m;
+    } else if (e.host_id) refetch('host', e.host_id);
+  } else if (t.startsWith('project.')) {
+    if (e.project_id) refetch('project', e.project_id);
+  }
+}
+
+// Refetches are coalesced: many events about one run in a burst cost one GET.
+const pending = new Map(); // "kind:id" → true
+let flushTimer = 0;
+
+function refetch(kind, id) {
+  pending.set(kind + ':' + id, true);
+  if (!flushTimer) flushTimer = setTimeout(flush, 80);
+}
+
+async function flush() {
+  flushTimer = 0;
+  const keys = [...pending.keys()];
+  pending.clear();
+  await Promise.all(keys.map(async (k) => {
+    const [kind, id] = k.split(':');
+    const path = { run: `/runs/${id}`, host: `/hosts/${id}`, item: `/work-items/${id}`, project: `/projects/${id}` }[kind];
+    try {
+      put(kind, id, await get(path));
+    } catch (e) {
+      if (e instanceof ApiError && e.status === 404) put(kind, id, null);
+    }
+  }));
+}
+
+/** put stores (or, with null, removes) one object fetched or returned by an action. */
+export function put(kind, id, obj) {
+  const sig = kind === 'run' ? runs : kind === 'host' ? hosts : kind === 'item' ? items : projects;
+  const before = sig.value.get(id);
+  const m = new Map(sig.value);
+  if (obj) m.set(id, obj);
+  else m.delete(id);
+  sig.value = m;
+  if (kind === 'project' && obj && obj.status === 'active' && !before) loadItems(id);
+  if (kind === 'run' && obj && hooks.runChanged) hooks.runChanged(before, obj);
+}
+
+/** loadItems (re)loads one project's work items. */
+export async function loadItems(projectId) {
+  const l = await get(`/projects/${projectId}/work-items`);
+  const m = new Map(items.value);
+  for (const [id, w] of m) if (w.project_id === projectId) m.delete(id);
+  for (const w of l.work_items) m.set(w.id, w);
+  items.value = m;
+}
+
+// ---- Lookups ----
+
+/** projectByRef finds a project by id or slug. */
+export function projectByRef(ref) {
+  const m = projects.value;
+  if (m.has(ref)) return m.get(ref);
+  for (const p of m.values()) if (p.slug === ref) return p;
+  return null;
+}
+
+/** hostName names a host id ('' for none). */
+export function hostName(id) {
+  if (!id) return '';
+  const h = hosts.value.get(id);
+  return h ? h.name : id.slice(0, 8);
+}
+
+/** taskTitle is a run's task title, or its id while unknown. */
+export function taskTitle(run) {
+  const w = items.value.get(run.task_id);
+  return w ? w.title : 'Task ' + run.task_id.slice(0, 8);
+}
+
+// A page the browser leaves (or keeps in its back/forward cache) closes
+// its stream: an open stream holds one of the six HTTP/1.1 connections a
+// browser allows per server, and a few left open stall every request.
+let paused = false;
+window.addEventListener('pagehide', () => {
+  if (!session) return;
+  session.abort();
+  session = null;
+  paused = true;
+});
+window.addEventListener('pageshow', () => {
+  if (paused && token.value) {
+    paused = false;
+    start();
+  }
+});
+
+/** Signed out: forget the state. */
+token.subscribe((t) => { if (!t) stop(); });

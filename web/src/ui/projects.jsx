@@ -1,0 +1,98 @@
+// Projects (contract §15): each with its items by status and live runs.
+import { useState } from 'preact/hooks';
+import { post } from '../api.js';
+import { navigate } from '../router.js';
+import { isActive, items, projects, put, runs } from '../store.js';
+import { Ago, Dialog, Empty, Field, attempt } from './common.jsx';
+import { Icon } from './icons.jsx';
+
+/** Projects lists the active projects. */
+export function Projects() {
+  const [creating, setCreating] = useState(false);
+  const list = [...projects.value.values()].filter((p) => p.status === 'active').sort((a, b) => a.name.localeCompare(b.name));
+  const counts = new Map();
+  for (const w of items.value.values()) {
+    const c = counts.get(w.project_id) || { todo: 0, doing: 0, done: 0, cancelled: 0 };
+    c[w.status]++;
+    counts.set(w.project_id, c);
+  }
+  const live = new Map();
+  for (const r of runs.value.values()) if (isActive(r)) live.set(r.project_id, (live.get(r.project_id) || 0) + 1);
+  return (
+    <section>
+      <div class="page-head">
+        <div><h1>Projects</h1><p class="muted">Plan work as items on a board, then run agents on the tasks.</p></div>
+        <button class="btn primary" onClick={() => setCreating(true)} data-testid="new-project"><Icon name="plus" size={15} />New project</button>
+      </div>
+      {list.length === 0 ? (
+        <Empty icon="board" title="No projects yet">Create one to plan work and start runs.</Empty>
+      ) : (
+        <div class="project-grid">
+          {list.map((p) => {
+            const c = counts.get(p.id) || { todo: 0, doing: 0, done: 0, cancelled: 0 };
+            const total = c.todo + c.doing + c.done;
+            return (
+              <a key={p.id} href={'/projects/' + p.slug} class="card project-card" data-nav data-testid="project-card">
+                <div class="project-top">
+                  <span class="project-mark" aria-hidden="true">{p.name.slice(0, 1).toUpperCase()}</span>
+                  <div class="grow">
+                    <h3>{p.name}</h3>
+                    <span class="muted mono sm">{p.slug}</span>
+                  </div>
+                  {live.get(p.id) ? <span class="badge st-running"><span class="dot" />{live.get(p.id)} live</span> : null}
+                </div>
+                {p.description && <p class="project-desc">{p.description}</p>}
+                <div class="progress" aria-hidden="true">
+                  <span class="seg seg-done" style={{ width: total ? (100 * c.done) / total + '%' : '0%' }} />
+                  <span class="seg seg-doing" style={{ width: total ? (100 * c.doing) / total + '%' : '0%' }} />
+                </div>
+                <div class="project-stats">
+                  <span><b>{c.todo}</b> to do</span><span><b>{c.doing}</b> doing</span><span><b>{c.done}</b> done</span>
+                  <span class="grow" /><span class="muted">updated <Ago iso={p.updated_at} /></span>
+                </div>
+              </a>
+            );
+          })}
+        </div>
+      )}
+      {creating && <NewProject onClose={() => setCreating(false)} />}
+    </section>
+  );
+}
+
+function NewProject({ onClose }) {
+  const [name, setName] = useState('');
+  const [description, setDescription] = useState('');
+  const [repo, setRepo] = useState('');
+  const [base, setBase] = useState('');
+  const [busy, setBusy] = useState(false);
+  const submit = async (e) => {
+    e.preventDefault();
+    setBusy(true);
+    const body = { name: name.trim(), description: description.trim() };
+    if (repo.trim()) body.repo = base.trim() ? { url: repo.trim(), base: base.trim() } : { url: repo.trim() };
+    const p = await attempt(() => post('/projects', body));
+    setBusy(false);
+    if (p) {
+      put('project', p.id, p);
+      onClose();
+      navigate('/projects/' + p.slug);
+    }
+  };
+  return (
+    <Dialog title="New project" onClose={onClose}>
+      <form class="form" onSubmit={submit} id="new-project-form">
+        <Field label="Name"><input name="name" value={name} onInput={(e) => setName(e.currentTarget.value)} required maxLength={200} autofocus /></Field>
+        <Field label="Description"><textarea rows={3} value={description} onInput={(e) => setDescription(e.currentTarget.value)} /></Field>
+        <div class="row2">
+          <Field label="Repository" hint="Optional: runs get a git worktree of it"><input placeholder="git URL or path" value={repo} onInput={(e) => setRepo(e.currentTarget.value)} /></Field>
+          <Field label="Base ref"><input placeholder="default branch" value={base} onInput={(e) => setBase(e.currentTarget.value)} disabled={!repo.trim()} /></Field>
+        </div>
+        <div class="form-actions">
+          <button type="button" class="btn ghost" onClick={onClose}>Cancel</button>
+          <button type="submit" class="btn primary" disabled={busy || !name.trim()}>Create project</button>
+        </div>
+      </form>
+    </Dialog>
+  );
+}
