@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"reflect"
@@ -111,7 +112,8 @@ func TestMigrateRefusesChangedMigration(t *testing.T) {
 	}
 	edited := append(bytes.Clone(orig), "\nALTER TABLE hosts ADD COLUMN sneaky int;\n"...)
 	files["0002_hosts.sql"] = &fstest.MapFile{Data: edited}
-	files["0004_next.sql"] = &fstest.MapFile{Data: []byte("CREATE TABLE next_one (x int);\n")}
+	next := fmt.Sprintf("%04d_next.sql", len(files)+1) // after the embedded ones, whatever their number
+	files[next] = &fstest.MapFile{Data: []byte("CREATE TABLE next_one (x int);\n")}
 
 	err := store.Migrator{FS: files}.Run(ctx, p)
 	var mm *store.ChecksumMismatchError
@@ -138,7 +140,7 @@ func TestMigrateRefusesChangedMigration(t *testing.T) {
 		t.Fatalf("run with the file restored: %v", err)
 	}
 	if !tableExists(t, p, "next_one") {
-		t.Error("0004 was not applied")
+		t.Errorf("%s was not applied", next)
 	}
 }
 
@@ -160,7 +162,7 @@ func TestMigrateBackfillsChecksums(t *testing.T) {
 	got := checksums(t, p)
 	want := map[int]string{}
 	for name, f := range files {
-		v := map[string]int{"0001_init.sql": 1, "0002_hosts.sql": 2, "0003_runs.sql": 3}[name]
+		v := map[string]int{"0001_init.sql": 1, "0002_hosts.sql": 2, "0003_runs.sql": 3, "0004_attention.sql": 4}[name]
 		if v == 0 {
 			t.Fatalf("unexpected embedded migration %s: extend this table", name)
 		}
@@ -169,8 +171,8 @@ func TestMigrateBackfillsChecksums(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("checksums %v, want %v", got, want)
 	}
-	if n := strings.Count(logs.String(), "recorded the checksum"); n != 3 {
-		t.Errorf("%d backfill log lines, want 3:\n%s", n, logs.String())
+	if n := strings.Count(logs.String(), "recorded the checksum"); n != len(files) {
+		t.Errorf("%d backfill log lines, want %d:\n%s", n, len(files), logs.String())
 	}
 	if strings.Contains(logs.String(), "applied migration") {
 		t.Errorf("a migration was re-applied:\n%s", logs.String())

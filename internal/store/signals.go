@@ -48,10 +48,8 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 }
 
 func validateSignal(sig wire.Signal) error {
-	switch sig.Kind {
-	case wire.SignalStarted, wire.SignalFinished, wire.SignalCompleted, wire.SignalFailed, wire.SignalProgress:
-	default:
-		return wire.Invalid("kind", "kind must be one of started, finished, completed, failed, progress")
+	if !wire.IsSignalKind(sig.Kind) {
+		return wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
 	}
 	switch sig.Source {
 	case wire.SourceWrapper, wire.SourceProviderHook:
