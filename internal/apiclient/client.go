@@ -465,11 +465,14 @@ func (c *Client) ListProviders(ctx context.Context) ([]wire.ProviderHosts, error
 }
 
 // RunFilter narrows GET /runs; empty fields (and Limit ≤ 0) are not sent.
+// Attention is an attention value or "any" (every run that waits for a
+// person).
 type RunFilter struct {
 	Status    string
 	ProjectID string
 	TaskID    string
 	HostID    string
+	Attention string
 	Limit     int
 }
 
@@ -481,7 +484,7 @@ func (c *Client) CreateRun(ctx context.Context, body wire.CreateRun) (*wire.Run,
 // ListRuns returns runs newest first.
 func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
+	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "attention": f.Attention} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -77,6 +77,8 @@ var runCmd = &command{
 				task := fs.String("task", "", "only runs of this task (id)")
 				host := fs.String("host", "", "only runs on this host (id or name)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
+				var attention attentionFlag
+				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input or idle); --attention=needs_input or --attention=idle for one kind")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
 					if *limit < 0 {
@@ -86,7 +88,7 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
-					f := apiclient.RunFilter{Status: *status, TaskID: *task, Limit: *limit}
+					f := apiclient.RunFilter{Status: *status, TaskID: *task, Attention: attention.v, Limit: *limit}
 					if *project != "" {
 						if f.ProjectID, err = projectID(x, c, *project); err != nil {
 							return err
@@ -268,6 +270,27 @@ func (f keyFlag) Set(s string) error {
 	return nil
 }
 
+// attentionFlag is run list's --attention: alone, every run that waits
+// for a person (attention=any); with a value, that attention.
+type attentionFlag struct{ v string }
+
+func (f *attentionFlag) String() string   { return f.v }
+func (f *attentionFlag) IsBoolFlag() bool { return true }
+
+func (f *attentionFlag) Set(s string) error {
+	switch s {
+	case "true", "any":
+		f.v = "any"
+	case "false":
+		f.v = ""
+	case wire.AttentionNeedsInput, wire.AttentionIdle, wire.AttentionNone:
+		f.v = s
+	default:
+		return errors.New("want needs_input, idle, none or any")
+	}
+	return nil
+}
+
 // enterFlag is --enter: a boolean flag that appends an Enter key.
 type enterFlag struct{ keys *[]wire.Key }
 
@@ -297,12 +320,21 @@ func runHost(r wire.Run) string {
 
 func printRuns(w io.Writer, runs []wire.Run, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
+	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tATTENTION\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts, attentionCell(r),
 			r.Provider, runHost(r), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
 	}
 	tw.Flush()
+}
+
+// attentionCell is a run's attention for a table: "-" when it waits for
+// nobody.
+func attentionCell(r wire.Run) string {
+	if r.Attention == "" || r.Attention == wire.AttentionNone {
+		return "-"
+	}
+	return r.Attention
 }
 
 func printRun(w io.Writer, r *wire.Run) {
@@ -334,6 +366,8 @@ func printRun(w io.Writer, r *wire.Run) {
 	fmt.Fprintf(tw, "finished_at:\t%s\n", rfc3339(r.FinishedAt))
 	fmt.Fprintf(tw, "completed_at:\t%s\n", rfc3339(r.CompletedAt))
 	fmt.Fprintf(tw, "completion_source:\t%s\n", optionalString(r.CompletionSource))
+	fmt.Fprintf(tw, "attention:\t%s\n", attentionCell(*r))
+	fmt.Fprintf(tw, "attention_since:\t%s\n", rfc3339(r.AttentionSince))
 	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&r.CreatedAt))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&r.UpdatedAt))
 	tw.Flush()
