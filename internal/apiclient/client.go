@@ -179,7 +179,9 @@ func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limi
 // StreamEvents reads GET /events/stream and calls fn for every event with
 // its name (the topic, or "snapshot"), its id (the last id the stream set,
 // i.e. the seq) and its data. after > 0 resumes after that seq (sent as
-// Last-Event-ID and ?after=); 0 asks for every retained event first.
+// Last-Event-ID and ?after=); 0 asks for every retained event first
+// (?after=0); a negative after streams live only (no cursor: the events
+// committed after the connection).
 //
 // It returns ctx.Err() when ctx ends, fn's error if fn fails, nil when the
 // server closes the stream cleanly, and an *Error for a non-2xx answer.
@@ -189,7 +191,7 @@ func (c *Client) StreamEvents(ctx context.Context, after int64, topic string, fn
 	if topic != "" {
 		q.Set("topic", topic)
 	}
-	if after > 0 {
+	if after >= 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
 	}
 	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/events/stream", q, nil)
