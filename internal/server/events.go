@@ -54,7 +54,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	safe, err := s.store.SafeSeq(r.Context())
+	safe, err := s.safeSeq(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return

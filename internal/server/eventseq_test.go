@@ -227,6 +227,15 @@ func TestPamEventSeqHeader(t *testing.T) {
 			visible[p.ID] = true
 		}
 		loads = append(loads, load{seq, visible, e.stream(t, "?topic=project.created&after="+strconv.FormatInt(seq, 10), "")})
+		// A journal read lists up to its own position, never beyond.
+		_, seq, body = e.get(t, "/api/v1/events?after=0&limit=1000")
+		var evs wire.EventList
+		if err := json.Unmarshal(body, &evs); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(evs.Events); n > 0 && evs.Events[n-1].Seq > seq {
+			t.Errorf("GET /events listed up to %d with Pam-Event-Seq %d", evs.Events[n-1].Seq, seq)
+		}
 	}
 	wg.Wait()
 	created, err := e.store.EventsAfter(t.Context(), 0, e.headSeq(t), mustGlob(t, "project.created"), 1000)

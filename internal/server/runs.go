@@ -179,7 +179,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	safe, err := s.store.SafeSeq(r.Context())
+	safe, err := s.safeSeq(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -277,7 +277,9 @@ func (s *Server) routes() {
 //
 // The SSE stream and the WebSockets are not wrapped: they are positions
 // of their own. A server without a store (tests of routes that read
-// nothing) sends no header.
+// nothing) sends no header. The journal reads (GET /events, GET
+// /runs/{id}/events) list up to N itself (safeSeq), so their last event
+// and the header agree.
 func (s *Server) withEventSeq(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if s.store != nil {
@@ -287,9 +289,22 @@ func (s *Server) withEventSeq(h http.HandlerFunc) http.HandlerFunc {
 				return
 			}
 			w.Header().Set(wire.HeaderEventSeq, strconv.FormatInt(seq, 10))
+			r = r.WithContext(context.WithValue(r.Context(), eventSeqKey{}, seq))
 		}
 		h(w, r)
 	}
+}
+
+// eventSeqKey holds a read's Pam-Event-Seq in its request context.
+type eventSeqKey struct{}
+
+// safeSeq is the journal position a read lists events up to: the one its
+// Pam-Event-Seq header announced, or a fresh store.SafeSeq.
+func (s *Server) safeSeq(r *http.Request) (int64, error) {
+	if seq, ok := r.Context().Value(eventSeqKey{}).(int64); ok {
+		return seq, nil
+	}
+	return s.store.SafeSeq(r.Context())
 }
 
 // ServeHTTP logs, counts and routes every request.
