@@ -179,7 +179,9 @@ func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limi
 // StreamEvents reads GET /events/stream and calls fn for every event with
 // its name (the topic, or "snapshot"), its id (the last id the stream set,
 // i.e. the seq) and its data. after > 0 resumes after that seq (sent as
-// Last-Event-ID and ?after=); 0 asks for every retained event first.
+// Last-Event-ID and ?after=); 0 asks for every retained event first
+// (?after=0); a negative after streams live only (no cursor: the events
+// committed after the connection).
 //
 // It returns ctx.Err() when ctx ends, fn's error if fn fails, nil when the
 // server closes the stream cleanly, and an *Error for a non-2xx answer.
@@ -189,7 +191,7 @@ func (c *Client) StreamEvents(ctx context.Context, after int64, topic string, fn
 	if topic != "" {
 		q.Set("topic", topic)
 	}
-	if after > 0 {
+	if after >= 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
 	}
 	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/events/stream", q, nil)
@@ -465,11 +467,14 @@ func (c *Client) ListProviders(ctx context.Context) ([]wire.ProviderHosts, error
 }
 
 // RunFilter narrows GET /runs; empty fields (and Limit ≤ 0) are not sent.
+// Attention is an attention value or "any" (every run that waits for a
+// person).
 type RunFilter struct {
 	Status    string
 	ProjectID string
 	TaskID    string
 	HostID    string
+	Attention string
 	Limit     int
 }
 
@@ -481,7 +486,7 @@ func (c *Client) CreateRun(ctx context.Context, body wire.CreateRun) (*wire.Run,
 // ListRuns returns runs newest first.
 func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
+	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "attention": f.Attention} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -363,6 +363,27 @@ func TestStreamEvents(t *testing.T) {
 	}
 }
 
+// The server streams live only without a cursor (docs/api.md#server-sent-events):
+// after 0 must still ask for the whole history, as ?after=0, and a
+// negative after sends no cursor at all.
+func TestStreamEventsCursor(t *testing.T) {
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = append(got, r.Header.Get("Last-Event-ID")+"|"+r.URL.RawQuery)
+		w.Header().Set("Content-Type", "text/event-stream")
+	}))
+	defer srv.Close()
+	c, _ := New(srv.URL, "t", "")
+	for _, after := range []int64{0, -1, 7} {
+		if err := c.StreamEvents(t.Context(), after, "", func(string, string, []byte) error { return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []string{"|after=0", "|", "7|after=7"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("requests %q, want %q", got, want)
+	}
+}
+
 func TestStreamEventsEndsWithContext(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")

@@ -94,7 +94,7 @@ var settings = []setting{
 	{Env: "PAM_EVENT_RETENTION", Kind: kindDuration, Default: defaults.Duration(defaults.EventRetention), Uses: serveCmds, Positive: true, Help: "events older than this are purged"},
 	{Env: "PAM_LEASE_TTL", Kind: kindDuration, Default: defaults.Duration(defaults.LeaseTTL), Uses: serveCmds, Positive: true, Help: "attach lease TTL without activity"},
 	{Env: "PAM_CAPTURE_INTERVAL", Kind: kindDuration, Default: defaults.Duration(defaults.CaptureInterval), Uses: uses(localWorkerCmds, []string{"serve"}), Positive: true, Help: "capture-pane polling interval (serve: the workers' interval, for keys delivery)"},
-	{Env: "PAM_IDLE_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.IdleAfter), Uses: localWorkerCmds, Positive: true, Help: "no change this long: slower polling"},
+	{Env: "PAM_IDLE_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.IdleAfter), Uses: localWorkerCmds, Positive: true, Help: "no change this long: slower polling, and the run is marked idle"},
 	{Env: "PAM_LIVENESS_INTERVAL", Kind: kindDuration, Default: defaults.Duration(defaults.LivenessInterval), Uses: localWorkerCmds, Positive: true, Help: "pane/session liveness poll"},
 	{Env: "PAM_RECONCILE_INTERVAL", Kind: kindDuration, Default: defaults.Duration(defaults.ReconcileInterval), Uses: localWorkerCmds, Positive: true, Help: "host reconciliation loop"},
 	{Env: "PAM_ORPHAN_HOLD", Kind: kindDuration, Default: defaults.Duration(defaults.OrphanHold), Uses: localWorkerCmds, Positive: true, Help: "orphan inspection hold"},

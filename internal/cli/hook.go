@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"pam/internal/provider"
 	"pam/internal/wrap"
 )
 
@@ -22,11 +23,12 @@ const (
 
 var hookCmd = &command{
 	name:     "hook",
-	args:     "completed|progress|failed [EVENT_JSON]",
+	args:     "completed|progress|failed|needs-input [EVENT_JSON]",
 	nargs:    0,
 	variadic: true,
-	summary: "called by provider-native hooks inside a run's session: post a completed, progress or failed signal " +
+	summary: "called by provider-native hooks inside a run's session: post a completed, progress, failed or needs-input signal " +
 		"for the run of the environment (PAM_RUN_ID, PAM_ATTEMPT, PAM_API_URL, PAM_SIGNAL_TOKEN, PAM_WORKER_DATA_DIR); " +
+		"an EVENT_JSON (codex's notify event) that asks for approval or input posts needs-input; " +
 		"spools what cannot be delivered and always exits 0",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		return func(x *invocation) error {
@@ -38,8 +40,10 @@ var hookCmd = &command{
 	},
 }
 
-// runHook is `pam hook`: the stdin JSON (Claude Code's hook event) and an
-// extra argument (codex's notify event) are read and ignored.
+// runHook is `pam hook`: the stdin JSON (Claude Code's hook event) is
+// read and ignored; an extra argument (codex's notify event) is read only
+// for its type, which may make the hook a needs-input
+// (provider.HookKindOfEvent).
 func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
 	drained := drain(env.Stdin)
 	defer func() {
@@ -49,11 +53,15 @@ func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
 		}
 	}()
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "pam hook: missing kind (completed, progress or failed)")
+		fmt.Fprintln(stderr, "pam hook: missing kind (completed, progress, failed or needs-input)")
 		return
 	}
+	kind := args[0]
+	if len(args) > 1 {
+		kind = provider.HookKindOfEvent(kind, args[1])
+	}
 	out, err := wrap.Hook(ctx, wrap.HookOptions{
-		Kind:          args[0],
+		Kind:          kind,
 		RunID:         env.getenv("PAM_RUN_ID"),
 		Attempt:       env.getenv("PAM_ATTEMPT"),
 		APIURL:        env.getenv("PAM_API_URL"),
@@ -63,7 +71,7 @@ func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
 		Report:        stderr,
 	})
 	if err != nil && out.Refused == nil {
-		fmt.Fprintf(stderr, "pam hook %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "pam hook %s: %v\n", kind, err)
 	}
 }
 

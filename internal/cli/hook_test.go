@@ -48,9 +48,22 @@ func TestHook(t *testing.T) {
 	if r := e.pam("hook", "completed", `{"type":"agent-turn-complete","turn-id":"1"}`); r.code != 0 || r.stderr != "" {
 		t.Errorf("completed with codex's argument: %v", r)
 	}
+	e.stdin = strings.NewReader(`{"hook_event_name":"Notification","message":"Claude needs your permission to use Bash"}`)
+	if r := e.pam("hook", "needs-input"); r.code != 0 || r.stderr != "" {
+		t.Errorf("needs-input: %v", r)
+	}
+	e.stdin = strings.NewReader("")
+	if r := e.pam("hook", "completed", `{"type":"approval-requested","call-id":"c1"}`); r.code != 0 || r.stderr != "" {
+		t.Errorf("codex's approval request: %v", r)
+	}
 	mu.Lock()
-	if len(got) != 2 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
+	if len(got) != 4 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
 		t.Errorf("posted %+v", got)
+	}
+	for i, s := range got[2:] {
+		if s.Kind != wire.SignalNeedsInput || s.Source != "provider-hook" || s.Seq != nil || s.Attempt == nil || *s.Attempt != 1 {
+			t.Errorf("needs-input %d posted %+v", i, s)
+		}
 	}
 	mu.Unlock()
 

@@ -78,6 +78,8 @@ var runCmd = &command{
 				task := fs.String("task", "", "only runs of this task (id or id prefix)")
 				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
+				var attention attentionFlag
+				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input or idle); --attention=needs_input or --attention=idle for one kind")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
 					if *limit < 0 {
@@ -87,7 +89,7 @@ var runCmd = &command{
 					if err != nil {
 						return err
 					}
-					f := apiclient.RunFilter{Status: *status, Limit: *limit}
+					f := apiclient.RunFilter{Status: *status, Attention: attention.v, Limit: *limit}
 					if *project != "" {
 						if f.ProjectID, err = x.id(c, projectIDs, *project); err != nil {
 							return err
@@ -254,6 +256,27 @@ func (f keyFlag) Set(s string) error {
 	return nil
 }
 
+// attentionFlag is run list's --attention: alone, every run that waits
+// for a person (attention=any); with a value, that attention.
+type attentionFlag struct{ v string }
+
+func (f *attentionFlag) String() string   { return f.v }
+func (f *attentionFlag) IsBoolFlag() bool { return true }
+
+func (f *attentionFlag) Set(s string) error {
+	switch s {
+	case "true", "any":
+		f.v = "any"
+	case "false":
+		f.v = ""
+	case wire.AttentionNeedsInput, wire.AttentionIdle, wire.AttentionNone:
+		f.v = s
+	default:
+		return errors.New("want needs_input, idle, none or any")
+	}
+	return nil
+}
+
 // enterFlag is --enter: a boolean flag that appends an Enter key.
 type enterFlag struct{ keys *[]wire.Key }
 
@@ -325,12 +348,21 @@ func runsHaveHosts(runs ...wire.Run) bool {
 
 func printRuns(w io.Writer, runs []wire.Run, hosts hostNames, now time.Time) {
 	tw := table(w)
-	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
+	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tATTENTION\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts,
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts, attentionCell(r),
 			r.Provider, runHost(r, hosts), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
 	}
 	tw.Flush()
+}
+
+// attentionCell is a run's attention for a table: "-" when it waits for
+// nobody.
+func attentionCell(r wire.Run) string {
+	if r.Attention == "" || r.Attention == wire.AttentionNone {
+		return "-"
+	}
+	return r.Attention
 }
 
 // runShow is `pam run show ID`: the run, its host by name and its task by
@@ -394,6 +426,8 @@ func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	fmt.Fprintf(tw, "finished_at:\t%s\n", rfc3339(r.FinishedAt))
 	fmt.Fprintf(tw, "completed_at:\t%s\n", rfc3339(r.CompletedAt))
 	fmt.Fprintf(tw, "completion_source:\t%s\n", optionalString(r.CompletionSource))
+	fmt.Fprintf(tw, "attention:\t%s\n", attentionCell(*r))
+	fmt.Fprintf(tw, "attention_since:\t%s\n", rfc3339(r.AttentionSince))
 	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&r.CreatedAt))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&r.UpdatedAt))
 	tw.Flush()

@@ -19,7 +19,7 @@ const runID = "f8d9e2a1-4b7c-4e21-9a03-5c6d8e1f2a3b"
 const runJSON = `{"id":"` + runID + `","task_id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001",` +
 	`"provider":"claude","host_id":null,"target_host_id":null,"status":"pending","attempt":1,"max_attempts":3,"failure_reason":null,` +
 	`"exit_code":null,"session_name":"pam-f8d9e2a1","cwd":"","prompt":"","args":[],"pending_since":"2026-01-01T00:00:00Z",` +
-	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,` +
+	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,"attention":"none","attention_since":null,` +
 	`"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestRunCommandsSendWhatWasGiven(t *testing.T) {
@@ -49,6 +49,8 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"run", "list"}, `GET /api/v1/runs`},
 		{[]string{"run", "list", "--status", "running", "--project", "demo", "--host", "gpu-1", "--task", task, "--limit", "5"},
 			`GET /api/v1/runs?host_id=` + testHostID + `&limit=5&project_id=8b0c2f7e-0000-4000-8000-000000000001&status=running&task_id=` + task},
+		{[]string{"run", "list", "--attention"}, `GET /api/v1/runs?attention=any`},
+		{[]string{"run", "list", "--attention=needs_input", "--status", "running"}, `GET /api/v1/runs?attention=needs_input&status=running`},
 		{[]string{"run", "stop", runID}, `POST /api/v1/runs/` + runID + `/stop {}`},
 		{[]string{"run", "stop", runID, "--force"}, `POST /api/v1/runs/` + runID + `/stop {"force":true}`},
 		{[]string{"run", "retry", runID}, `POST /api/v1/runs/` + runID + `/retry`},
@@ -71,7 +73,7 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	if err := json.Unmarshal([]byte(e.mustPam("run", "start", "--task", task, "--provider", "claude", "--json")), &r); err != nil || r.ID != runID {
 		t.Errorf("start --json: %+v %v", r, err)
 	}
-	if out := e.mustPam("run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3") {
+	if out := e.mustPam("run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3      -") {
 		t.Errorf("run list:\n%s", out)
 	}
 	if out := e.mustPam("run", "keys", runID, "--enter"); !strings.Contains(out, "pane changed") {

@@ -63,14 +63,15 @@ func runHub(t testing.TB, hub *journal.Hub) func() {
 }
 
 // sseHandler is what the HTTP server does in front of ServeSSE: the
-// cursor from Last-Event-ID or ?after=, the filter from ?topic=.
+// cursor from Last-Event-ID or ?after=, none meaning live only (-1), the
+// filter from ?topic=. Tests that want the history ask for ?after=0.
 func sseHandler(hub *journal.Hub) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cursor := r.Header.Get("Last-Event-ID")
 		if cursor == "" {
 			cursor = r.URL.Query().Get("after")
 		}
-		var after int64
+		after := int64(-1)
 		if cursor != "" {
 			n, err := strconv.ParseInt(cursor, 10, 64)
 			if err != nil || n < 0 {

@@ -48,7 +48,14 @@ func encodeEvent(ev wire.Event) (frame, error) {
 // ServeSSE streams every event with seq > after whose topic matches
 // pattern (nil = all), then the live ones, until the request ends, the
 // client falls too far behind, or the hub stops. The caller has parsed
-// after from Last-Event-ID or ?after= and the pattern from ?topic=.
+// after from Last-Event-ID or ?after= and the pattern from ?topic=; a
+// negative after (no cursor) streams live only: the events committed
+// after the connection. Their start is the journal's safe seq S, read
+// after registering: every event at or below S had committed (or
+// aborted) when S was read, so none of them is live, and every event
+// above S reaches the queue, since the hub had published no further than
+// S when the subscriber registered. Queued events up to S, committed
+// before the connection but published after it, are skipped.
 //
 // The subscriber registers with the hub before anything is read from the
 // database, getting the hub's published position P: events after P arrive
@@ -88,7 +95,13 @@ func (h *Hub) ServeSSE(w http.ResponseWriter, r *http.Request, after int64, patt
 	if err := sub.rc.Flush(); err != nil {
 		return
 	}
-	sent, err := h.backfill(ctx, w, sub, max(after, 0), published)
+	var sent int64
+	var err error
+	if after >= 0 {
+		sent, err = h.backfill(ctx, w, sub, after, published)
+	} else if sent, err = h.store.SafeSeq(ctx); err == nil {
+		sent = max(sent, published)
+	}
 	if err != nil {
 		// A client that went away or was dropped is not worth a log line.
 		if ctx.Err() == nil && !errors.Is(err, errWrite) {

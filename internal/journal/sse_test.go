@@ -39,7 +39,7 @@ func TestResumeWithLastEventID(t *testing.T) {
 		t.Fatalf("journaled %d events, want 100", len(all))
 	}
 
-	first := connect(t, srv.URL, "")
+	first := connect(t, srv.URL+"?after=0", "")
 	got := first.read(t, 40)
 	checkFrames(t, got, all[:40])
 	first.Close()
@@ -83,7 +83,7 @@ func TestResumeWhileJournaling(t *testing.T) {
 	total := 100 + writers*perWriter + writers*perWriter/5
 
 	var got []sseFrame
-	cursor := ""
+	cursor := "0"
 	for len(got) < total {
 		st := connect(t, srv.URL, cursor)
 		batch := st.read(t, min(25, total-len(got)))
@@ -113,7 +113,7 @@ func TestResumeAcrossRestart(t *testing.T) {
 	srv1 := httptest.NewServer(sseHandler(hub1))
 	t.Cleanup(srv1.Close)
 	journalN(t, s1, "run.started", 30)
-	st := connect(t, srv1.URL, "")
+	st := connect(t, srv1.URL+"?after=0", "")
 	got := st.read(t, 10)
 
 	// Stopping the hub ends its streams, so clients reconnect elsewhere.
@@ -176,8 +176,8 @@ func TestTopicFilter(t *testing.T) {
 		)
 	}
 	mix() // read by the backfill
-	runs := connect(t, srv.URL+"?topic=run.*", "")
-	projects := connect(t, srv.URL+"?topic=project.created", "")
+	runs := connect(t, srv.URL+"?after=0&topic=run.*", "")
+	projects := connect(t, srv.URL+"?after=0&topic=project.created", "")
 	mix() // delivered live
 
 	wantRuns := stored(t, s, 0, "run.*")
@@ -220,9 +220,9 @@ func TestBackfillPages(t *testing.T) {
 		journal1(t, s, evs...)
 	}
 	all := stored(t, s, 0, "")
-	checkFrames(t, connect(t, srv.URL, "").read(t, len(all)), all)
+	checkFrames(t, connect(t, srv.URL+"?after=0", "").read(t, len(all)), all)
 	runs := stored(t, s, 0, "run.*")
-	checkFrames(t, connect(t, srv.URL+"?topic=run.*", "").read(t, len(runs)), runs)
+	checkFrames(t, connect(t, srv.URL+"?after=0&topic=run.*", "").read(t, len(runs)), runs)
 }
 
 func TestPurgedCursorGetsSnapshot(t *testing.T) {
@@ -283,7 +283,7 @@ func TestRunPurgesByRetention(t *testing.T) {
 	if len(kept) != 2 || kept[0].Topic != "run.finished" {
 		t.Fatalf("kept %v, want the two recent events", eventSeqs(kept))
 	}
-	st := connect(t, newServer(t, hub).URL, "")
+	st := connect(t, newServer(t, hub).URL+"?after=0", "")
 	if f := st.read(t, 1)[0]; f.Event != "snapshot" || f.ID != oldest {
 		t.Fatalf("first frame %+v, want a snapshot at %d", f, oldest)
 	}
@@ -299,7 +299,7 @@ func TestPollWithoutWake(t *testing.T) {
 	runHub(t, hub)
 	srv := newServer(t, hub)
 	journalN(t, s, "host.updated", 1)
-	st := connect(t, srv.URL, "")
+	st := connect(t, srv.URL+"?after=0", "")
 	// The backfill wrote the first event and is done: later ones can only
 	// come through the tailer.
 	first := stored(t, s, 0, "")
@@ -324,7 +324,7 @@ func TestServeBeforeRun(t *testing.T) {
 	}
 	connected := make(chan result, 1)
 	go func() {
-		req, err := http.NewRequest(http.MethodGet, srv.URL, nil)
+		req, err := http.NewRequest(http.MethodGet, srv.URL+"?after=0", nil)
 		if err != nil {
 			connected <- result{err: err}
 			return

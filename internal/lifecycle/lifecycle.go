@@ -12,6 +12,10 @@
 // requeued in the same decision with exponential backoff, and a signal is
 // judged first by its epoch (attempt), then by who sent it, then by
 // dedup/ordering, and only then by the status it would change.
+//
+// A run's attention (docs/architecture.md#attention) is decided here too:
+// it changes only while the run is running, and a step that takes the run
+// out of running journals its clearing in the same decision.
 package lifecycle
 
 import (
@@ -33,13 +37,14 @@ type Run struct {
 	FailureReason string
 	Provider      string // for run.started
 	SessionName   string // for run.started
+	Attention     string // wire.Attention*; "" reads as none
 }
 
 // FromWire is the decision's view of a stored run.
 func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
-		Provider: r.Provider, SessionName: r.SessionName}
+		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention}
 }
 
 func deref(s *string) string {
@@ -81,9 +86,13 @@ const (
 	// Requeue: failed → pending at attempt + 1, due at NextAttemptAt,
 	// host cleared unless pinned, the attempt's fields cleared.
 	Requeue
+	// SetAttention: a running run's attention from AttentionFrom to
+	// Attention; guarded on the status (running), the attempt and the
+	// attention it was decided from. It changes no status.
+	SetAttention
 )
 
-var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue"}
+var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue", "attention"}
 
 func (w Write) String() string {
 	if int(w) < len(writeNames) {
@@ -112,6 +121,8 @@ type Step struct {
 	HostID        string    // Offer: the host
 	NextAttemptAt time.Time // Requeue: when the new attempt is due (also its pending_since)
 	RaiseMax      bool      // Requeue: raise max_attempts to the new attempt (POST /retry)
+	AttentionFrom string    // SetAttention: the attention the write is guarded on
+	Attention     string    // SetAttention: the attention after the write
 
 	Events []Event
 }
@@ -143,7 +154,7 @@ type Decision struct {
 // may have freed or a run may be due).
 func (d Decision) Changed() bool {
 	for _, s := range d.Steps {
-		if s.Write != JournalOnly {
+		if s.Write != JournalOnly && s.Write != SetAttention {
 			return true
 		}
 	}
@@ -216,12 +227,58 @@ func fail(r Run, reason string, exitCode *int, source string, p Policy, now time
 	if exitCode != nil {
 		extra["exit_code"] = *exitCode
 	}
-	steps := []Step{{Write: ToFailed, From: r.Status, Attempt: r.Attempt, To: wire.RunFailed,
-		Reason: reason, ExitCode: exitCode, Source: source, Events: []Event{{wire.TopicRunFailed, extra}}}}
+	steps := []Step{leave(r, Step{Write: ToFailed, From: r.Status, Attempt: r.Attempt, To: wire.RunFailed,
+		Reason: reason, ExitCode: exitCode, Source: source, Events: []Event{{wire.TopicRunFailed, extra}}})}
 	if r.Attempt < r.MaxAttempts {
 		steps = append(steps, requeue(r.Attempt, now.Add(p.Backoff(r.Attempt)), false))
 	}
 	return steps
+}
+
+// attentionOf is r's attention, none when unset.
+func attentionOf(r Run) string {
+	if r.Attention == "" {
+		return wire.AttentionNone
+	}
+	return r.Attention
+}
+
+func attentionEvent(from, to, source string, extra map[string]any) Event {
+	p := map[string]any{"attention": to, "source": source, "from": from}
+	for k, v := range extra {
+		p[k] = v
+	}
+	return Event{wire.TopicRunAttention, p}
+}
+
+// leave completes a step that may take r out of running: a run that is
+// not running waits for nobody, so the store's status write clears its
+// attention, and the step journals that (run.attention, source status,
+// after the step's own events) when there was one.
+func leave(r Run, st Step) Step {
+	if r.Status == wire.RunRunning && st.To != wire.RunRunning && attentionOf(r) != wire.AttentionNone {
+		st.Events = append(st.Events, attentionEvent(attentionOf(r), wire.AttentionNone, wire.AttentionSourceStatus, map[string]any{"status": st.To}))
+	}
+	return st
+}
+
+// Attention decides a change of a run's attention to `to`
+// (docs/architecture.md#attention), reported by source about attempt. It
+// changes only on a live run: a run that is not running at that attempt
+// keeps none. idle is set only on a run that waits for nothing else —
+// needs_input says more, and stays until input, a pane change or the end
+// of running clears it. A value equal to the current one changes nothing
+// (and journals nothing).
+func Attention(r Run, attempt int, to, source string) Decision {
+	from := attentionOf(r)
+	switch {
+	case !wire.ValidAttention(to), r.Status != wire.RunRunning, attempt != r.Attempt, to == from:
+		return Decision{}
+	case to == wire.AttentionIdle && from != wire.AttentionNone:
+		return Decision{}
+	}
+	return Decision{Steps: []Step{{Write: SetAttention, From: wire.RunRunning, Attempt: r.Attempt, AttentionFrom: from, Attention: to,
+		Events: []Event{attentionEvent(from, to, source, nil)}}}}
 }
 
 // requeue is failed → pending at attempt+1, due at next.
@@ -271,8 +328,8 @@ func Stop(r Run, force bool) (Decision, error) {
 	if !Active(r.Status) {
 		return Decision{}, illegal(r, "stop")
 	}
-	return Decision{Steps: []Step{{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped, Source: wire.SourceManual,
-		Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}}}}}}, nil
+	return Decision{Steps: []Step{leave(r, Step{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped, Source: wire.SourceManual,
+		Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}}}})}}, nil
 }
 
 // Retry is POST /runs/{id}/retry: a run that stayed failed goes back to
@@ -469,6 +526,17 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		return refuse(wire.ResultIgnored, wire.TopicRunSignalReceived,
 			seen(wire.ResultIgnored, map[string]any{"status": r.Status, "failure_reason": wire.FailHostLost})), nil
 	}
+	if sig.Kind == wire.SignalNeedsInput {
+		// Not one-shot (an agent may ask many times) and journaled only
+		// when the attention changes, so a repeated or late hook adds
+		// nothing to the journal.
+		if r.Status != wire.RunRunning {
+			return Decision{Result: wire.ResultIgnored}, nil
+		}
+		d := Attention(r, att, wire.AttentionNeedsInput, sig.Source)
+		d.Result = wire.ResultApplied
+		return d, nil
+	}
 	if sig.Kind == wire.SignalProgress {
 		if *sig.Seq <= 0 || *sig.Seq <= f.LastProgressSeq {
 			return Decision{Result: wire.ResultOutOfOrder}, nil
@@ -511,8 +579,8 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 			steps = append(steps, fail(r, wire.FailExitNonzero, &code, sig.Source, p, now)...)
 		} else {
 			zero := 0
-			steps = append(steps, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
-				Events: []Event{{wire.TopicRunExited, map[string]any{"exit_code": 0}}}})
+			steps = append(steps, leave(r, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
+				Events: []Event{{wire.TopicRunExited, map[string]any{"exit_code": 0}}}}))
 		}
 	case wire.SignalFailed:
 		reason := wire.FailProviderFailed
@@ -525,7 +593,7 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		r, steps = fromLive(r)
 		steps = append(steps, fail(r, reason, nil, sig.Source, p, now)...)
 	default:
-		return Decision{}, wire.Invalid("kind", "kind must be one of started, finished, completed, failed, progress")
+		return Decision{}, wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
 	}
 	return Decision{Result: wire.ResultApplied, Processed: sig.Kind, Steps: steps}, nil
 }
@@ -545,8 +613,15 @@ func ExitCode(payload json.RawMessage) (int, error) {
 // spawn_failed, session_lost, tmux_crash, wrapper_died fail the current
 // attempt; stale_session and orphan_detected are journaled). A report
 // about another attempt, or from a host the run is not on, is journaled
-// only.
+// only. State idle sets a running run's attention (Attention, source
+// pane); about anything else it decides nothing.
 func StateReport(r Run, host string, attempt *int, state, detail string, p Policy, now time.Time) (Decision, error) {
+	if state == wire.StateIdle {
+		if attempt == nil || r.HostID != host {
+			return Decision{}, nil
+		}
+		return Attention(r, *attempt, wire.AttentionIdle, wire.AttentionSourcePane), nil
+	}
 	if attempt == nil || *attempt != r.Attempt || r.HostID != host {
 		topic := wire.TopicRunSignalReceived
 		switch state {

@@ -417,3 +417,104 @@ func stepNames(d lifecycle.Decision) []string {
 	}
 	return n
 }
+
+func attending(status, attention string) lifecycle.Run {
+	return with(run(status), func(r *lifecycle.Run) { r.Attention = attention })
+}
+
+func attend(r lifecycle.Run, attempt int, to string) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.Attention(r, attempt, to, "test"))
+}
+
+func needsInput(r lifecycle.Run) func() (lifecycle.Decision, error) {
+	return ingest(r, sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""))
+}
+
+var tAttention = wire.TopicRunAttention
+
+// Attention (docs/architecture.md#attention): set and cleared only on a
+// running run at its attempt, idle never over needs_input, every change
+// journaled, and cleared with its own event by whatever takes the run out
+// of running. A path of "" is the attention write (no status change).
+var attention = []edge{
+	{name: "none → idle", decide: attend(attending(running, "none"), 1, wire.AttentionIdle), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "unset reads as none", decide: attend(attending(running, ""), 1, wire.AttentionIdle), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "none → needs_input", decide: attend(attending(running, "none"), 1, wire.AttentionNeedsInput), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "idle → needs_input", decide: attend(attending(running, "idle"), 1, wire.AttentionNeedsInput), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "needs_input → none", decide: attend(attending(running, "needs_input"), 1, wire.AttentionNone), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "idle → none", decide: attend(attending(running, "idle"), 1, wire.AttentionNone), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "needs_input stays: idle says less", decide: attend(attending(running, "needs_input"), 1, wire.AttentionIdle)},
+	{name: "the same value: nothing", decide: attend(attending(running, "idle"), 1, wire.AttentionIdle)},
+	{name: "none cleared again: nothing", decide: attend(attending(running, "none"), 1, wire.AttentionNone)},
+	{name: "another attempt: nothing", decide: attend(with(attending(running, "none"), func(r *lifecycle.Run) { r.Attempt = 2 }), 1, wire.AttentionIdle)},
+	{name: "an unknown value: nothing", decide: attend(attending(running, "none"), 1, "bored")},
+	{name: "pending: nothing", decide: attend(attending(pending, "none"), 1, wire.AttentionIdle)},
+	{name: "spawning: nothing", decide: attend(attending(spawning, "none"), 1, wire.AttentionNeedsInput)},
+	{name: "exited: nothing", decide: attend(attending(exited, "none"), 1, wire.AttentionIdle)},
+	{name: "failed: nothing", decide: attend(attending(failed, "none"), 1, wire.AttentionIdle)},
+
+	{name: "needs_input signal: applied", decide: needsInput(attending(running, "none")), result: wire.ResultApplied,
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "needs_input signal again: applied, nothing written", decide: needsInput(attending(running, "needs_input")), result: wire.ResultApplied},
+	{name: "needs_input signal on spawning: ignored, not journaled", decide: needsInput(attending(spawning, "none")), result: wire.ResultIgnored},
+	{name: "needs_input signal on exited: ignored, not journaled", decide: needsInput(attending(exited, "none")), result: wire.ResultIgnored},
+	{name: "needs_input signal of an older attempt: stale", decide: ingest(with(attending(running, "none"), func(r *lifecycle.Run) { r.Attempt = 2 }), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, "")),
+		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
+	{name: "needs_input signal from a withdrawn host: stale_offer", decide: ingest(attending(running, "none"), from(hostB, sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""))),
+		result: wire.ResultStaleOffer, stop: true, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+
+	{name: "run_state idle: idle", decide: report(attending(running, "none"), hostA, 1, wire.StateIdle), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "run_state idle from another host: nothing", decide: report(attending(running, "none"), hostB, 1, wire.StateIdle)},
+	{name: "run_state idle of an ended run (hold-open): nothing", decide: report(attending(exited, "none"), hostA, 1, wire.StateIdle)},
+
+	{name: "running → exited clears it", decide: ingest(attending(running, "idle"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited, tAttention}},
+	{name: "running → failed clears it before the requeue", decide: ingest(attending(running, "needs_input"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":1}`)),
+		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailExitNonzero, topics: []wire.Topic{wire.TopicRunFinished, tFailed, tAttention, tRequeued}},
+	{name: "running → stopped clears it", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(attending(running, "needs_input"), false) },
+		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped, tAttention}},
+	{name: "running → failed by a timer clears it", decide: expired(attending(running, "idle"), lifecycle.CLIHang, false, hostA),
+		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+	{name: "running → failed by a worker report clears it", decide: report(attending(running, "idle"), hostA, 1, wire.StateSessionLost),
+		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+	{name: "leaving running without attention journals none", decide: ingest(attending(running, "none"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
+		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited}},
+}
+
+func TestAttention(t *testing.T) { walk(t, attention) }
+
+// Every attention write is guarded on running, the attempt and the value
+// it was decided from, journals that change (from, attention, source),
+// and never counts as a status change; the clearing that goes with
+// leaving running says so (source status, the new status).
+func TestAttentionWritesAreGuardedAndJournaled(t *testing.T) {
+	for _, e := range attention {
+		d, err := e.decide()
+		if err != nil {
+			t.Fatalf("%s: %v", e.name, err)
+		}
+		for _, s := range d.Steps {
+			for _, ev := range s.Events {
+				if ev.Topic != tAttention {
+					continue
+				}
+				p := ev.Extra
+				if p["attention"] == nil || p["source"] == nil || p["from"] == nil || p["attention"] == p["from"] {
+					t.Errorf("%s: run.attention payload %v", e.name, p)
+				}
+				if s.Write != lifecycle.SetAttention && (p["source"] != wire.AttentionSourceStatus || p["attention"] != wire.AttentionNone || p["status"] != s.To) {
+					t.Errorf("%s: clearing by %s journaled %v", e.name, s.Write, p)
+				}
+			}
+			if s.Write != lifecycle.SetAttention {
+				continue
+			}
+			if s.From != running || s.Attempt != 1 || s.AttentionFrom == "" || s.Attention == "" || s.To != "" {
+				t.Errorf("%s: unguarded attention write %+v", e.name, s)
+			}
+		}
+		if d.Final() == "" && d.Changed() {
+			t.Errorf("%s: an attention change counts as a status change", e.name)
+		}
+	}
+}

@@ -219,11 +219,14 @@ func mergeEnv(env []string, vars map[string]string) []string {
 // user's repository or the provider's own config files.
 //
 //   - claude: --settings with inline JSON holding a Stop hook running
-//     `pam hook completed` and a PostToolUse hook (every tool) running
-//     `pam hook progress`. Claude runs hook commands through a shell, so the
-//     path is single-quoted.
+//     `pam hook completed`, a PostToolUse hook (every tool) running
+//     `pam hook progress` and a Notification hook (Claude asks for
+//     permission, or has waited for input) running `pam hook needs-input`.
+//     Claude runs hook commands through a shell, so the path is
+//     single-quoted.
 //   - codex: -c notify=["<pam>","hook","completed"]; codex appends a JSON
-//     argument describing the event, which `pam hook` ignores.
+//     argument describing the event, which `pam hook` reads only for its
+//     type (HookKindOfEvent: an approval or input request is needs-input).
 //   - others: none; the wrapper's finished signal is the completion.
 func (p Provider) HookArgs(pamBinary string) []string {
 	switch p.Hooks {
@@ -233,8 +236,9 @@ func (p Provider) HookArgs(pamBinary string) []string {
 		}
 		settings := map[string]any{
 			"hooks": map[string]any{
-				"Stop":        []any{map[string]any{"hooks": []any{cmd("completed")}}},
-				"PostToolUse": []any{map[string]any{"matcher": "*", "hooks": []any{cmd("progress")}}},
+				"Stop":         []any{map[string]any{"hooks": []any{cmd("completed")}}},
+				"PostToolUse":  []any{map[string]any{"matcher": "*", "hooks": []any{cmd("progress")}}},
+				"Notification": []any{map[string]any{"hooks": []any{cmd(HookNeedsInput)}}},
 			},
 		}
 		return []string{"--settings", compactJSON(settings)}
@@ -244,6 +248,40 @@ func (p Provider) HookArgs(pamBinary string) []string {
 	default:
 		return nil
 	}
+}
+
+// HookNeedsInput is the `pam hook` kind that says the agent waits for a
+// person (contract name; the signal it posts is needs_input).
+const HookNeedsInput = "needs-input"
+
+// codexRequestTypes are the types of codex events that ask for a person.
+// codex's notify program is documented with one type only,
+// agent-turn-complete; its TUI notifications name approval-requested and
+// user-input-requested. pam assumes that a notify event for an approval or
+// an input request carries one of these, or any type ending in
+// "-requested", and maps it to needs-input: an assumption about codex, kept
+// here in one place.
+var codexRequestTypes = map[string]bool{"approval-requested": true, "user-input-requested": true}
+
+// HookKindOfEvent is the `pam hook` kind to post for kind called with a
+// provider's event argument (codex's notify appends its event as JSON):
+// an event that asks for a person is needs-input whatever kind the
+// wiring named, anything else (no argument, another type, not JSON)
+// keeps kind.
+func HookKindOfEvent(kind, event string) string {
+	if event == "" {
+		return kind
+	}
+	var ev struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal([]byte(event), &ev) != nil {
+		return kind
+	}
+	if codexRequestTypes[ev.Type] || strings.HasSuffix(ev.Type, "-requested") {
+		return HookNeedsInput
+	}
+	return kind
 }
 
 // compactJSON encodes v on one line without HTML escaping.

@@ -367,7 +367,8 @@ func TestHookArgs(t *testing.T) {
 		t.Fatalf("settings are not JSON: %v\n%s", err, args[1])
 	}
 	quoted := `'/opt/my pam'\''s/bin/pam'`
-	for event, want := range map[string]string{"Stop": quoted + " hook completed", "PostToolUse": quoted + " hook progress"} {
+	for event, want := range map[string]string{"Stop": quoted + " hook completed", "PostToolUse": quoted + " hook progress",
+		"Notification": quoted + " hook needs-input"} {
 		groups := s.Hooks[event]
 		if len(groups) != 1 || len(groups[0].Hooks) != 1 {
 			t.Fatalf("%s: %+v", event, groups)
@@ -397,6 +398,26 @@ func TestHookArgs(t *testing.T) {
 		p, _ := c.Get(name)
 		if got := p.HookArgs(pam); got != nil {
 			t.Errorf("%s HookArgs = %q", name, got)
+		}
+	}
+}
+
+// A codex notify event that asks for a person makes the hook a
+// needs-input, whatever kind the wiring named; any other argument keeps
+// the kind (docs/architecture.md#attention: the assumption about codex).
+func TestHookKindOfEvent(t *testing.T) {
+	for _, c := range []struct{ kind, event, want string }{
+		{"completed", "", "completed"},
+		{"completed", `{"type":"agent-turn-complete","turn-id":"1"}`, "completed"},
+		{"completed", `{"type":"approval-requested","call-id":"c1"}`, HookNeedsInput},
+		{"completed", `{"type":"user-input-requested"}`, HookNeedsInput},
+		{"completed", `{"type":"exec-approval-requested"}`, HookNeedsInput},
+		{"progress", `not json`, "progress"},
+		{"completed", `{"kind":"approval-requested"}`, "completed"},
+		{HookNeedsInput, `{"hook_event_name":"Notification"}`, HookNeedsInput},
+	} {
+		if got := HookKindOfEvent(c.kind, c.event); got != c.want {
+			t.Errorf("HookKindOfEvent(%q, %q) = %q, want %q", c.kind, c.event, got, c.want)
 		}
 	}
 }

@@ -63,6 +63,11 @@ type attachClient struct {
 	who     wire.LeaseHolder // AttachedAt is set when it takes the lease
 	ws      *websocket.Conn
 	last    atomic.Int64 // unix nanos of the last frame, ping or pong
+	// attempt is the run's attempt at the handshake; cleared is when
+	// input last cleared the run's attention (unix nanos), so that a
+	// typing client costs one write a second at most.
+	attempt int
+	cleared atomic.Int64
 
 	ctrl     chan []byte
 	done     chan struct{}
@@ -108,7 +113,7 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 		ua = ua[:256]
 	}
 	c := &attachClient{
-		t: s.term, runID: run.ID, session: run.SessionName, rows: rows, cols: cols,
+		t: s.term, runID: run.ID, attempt: run.Attempt, session: run.SessionName, rows: rows, cols: cols,
 		who:  wire.LeaseHolder{RemoteAddr: r.RemoteAddr, UserAgent: ua, Auth: auth},
 		ctrl: make(chan []byte, ctrlQueue), done: make(chan struct{}),
 		outReady: make(chan struct{}, 1), inReady: make(chan struct{}, 1), drained: make(chan struct{}, 1),
@@ -222,12 +227,37 @@ func (c *attachClient) readLoop() {
 			if !c.queueInput(f.Bytes) {
 				return
 			}
+			c.inputSeen()
 		case wire.WSResize:
 			c.resize(f.Rows, f.Cols)
 		case wire.WSReleaseLease:
 			c.dropLease(releaseReleased)
 		}
 	}
+}
+
+// attentionClearEvery bounds how often one attach client's input clears
+// its run's attention.
+const attentionClearEvery = time.Second
+
+// inputSeen clears the run's attention (source attach): input through
+// attach is a person answering. The write runs beside the input path,
+// at most once per attentionClearEvery per client, so typing never waits
+// for the database.
+func (c *attachClient) inputSeen() {
+	now := time.Now().UnixNano()
+	last := c.cleared.Load()
+	if now-last < int64(attentionClearEvery) || !c.cleared.CompareAndSwap(last, now) {
+		return
+	}
+	s := c.t.s
+	s.bg.goFunc(func() {
+		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
+		defer cancel()
+		if _, _, err := s.store.SetAttention(ctx, c.runID, c.attempt, wire.AttentionNone, wire.AttentionSourceAttach); err != nil && ctx.Err() == nil {
+			s.log.Warn("clear attention after attach input", "run_id", c.runID, "err", err)
+		}
+	})
 }
 
 // tryAcquire takes the lease if it is free and opens the relay; if it is

@@ -8,21 +8,23 @@ import (
 	"pam/internal/wire"
 )
 
-// cursor reads the resume position: Last-Event-ID wins over ?after=.
-func cursor(r *http.Request) (int64, error) {
+// cursor reads the resume position: Last-Event-ID wins over ?after=. ok
+// is false when the request names none (GET /events then reads from the
+// oldest retained event; the stream starts live).
+func cursor(r *http.Request) (after int64, ok bool, err error) {
 	v := strings.TrimSpace(r.Header.Get("Last-Event-ID"))
 	field := "Last-Event-ID"
 	if v == "" {
 		v, field = r.URL.Query().Get("after"), "after"
 	}
 	if v == "" {
-		return 0, nil
+		return 0, false, nil
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < 0 {
-		return 0, wire.Invalid(field, "%s must be a non-negative event seq", field)
+		return 0, false, wire.Invalid(field, "%s must be a non-negative event seq", field)
 	}
-	return n, nil
+	return n, true, nil
 }
 
 func topicPattern(r *http.Request) (*wire.TopicPattern, error) {
@@ -34,7 +36,7 @@ func topicPattern(r *http.Request) (*wire.TopicPattern, error) {
 }
 
 func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
-	after, err := cursor(r)
+	after, _, err := cursor(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -52,7 +54,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	safe, err := s.store.SafeSeq(r.Context())
+	safe, err := s.safeSeq(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -65,11 +67,19 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, wire.EventList{Events: evs})
 }
 
+// streamEvents serves the SSE stream (docs/api.md#server-sent-events):
+// from a cursor (?after= or Last-Event-ID; 0 = the whole retained
+// history) every later event, then live; without one, live only — the
+// events committed after the connection. A client that wants what
+// happened before loads state first and streams from its Pam-Event-Seq.
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
-	after, err := cursor(r)
+	after, ok, err := cursor(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return
+	}
+	if !ok {
+		after = LiveOnly
 	}
 	pattern, err := topicPattern(r)
 	if err != nil {

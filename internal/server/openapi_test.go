@@ -18,6 +18,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"pam/internal/server"
+	"pam/internal/store/storetest"
 )
 
 // The OpenAPI document (openapi.json, embedded and served by the server)
@@ -274,6 +275,57 @@ func (a *apiSpec) checkResponse(method, urlPath string, status int, contentType 
 	return nil
 }
 
+// checkHeaders validates the headers of one response against the
+// document: every header its operation's response at that status marks
+// required is present, with a value its schema takes (Pam-Event-Seq on
+// every REST read: an integer). What checkResponse refuses (an
+// undocumented status, a path of no operation) is left to it.
+func (a *apiSpec) checkHeaders(method, urlPath string, status int, h http.Header) error {
+	rel, ok := strings.CutPrefix(urlPath, apiBase)
+	if !ok || (rel != "" && !strings.HasPrefix(rel, "/")) {
+		return nil
+	}
+	op, opPtr, found := a.operation(method, rel)
+	if !found {
+		return nil
+	}
+	key := strconv.Itoa(status)
+	r, ok := op["responses"].(map[string]any)[key]
+	if !ok {
+		return nil
+	}
+	resp, ptr, err := a.deref(r, opPtr+"/responses/"+key)
+	if err != nil {
+		return err
+	}
+	headers, _ := resp["headers"].(map[string]any)
+	for name, hv := range headers {
+		hdr, hptr, err := a.deref(hv, ptr+"/headers/"+pointer(name))
+		if err != nil {
+			return err
+		}
+		v := h.Get(name)
+		if v == "" {
+			if req, _ := hdr["required"].(bool); req {
+				return fmt.Errorf("%s %s: status %d lacks the required header %s", method, urlPath, status, name)
+			}
+			continue
+		}
+		sch, err := a.schema(hptr + "/schema")
+		if err != nil {
+			return fmt.Errorf("compile the schema of header %s: %w", hptr, err)
+		}
+		var val any = v
+		if parsed, err := jsonschema.UnmarshalJSON(strings.NewReader(v)); err == nil {
+			val = parsed // a number is a number, anything else stays text
+		}
+		if err := sch.Validate(val); err != nil {
+			return fmt.Errorf("%s %s: status %d: header %s: %q does not match %s: %v", method, urlPath, status, name, v, hptr, err)
+		}
+	}
+	return nil
+}
+
 func keys(m map[string]any) []string {
 	var out []string
 	for k := range m {
@@ -288,6 +340,9 @@ func checkAgainstSpec(t testing.TB, method string, resp *http.Response, body []b
 	t.Helper()
 	if err := spec(t).checkResponse(method, resp.Request.URL.Path, resp.StatusCode, resp.Header.Get("Content-Type"), body); err != nil {
 		t.Errorf("response does not match the OpenAPI document: %v", err)
+	}
+	if err := spec(t).checkHeaders(method, resp.Request.URL.Path, resp.StatusCode, resp.Header); err != nil {
+		t.Errorf("response headers do not match the OpenAPI document: %v", err)
 	}
 }
 
@@ -468,7 +523,7 @@ func TestOpenAPIDocumentIsValid(t *testing.T) {
 // serves the file byte for byte.
 func TestOpenAPIServed(t *testing.T) {
 	t.Parallel()
-	ts := httptest.NewServer(server.New(server.Options{Token: testToken}))
+	ts := httptest.NewServer(server.New(server.Options{Token: testToken, Store: storetest.New(t)})) // a store: every read says its journal position
 	defer ts.Close()
 	e := &env{t: t, url: ts.URL}
 	if code, _ := e.callAs("", "GET", "/api/v1/openapi.json", nil); code != http.StatusUnauthorized {
@@ -536,6 +591,26 @@ func TestOpenAPICheckFails(t *testing.T) {
 	for _, c := range fail {
 		if err := a.checkResponse(c.method, c.path, c.status, c.ctype, []byte(c.body)); err == nil {
 			t.Errorf("%s: accepted %s %s %d %s", c.name, c.method, c.path, c.status, c.body)
+		}
+	}
+	// Headers: a read without Pam-Event-Seq, or with one that is not a
+	// journal position, is refused; an error answer needs none.
+	seq := func(v string) http.Header {
+		h := http.Header{}
+		if v != "" {
+			h.Set("Pam-Event-Seq", v)
+		}
+		return h
+	}
+	if err := a.checkHeaders("GET", "/api/v1/projects/demo", 200, seq("42")); err != nil {
+		t.Errorf("refused a read with its journal position: %v", err)
+	}
+	if err := a.checkHeaders("GET", "/api/v1/projects/demo", 404, seq("")); err != nil {
+		t.Errorf("refused an error without a journal position: %v", err)
+	}
+	for _, v := range []string{"", "-1", "twelve", "1.5"} {
+		if err := a.checkHeaders("GET", "/api/v1/projects/demo", 200, seq(v)); err == nil {
+			t.Errorf("accepted a read with Pam-Event-Seq %q", v)
 		}
 	}
 }

@@ -32,7 +32,8 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := store.RunFilter{Status: q.Get("status"), ProjectID: q.Get("project_id"), TaskID: q.Get("task_id"), HostID: q.Get("host_id")}
+	f := store.RunFilter{Status: q.Get("status"), ProjectID: q.Get("project_id"), TaskID: q.Get("task_id"), HostID: q.Get("host_id"),
+		Attention: q.Get("attention")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -148,6 +149,10 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
+	// Input is a person answering: the run no longer waits for one.
+	if _, _, err := s.store.SetAttention(r.Context(), run.ID, run.Attempt, wire.AttentionNone, wire.AttentionSourceKeys); err != nil {
+		s.log.Warn("clear attention after keys", "run_id", run.ID, "err", err)
+	}
 	delivery := "unconfirmed"
 	deadline := time.Now().Add(2 * s.opts.CaptureInterval)
 	for time.Now().Before(deadline) {
@@ -179,7 +184,7 @@ func (s *Server) runEvents(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	safe, err := s.store.SafeSeq(r.Context())
+	safe, err := s.safeSeq(r)
 	if err != nil {
 		s.fail(w, r, err)
 		return

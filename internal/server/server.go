@@ -30,7 +30,12 @@ import (
 // MaxBody bounds every request body (413 beyond).
 const MaxBody = 1 << 20
 
-// EventStreamer serves the SSE stream (implemented by journal.Hub).
+// LiveOnly, as the after of EventStreamer.ServeSSE, starts a stream
+// with the events committed after the connection: no history.
+const LiveOnly = -1
+
+// EventStreamer serves the SSE stream (implemented by journal.Hub). after
+// is the cursor (every event with a larger seq, then live), or LiveOnly.
 type EventStreamer interface {
 	ServeSSE(w http.ResponseWriter, r *http.Request, after int64, pattern *wire.TopicPattern)
 	Subscribers() int
@@ -196,6 +201,9 @@ func (s *Server) counted(h http.HandlerFunc) http.HandlerFunc {
 func (s *Server) routes() {
 	api := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")
+		if method == http.MethodGet && path != "/events/stream" {
+			h = s.withEventSeq(h)
+		}
 		s.mux.Handle(method+" /api/v1"+path, s.operatorAuth(h))
 	}
 	api("GET /projects", s.listProjects)
@@ -253,6 +261,55 @@ func (s *Server) routes() {
 	for _, p := range webui.Patterns {
 		s.mux.Handle("GET "+p, ui)
 	}
+}
+
+// withEventSeq answers a REST read with the header Pam-Event-Seq: N, the
+// journal position the read saw (docs/api.md#server-sent-events). A
+// client that loads state and then streams ?after=N must miss nothing and
+// see nothing twice in the stream, so N is taken before the read, as
+// store.SafeSeq: every event with seq <= N has committed (or aborted) by
+// the time SafeSeq returns, and each committed together with the state
+// change it journals, so the read — which starts after, in a newer
+// snapshot — reflects every event up to N. It may also reflect changes
+// whose events come after N (they committed between the two); the stream
+// from N delivers those events once each, and applying an event whose
+// change the read already showed changes nothing, since events carry the
+// values they set. The other order (read, then N) would be wrong: an
+// event committed between the two would be neither in the read nor after
+// N. Taking N in the read's own snapshot is no better: a transaction
+// holding a seq below the largest visible one can still commit after the
+// snapshot, and its event would be skipped by ?after=N.
+//
+// The SSE stream and the WebSockets are not wrapped: they are positions
+// of their own. A server without a store (tests of routes that read
+// nothing) sends no header. The journal reads (GET /events, GET
+// /runs/{id}/events) list up to N itself (safeSeq), so their last event
+// and the header agree.
+func (s *Server) withEventSeq(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if s.store != nil {
+			seq, err := s.store.SafeSeq(r.Context())
+			if err != nil {
+				s.fail(w, r, fmt.Errorf("read the journal position: %w", err))
+				return
+			}
+			w.Header().Set(wire.HeaderEventSeq, strconv.FormatInt(seq, 10))
+			r = r.WithContext(context.WithValue(r.Context(), eventSeqKey{}, seq))
+		}
+		h(w, r)
+	}
+}
+
+// eventSeqKey holds a read's Pam-Event-Seq in its request context.
+type eventSeqKey struct{}
+
+// safeSeq is the journal position a read lists events up to: the one its
+// Pam-Event-Seq header announced, or a fresh store.SafeSeq.
+func (s *Server) safeSeq(r *http.Request) (int64, error) {
+	if seq, ok := r.Context().Value(eventSeqKey{}).(int64); ok {
+		return seq, nil
+	}
+	return s.store.SafeSeq(r.Context())
 }
 
 // ServeHTTP logs, counts and routes every request.

@@ -235,8 +235,18 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		if f.Timestamp != nil {
 			at = *f.Timestamp
 		}
-		if _, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
-			if err := s.store.TouchOutput(ctx, f.RunID); err != nil {
+		if seq, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
+			// A snapshot that replaces an earlier one is a pane change and
+			// clears the run's attention. The first one this server caches
+			// (a new run, or the resend after a restart of serve) is not
+			// evidence of change: it only moves the hang timer.
+			var err error
+			if seq > 1 {
+				err = s.store.PaneChanged(ctx, f.RunID, *f.Attempt)
+			} else {
+				err = s.store.TouchOutput(ctx, f.RunID)
+			}
+			if err != nil {
 				s.log.Warn("record output", "run_id", f.RunID, "err", err)
 			}
 		}

@@ -76,7 +76,7 @@ func Dir(workerDataDir string) string { return filepath.Join(workerDataDir, "spo
 
 // nameRe matches a spool file name: seq, run id, attempt (1 or more,
 // without leading zeros), kind.
-var nameRe = regexp.MustCompile(`^([0-9]{20})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([1-9][0-9]*)-([a-z]+)\.json$`)
+var nameRe = regexp.MustCompile(`^([0-9]{20})-([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12})-([1-9][0-9]*)-([a-z_]+)\.json$`)
 
 // name is a parsed spool file name.
 type name struct {
@@ -111,13 +111,7 @@ func (n name) String() string {
 	return fmt.Sprintf("%020d-%s-%d-%s.json", n.seq, n.runID, n.attempt, n.kind)
 }
 
-func validKind(k string) bool {
-	switch k {
-	case wire.SignalStarted, wire.SignalFinished, wire.SignalCompleted, wire.SignalFailed, wire.SignalProgress:
-		return true
-	}
-	return false
-}
+func validKind(k string) bool { return wire.IsSignalKind(k) }
 
 // check validates e and returns its canonical run id.
 func (e *Entry) check() (string, error) {
@@ -126,7 +120,7 @@ func (e *Entry) check() (string, error) {
 		return "", fmt.Errorf("run id %q is not a UUID", e.RunID)
 	}
 	if !validKind(e.Signal.Kind) {
-		return "", fmt.Errorf("signal kind %q is not one of started, finished, completed, failed, progress", e.Signal.Kind)
+		return "", fmt.Errorf("signal kind %q is not one of %s", e.Signal.Kind, wire.SignalKindList)
 	}
 	if e.Signal.Attempt == nil || *e.Signal.Attempt < 1 {
 		return "", errors.New("signal has no attempt")

@@ -308,3 +308,23 @@ func TestHelperWriter(t *testing.T) {
 		}
 	}
 }
+
+// A needs_input signal (`pam hook needs-input` with the orchestrator
+// away) is spooled and listed back like any other kind: its name holds
+// an underscore.
+func TestNeedsInputSpooled(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "worker", "spool")
+	run := uuid.NewString()
+	p, err := Write(dir, entry(run, 1, wire.SignalNeedsInput))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("00000000000000000001-%s-1-needs_input.json", run); filepath.Base(p) != want {
+		t.Errorf("path %s, want %s", p, want)
+	}
+	files, bad, err := List(dir)
+	if err != nil || len(bad) != 0 || len(files) != 1 || files[0].Signal.Kind != wire.SignalNeedsInput {
+		t.Fatalf("list: %+v, bad %+v, %v", files, bad, err)
+	}
+}

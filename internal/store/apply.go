@@ -112,8 +112,10 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = now(), status_source = $4, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source))
 	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
+		// A run that is not running waits for nobody: its attention goes
+		// with the status (the decision journals it).
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = now(),
-			status_source = $7, updated_at = now()
+			status_source = $7, attention = 'none', attention_since = NULL, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
 			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source))
 	case lifecycle.Requeue:
@@ -123,6 +125,11 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 			failure_reason = NULL, exit_code = NULL, last_progress_seq = 0, ever_matched = false,
 			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
 			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax)
+	case lifecycle.SetAttention:
+		row = tx.QueryRow(ctx, `UPDATE runs SET attention = $4,
+			attention_since = CASE WHEN $4 = 'none' THEN NULL ELSE now() END, updated_at = now()
+			WHERE id = $1 AND status = 'running' AND attempt = $2 AND attention = $3 RETURNING `+runColumns,
+			r.ID, st.Attempt, st.AttentionFrom, st.Attention)
 	default:
 		return r, fmt.Errorf("unknown write %d", st.Write)
 	}

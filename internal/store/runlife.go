@@ -112,14 +112,19 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 	}
 }
 
-// RunFilter narrows GET /runs.
+// RunFilter narrows GET /runs. Attention is an attention value, or "any"
+// for every run whose attention is not none (what waits for a person).
 type RunFilter struct {
-	Status, ProjectID, TaskID, HostID string
+	Status, ProjectID, TaskID, HostID, Attention string
 	// IDPrefix, when set, keeps the runs whose id starts with it, at most
 	// wire.MaxIDPrefixMatches of them.
 	IDPrefix *wire.IDPrefix
 	Limit    int
 }
+
+// AttentionAny is the RunFilter.Attention (and ?attention=) of every run
+// that waits for a person.
+const AttentionAny = "any"
 
 // ListRuns returns runs newest first.
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
@@ -132,6 +137,9 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 				return nil, wire.Invalid(field, "%s must be a UUID", field)
 			}
 		}
+	}
+	if f.Attention != "" && f.Attention != AttentionAny && !wire.ValidAttention(f.Attention) {
+		return nil, wire.Invalid("attention", "attention must be any, none, needs_input or idle")
 	}
 	if f.Limit == 0 {
 		f.Limit = 100
@@ -147,7 +155,8 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE
 		($1 = '' OR status = $1) AND ($2 = '' OR project_id::text = $2) AND ($3 = '' OR task_id::text = $3) AND ($4 = '' OR host_id::text = $4)
 		AND ($6::uuid IS NULL OR id BETWEEN $6::uuid AND $7::uuid)
-		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit, first, last)
+		AND ($8 = '' OR ($8 = 'any' AND attention <> 'none') OR attention = $8)
+		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit, first, last, f.Attention)
 	if err != nil {
 		return nil, translate(err)
 	}

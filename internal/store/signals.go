@@ -54,10 +54,8 @@ func validateSignal(sig wire.Signal) error {
 	if sig.Attempt != nil && *sig.Attempt < 1 {
 		return wire.Invalid("attempt", "attempt must be 1 or more")
 	}
-	switch sig.Kind {
-	case wire.SignalStarted, wire.SignalFinished, wire.SignalCompleted, wire.SignalFailed, wire.SignalProgress:
-	default:
-		return wire.Invalid("kind", "kind must be one of started, finished, completed, failed, progress")
+	if !wire.IsSignalKind(sig.Kind) {
+		return wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
 	}
 	switch sig.Source {
 	case wire.SourceWrapper, wire.SourceProviderHook:

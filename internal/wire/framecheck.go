@@ -244,8 +244,8 @@ func checkSignalAck(f *Frame) error {
 	if err := checkRunAttempt(f); err != nil {
 		return err
 	}
-	if !validKind(f.Kind) {
-		return Invalid("kind", "kind %s is not one of started, finished, completed, failed, progress", quote(f.Kind))
+	if !IsSignalKind(f.Kind) {
+		return Invalid("kind", "kind %s is not one of "+SignalKindList, quote(f.Kind))
 	}
 	if err := checkSeq(f.Seq); err != nil {
 		return err
@@ -361,8 +361,8 @@ func checkSignal(f *Frame) error {
 	if f.Attempt != nil && *f.Attempt < 1 {
 		return Invalid("attempt", "attempt must be 1 or more")
 	}
-	if !validKind(f.Kind) {
-		return Invalid("kind", "kind must be one of started, finished, completed, failed, progress")
+	if !IsSignalKind(f.Kind) {
+		return Invalid("kind", "kind must be one of "+SignalKindList)
 	}
 	switch f.Source {
 	case SourceWrapper, SourceProviderHook:
@@ -426,9 +426,9 @@ func checkLogChunk(f *Frame) error {
 // no run of the host), and then no attempt either.
 func checkRunState(f *Frame) error {
 	switch f.State {
-	case StateSessionLost, StateSpawnFailed, StateTmuxCrash, StateStaleSession, StateOrphanDetected, StateWrapperDied:
+	case StateSessionLost, StateSpawnFailed, StateTmuxCrash, StateStaleSession, StateOrphanDetected, StateWrapperDied, StateIdle:
 	default:
-		return Invalid("state", "state %s is not one of session_lost, spawn_failed, tmux_crash, stale_session, orphan_detected, wrapper_died", quote(f.State))
+		return Invalid("state", "state %s is not one of session_lost, spawn_failed, tmux_crash, stale_session, orphan_detected, wrapper_died, idle", quote(f.State))
 	}
 	if f.State == StateOrphanDetected && f.RunID == "" {
 		if f.Attempt != nil {
@@ -545,14 +545,6 @@ func ValidUUID(s string) bool {
 	}
 	u, err := uuid.Parse(s)
 	return err == nil && u.String() == s
-}
-
-func validKind(k string) bool {
-	switch k {
-	case SignalStarted, SignalFinished, SignalCompleted, SignalFailed, SignalProgress:
-		return true
-	}
-	return false
 }
 
 func printableASCII(s string) bool {

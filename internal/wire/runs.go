@@ -26,6 +26,34 @@ const (
 	FailHostLost        = "host_lost"
 )
 
+// Attention values of a run (docs/architecture.md#attention): whether a
+// live run waits for a person. Only a running run has one other than none.
+const (
+	AttentionNone       = "none"
+	AttentionNeedsInput = "needs_input"
+	AttentionIdle       = "idle"
+)
+
+// Attention sources: what set or cleared a run's attention, journaled in
+// run.attention's source. A needs_input set by a signal carries the
+// signal's own source (provider-hook).
+const (
+	// AttentionSourcePane: the worker's capture saw the pane unchanged for
+	// PAM_IDLE_AFTER (idle), or saw it change (none).
+	AttentionSourcePane = "pane"
+	// AttentionSourceKeys: input through POST /runs/{id}/keys.
+	AttentionSourceKeys = "keys"
+	// AttentionSourceAttach: input through the attach socket.
+	AttentionSourceAttach = "attach"
+	// AttentionSourceStatus: the run left running.
+	AttentionSourceStatus = "status"
+)
+
+// ValidAttention reports whether a is an attention value.
+func ValidAttention(a string) bool {
+	return a == AttentionNone || a == AttentionNeedsInput || a == AttentionIdle
+}
+
 // CreateRun is the body of POST /runs.
 type CreateRun struct {
 	TaskID      string   `json:"task_id"`

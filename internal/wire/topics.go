@@ -36,6 +36,9 @@ const (
 	TopicRunStaleSession      Topic = "run.stale_session"
 	TopicRunLeaseAcquired     Topic = "run.lease_acquired"
 	TopicRunLeaseReleased     Topic = "run.lease_released"
+	// TopicRunAttention journals every change of a live run's attention;
+	// its payload has attention, source and from (the value before).
+	TopicRunAttention Topic = "run.attention"
 
 	TopicHostCreated  Topic = "host.created"
 	TopicHostUpdated  Topic = "host.updated"

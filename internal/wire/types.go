@@ -60,8 +60,13 @@ type Run struct {
 	FinishedAt       *time.Time `json:"finished_at"`
 	CompletedAt      *time.Time `json:"completed_at"`
 	CompletionSource *string    `json:"completion_source"`
-	CreatedAt        time.Time  `json:"created_at"`
-	UpdatedAt        time.Time  `json:"updated_at"`
+	// Attention says whether the run waits for a person (Attention*);
+	// AttentionSince is when it last became other than none (null while
+	// none).
+	Attention      string     `json:"attention"`
+	AttentionSince *time.Time `json:"attention_since"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
 	// StatusSource is who decided the current status (wrapper,
 	// provider-hook, manual): the server's bookkeeping, not on the wire.
 	StatusSource *string `json:"-"`
@@ -84,6 +89,11 @@ type Host struct {
 	CreatedAt       time.Time  `json:"created_at"`
 	UpdatedAt       time.Time  `json:"updated_at"`
 }
+
+// HeaderEventSeq is the header of every REST GET answer: the journal
+// position its read saw (docs/api.md#server-sent-events). A client that
+// loads state and then streams ?after=<it> misses no event.
+const HeaderEventSeq = "Pam-Event-Seq"
 
 // Event is one entry of the journal. Seq orders all events totally.
 type Event struct {

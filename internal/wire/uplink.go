@@ -49,6 +49,11 @@ const (
 	// wrapper_died (docs/architecture.md#run-status-machine). An orphan_detected without run_id reports a
 	// session that maps to no run of this host.
 	StateWrapperDied = "wrapper_died"
+	// StateIdle: the worker's capture saw the run's pane unchanged for
+	// PAM_IDLE_AFTER; a running run's attention becomes idle
+	// (docs/architecture.md#attention). A pane change (the next snapshot)
+	// clears it.
+	StateIdle = "idle"
 )
 
 // Frame is the union of every uplink frame: Type says which fields mean

@@ -71,11 +71,29 @@ const (
 	SignalCompleted = "completed"
 	SignalFailed    = "failed"
 	SignalProgress  = "progress"
+	// SignalNeedsInput is what `pam hook needs-input` posts: the agent
+	// asked for permission or input, so the run's attention becomes
+	// needs_input. Not one-shot (it may come many times per attempt) and
+	// without a seq.
+	SignalNeedsInput = "needs_input"
 
 	SourceWrapper      = "wrapper"
 	SourceProviderHook = "provider-hook"
 	SourceManual       = "manual"
 )
+
+// IsSignalKind reports whether k is a signal kind, so that every place
+// that checks one (both transports, the spool) takes the same list.
+func IsSignalKind(k string) bool {
+	switch k {
+	case SignalStarted, SignalFinished, SignalCompleted, SignalFailed, SignalProgress, SignalNeedsInput:
+		return true
+	}
+	return false
+}
+
+// SignalKindList names the signal kinds for error messages.
+const SignalKindList = "started, finished, completed, failed, progress, needs_input"
 
 // Signal results (docs/architecture.md#internal-api).
 const (

@@ -198,6 +198,7 @@ func (w *agent) relayInput(f wire.Frame) {
 	if rl == nil || len(f.Bytes) == 0 {
 		return
 	}
+	w.inputArrived(rl.runID)
 	select {
 	case rl.input <- f.Bytes:
 	case <-rl.stop:

@@ -43,6 +43,9 @@ func (s snapshot) frame(runID string) wire.Frame {
 // A pane is captured when due; a changed capture is stored, logged and
 // uplinked. After IdleAfter without change a pane's interval doubles,
 // up to idleFactor × CaptureInterval; any change (or input) resets it.
+// The same quiet spell marks the run idle (run_state idle, once per
+// spell, docs/architecture.md#attention); the orchestrator clears it on
+// the next change.
 func (w *agent) captureLoop(ctx context.Context) {
 	base := w.o.CaptureInterval
 	t := time.NewTicker(base)
@@ -92,17 +95,60 @@ func (w *agent) captureDue(ctx context.Context, base time.Duration) {
 		}
 		at := time.Now()
 		changed := w.record(d.r.id, d.attempt, out, at)
+		idle := false
 		w.mu.Lock()
 		if d.r.gen == d.gen {
 			if changed {
-				d.r.lastChange, d.r.interval = at, base
-			} else if at.Sub(d.r.lastChange) >= w.o.IdleAfter {
+				d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
+			} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
 				d.r.interval = min(d.r.interval*2, idleFactor*base)
+				if !d.r.idleSent && !d.r.ended {
+					d.r.idleSent, idle = true, true
+				}
 			}
 			d.r.next = at.Add(d.r.interval)
 		}
 		w.mu.Unlock()
+		if idle {
+			w.reportIdle(d, at)
+		}
 	}
+}
+
+// reportIdle sends run_state idle for a pane quiet since its last change.
+// It is not queued for a later uplink like other run_state frames: what
+// the pane does meanwhile would make it stale. Without an uplink the
+// spell is not marked reported, so the next capture tries again.
+func (w *agent) reportIdle(d due, at time.Time) {
+	w.mu.Lock()
+	quiet := at.Sub(d.r.lastChange).Round(time.Second)
+	w.mu.Unlock()
+	f := wire.Frame{Type: wire.FrameRunState, RunID: d.r.id, Attempt: wire.IntPtr(d.attempt), State: wire.StateIdle,
+		Detail: fmt.Sprintf("pane unchanged for %s", quiet)}
+	if err := w.send(f); err != nil {
+		w.mu.Lock()
+		if d.r.gen == d.gen {
+			d.r.idleSent = false
+		}
+		w.mu.Unlock()
+		if !errors.Is(err, errNotConnected) {
+			w.log.Warn("idle not reported", "run_id", d.r.id, "err", err)
+		}
+	}
+}
+
+// inputArrived is input into a run's pane (keys or an attach relay): the
+// screen will likely change, so it is looked at again soon at full speed,
+// and the quiet spell that may have marked it idle ends.
+func (w *agent) inputArrived(runID string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.runs[runID]
+	if r == nil || r.state != stateLive {
+		return
+	}
+	now := time.Now()
+	r.next, r.interval, r.lastChange, r.idleSent = now, w.o.CaptureInterval, now, false
 }
 
 // record compares a capture with the cached one and, when it changed,

@@ -5,12 +5,15 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	lru "github.com/hashicorp/golang-lru/v2"
 
+	"pam/internal/eventually"
 	"pam/internal/tmux"
+	"pam/internal/wire"
 )
 
 // The adaptive slowdown: an unchanged pane past IdleAfter is polled ever
@@ -61,5 +64,40 @@ func TestIdleSlowdown(t *testing.T) {
 	w.captureDue(t.Context(), base)
 	if r.next != before {
 		t.Error("a pane that was not due was captured")
+	}
+}
+
+// The capture loop marks a quiet pane idle (docs/architecture.md#attention):
+// one run_state idle per quiet spell, after IdleAfter without change,
+// naming the run's attempt; input (send_keys) ends the spell, and the
+// next quiet spell is reported again.
+func TestIdleReportedOncePerSpell(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.IdleAfter = 300 * time.Millisecond
+	h.start()
+	_, ackAt := h.spawnRun(runA, 1)
+	isIdle := func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.RunID == runA && f.State == wire.StateIdle
+	}
+	first, at := orch.wait(ackAt, "run_state idle", isIdle)
+	if first.Attempt == nil || *first.Attempt != 1 || !strings.Contains(first.Detail, "unchanged") {
+		t.Fatalf("run_state idle = %+v", first)
+	}
+	// The spell goes on (the pane does not change): five heartbeats later
+	// (a second, many captures) it was still reported once.
+	eventually.Wait(t, 10*time.Second, "five heartbeats after the idle report", func() bool {
+		return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
+	})
+	if n := orch.count(ackAt, isIdle); n != 1 {
+		t.Fatalf("one quiet spell reported %d times", n)
+	}
+
+	keysAt := orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "y"}}})
+	orch.wait(keysAt, "run_state idle after the input", isIdle)
+	if n := orch.count(ackAt, isIdle); n != 2 {
+		t.Fatalf("two quiet spells reported %d times", n)
 	}
 }

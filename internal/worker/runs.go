@@ -387,9 +387,10 @@ func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
 		return
 	}
 	name := r.name
-	// Input usually changes the screen: look again soon, at full speed.
+	// Input usually changes the screen: look again soon, at full speed;
+	// and a person answered, so a new quiet spell starts.
 	now := time.Now()
-	r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
+	r.next, r.interval, r.lastChange, r.idleSent = now, w.o.CaptureInterval, now, false
 	w.mu.Unlock()
 	if err := w.tm.SendKeys(ctx, name, f.Keys); err != nil {
 		w.log.Warn("send_keys", "run_id", f.RunID, "err", err)

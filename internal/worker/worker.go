@@ -234,6 +234,9 @@ type run struct {
 	next       time.Time
 	interval   time.Duration
 	lastChange time.Time
+	// idleSent: run_state idle went up for the pane's current quiet
+	// spell; a change or input starts a new one.
+	idleSent bool
 	// ended: the orchestrator says the run is over and its session is in
 	// hold-open; it no longer counts against MaxRuns (activeCount). A new
 	// attempt of the run clears it.

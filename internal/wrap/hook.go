@@ -18,12 +18,19 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/google/uuid"
 
+	"pam/internal/provider"
 	"pam/internal/spool"
 	"pam/internal/wire"
 )
 
-// Hook kinds: what `pam hook <kind>` posts (docs/architecture.md#pam-exec-run).
-var hookKinds = map[string]bool{wire.SignalCompleted: true, wire.SignalProgress: true, wire.SignalFailed: true}
+// hookKinds maps each `pam hook <kind>` to the signal kind it posts
+// (docs/architecture.md#pam-hook).
+var hookKinds = map[string]string{
+	wire.SignalCompleted:    wire.SignalCompleted,
+	wire.SignalProgress:     wire.SignalProgress,
+	wire.SignalFailed:       wire.SignalFailed,
+	provider.HookNeedsInput: wire.SignalNeedsInput,
+}
 
 // HookRetryDelays keep `pam hook` quick: a provider waits for its hooks,
 // so two tries and then the spool.
@@ -36,6 +43,7 @@ const HookTryTimeout = 2 * time.Second
 // gave the provider CLI (PAM_RUN_ID, PAM_ATTEMPT, PAM_API_URL,
 // PAM_SIGNAL_TOKEN, PAM_WORKER_DATA_DIR, PAM_CA_FILE).
 type HookOptions struct {
+	// Kind is the hook kind: completed, progress, failed or needs-input.
 	Kind          string
 	RunID         string
 	Attempt       string
@@ -62,8 +70,9 @@ type HookOptions struct {
 // returns what became of the signal; the caller reports and exits 0
 // whatever happened, because a failing hook must never break the agent.
 func Hook(ctx context.Context, o HookOptions) (Outcome, error) {
-	if !hookKinds[o.Kind] {
-		return Outcome{}, fmt.Errorf("unknown hook kind %q: want completed, progress or failed", o.Kind)
+	kind, ok := hookKinds[o.Kind]
+	if !ok {
+		return Outcome{}, fmt.Errorf("unknown hook kind %q: want completed, progress, failed or needs-input", o.Kind)
 	}
 	id, err := uuid.Parse(o.RunID)
 	if err != nil || len(o.RunID) != 36 {
@@ -92,8 +101,8 @@ func Hook(ctx context.Context, o HookOptions) (Outcome, error) {
 		}
 	}
 	now := o.Now().UTC()
-	sig := wire.Signal{Kind: o.Kind, Attempt: &attempt, Source: wire.SourceProviderHook, Timestamp: &now}
-	switch o.Kind {
+	sig := wire.Signal{Kind: kind, Attempt: &attempt, Source: wire.SourceProviderHook, Timestamp: &now}
+	switch kind {
 	case wire.SignalProgress:
 		seq, err := NextProgressSeq(o.WorkerDataDir, id.String(), attempt)
 		if err != nil {

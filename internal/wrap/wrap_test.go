@@ -306,7 +306,7 @@ hooks = "claude"
 		t.Fatal("the prompt was executed by a shell")
 	}
 	out := f.stdout.String()
-	settings := `{"hooks":{"PostToolUse":[{"hooks":[{"command":"'/opt/pam/bin/pam' hook progress","type":"command"}],"matcher":"*"}],"Stop":[{"hooks":[{"command":"'/opt/pam/bin/pam' hook completed","type":"command"}]}]}}`
+	settings := `{"hooks":{"Notification":[{"hooks":[{"command":"'/opt/pam/bin/pam' hook needs-input","type":"command"}]}],"PostToolUse":[{"hooks":[{"command":"'/opt/pam/bin/pam' hook progress","type":"command"}],"matcher":"*"}],"Stop":[{"hooks":[{"command":"'/opt/pam/bin/pam' hook completed","type":"command"}]}]}}`
 	want := "[--title]\n[Task: Fix the bug]\n[" + prompt + "]\n[--run=" + f.runID + "/2]\n[--model]\n[big one]\n[--settings]\n[" + settings + "]\n"
 	if out != want {
 		t.Errorf("argv:\n%s\nwant:\n%s", out, want)

@@ -1,0 +1,150 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/pamtest"
+	"pam/internal/wire"
+)
+
+// attentionLog is the run's run.attention events as
+// "from>attention/source" (and "/status" when leaving running).
+func (s *system) attentionLog(runID string) []string {
+	s.t.Helper()
+	var out []string
+	for _, ev := range s.events(runID) {
+		if ev.Topic != string(wire.TopicRunAttention) {
+			continue
+		}
+		p := eventPayload(ev)
+		e := fmt.Sprintf("%v>%v/%v", p["from"], p["attention"], p["source"])
+		if st, ok := p["status"]; ok {
+			e += "/" + fmt.Sprint(st)
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+func (s *system) waitAttention(runID, want string) wire.Run {
+	s.t.Helper()
+	return s.waitRun(runID, "attention "+want, 30*time.Second, func(r wire.Run) bool { return r.Attention == want })
+}
+
+// getRun reads a run once.
+func (s *system) getRun(runID string) wire.Run {
+	s.t.Helper()
+	var r wire.Run
+	s.must(200, "GET", "/api/v1/runs/"+runID, nil, &r)
+	return r
+}
+
+func (s *system) keys(runID string, keys ...map[string]any) {
+	s.t.Helper()
+	s.must(202, "POST", "/api/v1/runs/"+runID+"/keys", map[string]any{"keys": keys}, nil)
+}
+
+// An agent that asks for input through its hook (`pam hook needs-input`,
+// run by the shell provider's prompt as a provider hook would) makes its
+// run needs_input, journaled with source provider-hook; the run is what
+// GET /runs?attention=any and `pam run list --attention` show; input
+// through keys clears it.
+func TestAttentionNeedsInputFromHook(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("attention-hook")
+	g := newGate(t)
+	task := s.task()
+	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"`, nil)
+	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
+	s.waitPane(r.ID, "ready")
+	g.open(t, "ask")
+	got := s.waitAttention(r.ID, wire.AttentionNeedsInput)
+	if got.AttentionSince == nil {
+		t.Fatalf("needs_input without attention_since: %+v", got)
+	}
+
+	var waiting wire.RunList
+	s.must(200, "GET", "/api/v1/runs?attention=any", nil, &waiting)
+	if len(waiting.Runs) != 1 || waiting.Runs[0].ID != r.ID {
+		t.Fatalf("GET /runs?attention=any: %+v", waiting.Runs)
+	}
+	cmd := pamtest.Command(t, "run", "list", "--attention", "--json")
+	cmd.Env = append(cmd.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token)
+	out, err := cmd.Output()
+	var listed wire.RunList
+	if err != nil || json.Unmarshal(out, &listed) != nil || len(listed.Runs) != 1 || listed.Runs[0].Attention != wire.AttentionNeedsInput {
+		t.Fatalf("pam run list --attention --json: %v\n%s", err, out)
+	}
+	table := pamtest.Command(t, "run", "list", "--attention=needs_input")
+	table.Env = append(table.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token)
+	if out, err := table.Output(); err != nil || !strings.Contains(string(out), r.ID[:8]) || !strings.Contains(string(out), "needs_input") {
+		t.Fatalf("pam run list --attention=needs_input: %v\n%s", err, out)
+	}
+
+	s.keys(r.ID, map[string]any{"text": "yes"}, map[string]any{"key": "Enter"})
+	if got := s.getRun(r.ID); got.Attention != wire.AttentionNone || got.AttentionSince != nil {
+		t.Fatalf("after keys: attention %q since %v", got.Attention, got.AttentionSince)
+	}
+	s.waitRun(r.ID, "exited", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunExited })
+	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys"}
+	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {
+		t.Fatalf("run.attention %q, want %q; events %v", log, want, s.topics(r.ID))
+	}
+}
+
+// A running run whose pane stays unchanged for PAM_IDLE_AFTER becomes
+// idle (the worker's capture reports it, source pane); a pane change
+// clears it (pane), and so do keys (keys) and input through attach
+// (attach); a stop clears it with the end of running (status). Every
+// change is journaled once, in order, with its source.
+func TestAttentionIdleAndCleared(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("attention-idle", "PAM_IDLE_AFTER=1s")
+	g := newGate(t)
+	task := s.task()
+	r := s.runShell(task.ID, "echo ready; "+g.wait("move")+`; echo moved; read line; echo "got $line"; stty -echo; sleep 300`, nil)
+	s.waitPane(r.ID, "ready")
+
+	s.waitAttention(r.ID, wire.AttentionIdle) // quiet: idle
+	g.open(t, "move")
+	s.waitAttention(r.ID, wire.AttentionNone) // "moved": a pane change
+	s.waitPane(r.ID, "moved")
+
+	s.waitAttention(r.ID, wire.AttentionIdle)
+	s.keys(r.ID, map[string]any{"text": "hello"}, map[string]any{"key": "Enter"})
+	if got := s.getRun(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("after keys: attention %q", got.Attention)
+	}
+	s.waitPane(r.ID, "got hello")
+
+	// Attached at the pane's own size, typing what is not echoed: only
+	// the input can clear it.
+	s.waitAttention(r.ID, wire.AttentionIdle)
+	tm := s.attach(r.ID, url.Values{"rows": {"50"}, "cols": {"220"}})
+	tm.waitFrame(wire.WSLeaseAcquired, "")
+	tm.input("x")
+	s.waitAttention(r.ID, wire.AttentionNone)
+
+	s.waitAttention(r.ID, wire.AttentionIdle)
+	s.must(202, "POST", "/api/v1/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
+	if got := s.getRun(r.ID); got.Status != wire.RunStopped || got.Attention != wire.AttentionNone || got.AttentionSince != nil {
+		t.Fatalf("after stop: %s, attention %q since %v", got.Status, got.Attention, got.AttentionSince)
+	}
+	want := []string{
+		"none>idle/pane", "idle>none/pane",
+		"none>idle/pane", "idle>none/keys",
+		"none>idle/pane", "idle>none/attach",
+		"none>idle/pane", "idle>none/status/stopped",
+	}
+	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {
+		t.Fatalf("run.attention %q\nwant %q", log, want)
+	}
+}

@@ -1,0 +1,269 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/wire"
+)
+
+// attendedRun starts a run on w and brings it to running (accepted, then
+// started over HTTP with its signal token); it returns the run and its
+// dispatch.
+func (e *runEnv) attendedRun(w *fakeWorker) (wire.Run, wire.Frame) {
+	e.t.Helper()
+	r := e.start(nil)
+	d := w.expect(wire.FrameRunDispatch)
+	w.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+	if code, res, body := e.signal(d.SignalToken, r.ID, sig(wire.SignalStarted, 1)); code != 202 || res.Result != wire.ResultApplied {
+		e.t.Fatalf("started: %d %s", code, body)
+	}
+	return e.run(r.ID), d
+}
+
+// attentionLog is the run's run.attention events as "from>attention/source".
+func (e *runEnv) attentionLog(runID string) []string {
+	e.t.Helper()
+	var l wire.EventList
+	e.must(200, "GET", "/api/v1/runs/"+runID+"/events", nil, &l)
+	var out []string
+	for _, ev := range l.Events {
+		if ev.Topic != string(wire.TopicRunAttention) {
+			continue
+		}
+		var p map[string]any
+		if err := json.Unmarshal(ev.Payload, &p); err != nil {
+			e.t.Fatal(err)
+		}
+		s := fmt.Sprintf("%v>%v/%v", p["from"], p["attention"], p["source"])
+		if st, ok := p["status"]; ok {
+			s += "/" + fmt.Sprint(st)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// waitAttention waits until the run's attention is want.
+func (e *runEnv) waitAttention(runID, want string) wire.Run {
+	e.t.Helper()
+	return e.waitRun(runID, "attention "+want, func(r wire.Run) bool { return r.Attention == want })
+}
+
+func (w *fakeWorker) snapshot(d wire.Frame, capture string) {
+	now := time.Now()
+	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: d.RunID, Attempt: d.Attempt, Capture: capture, Timestamp: &now})
+}
+
+func (w *fakeWorker) idle(d wire.Frame) {
+	w.send(wire.Frame{Type: wire.FrameRunState, RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
+}
+
+// The orchestrator's side of attention (contract §19) with a simulated
+// worker: run_state idle makes a running run idle; the first snapshot the
+// server caches is no evidence of change, a later different one clears it
+// (source pane); a needs_input signal (the hook's, over HTTP with the
+// run's signal token) outranks idle, which then changes nothing; keys
+// clear it (source keys), and so does input through attach (source
+// attach). Every change is journaled once, with its source.
+func TestAttentionFromWorkerAndCleared(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	if r.Attention != wire.AttentionNone || r.AttentionSince != nil {
+		t.Fatalf("a new running run: attention %q since %v", r.Attention, r.AttentionSince)
+	}
+
+	w.snapshot(d, "$ ")
+	w.idle(d)
+	got := e.waitAttention(r.ID, wire.AttentionIdle)
+	if got.AttentionSince == nil || time.Since(*got.AttentionSince) > time.Minute {
+		t.Fatalf("idle since %v", got.AttentionSince)
+	}
+	// The same screen again, and the first screen a restarted server
+	// would cache, change nothing; a new screen clears it.
+	w.snapshot(d, "$ ")
+	w.idle(d)
+	e.waitPasses(2)
+	if got := e.run(r.ID); got.Attention != wire.AttentionIdle {
+		t.Fatalf("attention %q after an unchanged screen", got.Attention)
+	}
+	w.snapshot(d, "$ make\n")
+	if got := e.waitAttention(r.ID, wire.AttentionNone); got.AttentionSince != nil {
+		t.Fatalf("cleared, but since %v", got.AttentionSince)
+	}
+
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	body := sig(wire.SignalNeedsInput, 1)
+	body["source"] = wire.SourceProviderHook
+	for range 2 { // the second changes nothing and journals nothing
+		if code, res, out := e.signal(d.SignalToken, r.ID, body); code != 202 || res.Result != wire.ResultApplied {
+			t.Fatalf("needs_input: %d %s", code, out)
+		}
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %q after needs_input", got.Attention)
+	}
+	w.idle(d) // says less than needs_input: nothing
+	e.waitPasses(2)
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %q after idle over needs_input", got.Attention)
+	}
+
+	var kr wire.KeysResult
+	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"text": "y"}, {"key": "Enter"}}}, &kr)
+	if f := w.expect(wire.FrameSendKeys); f.RunID != r.ID {
+		t.Fatalf("send_keys %+v", f)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("attention %q after keys", got.Attention)
+	}
+	// Input through attach clears it too.
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	c := e.dialAttach(r.ID)
+	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+		t.Fatalf("first attach frame %+v %v", f, err)
+	}
+	w.expect(wire.FrameAttachOpen)
+	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: []byte("y\r")})
+	if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAttention(r.ID, wire.AttentionNone)
+	c.Close(websocket.StatusNormalClosure, "")
+
+	want := []string{"none>idle/pane", "idle>none/pane", "none>idle/pane", "idle>needs_input/provider-hook", "needs_input>none/keys",
+		"none>idle/pane", "idle>none/attach"}
+	if log := e.attentionLog(r.ID); !slices.Equal(log, want) {
+		t.Fatalf("run.attention events %q, want %q", log, want)
+	}
+}
+
+// Attention changes only on a live run and is cleared, journaled with
+// source status, by whatever takes the run out of running: a finished
+// signal, a stop, a worker's report (before the requeue it leads to).
+// A needs_input for a run that is not running yet is ignored.
+func TestAttentionClearedWhenRunLeavesRunning(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+
+	// Not running yet: ignored, nothing written.
+	early := e.start(nil)
+	ed := w.expect(wire.FrameRunDispatch)
+	w.ack(ed, true)
+	e.waitRun(early.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+	if code, res, out := e.signal(ed.SignalToken, early.ID, hook); code != 200 || res.Result != wire.ResultIgnored {
+		t.Fatalf("needs_input while spawning: %d %s", code, out)
+	}
+	if got := e.run(early.ID); got.Attention != wire.AttentionNone || len(e.attentionLog(early.ID)) != 0 {
+		t.Fatalf("spawning run got attention %q, events %q", got.Attention, e.attentionLog(early.ID))
+	}
+
+	// finished (exit 0) while it waits for input.
+	a, ad := e.attendedRun(w)
+	if code, _, out := e.signal(ad.SignalToken, a.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	e.waitAttention(a.ID, wire.AttentionNeedsInput)
+	if code, _, out := e.signal(ad.SignalToken, a.ID, sig(wire.SignalFinished, 1, "payload", map[string]any{"exit_code": 0})); code != 202 {
+		t.Fatalf("finished: %d %s", code, out)
+	}
+
+	// stopped while idle.
+	b, bd := e.attendedRun(w)
+	w.idle(bd)
+	e.waitAttention(b.ID, wire.AttentionIdle)
+	e.must(202, "POST", "/api/v1/runs/"+b.ID+"/stop", nil, nil)
+	w.expect(wire.FrameRunStop)
+
+	// the session lost while idle: failed, requeued.
+	c, cd := e.attendedRun(w)
+	w.idle(cd)
+	e.waitAttention(c.ID, wire.AttentionIdle)
+	w.send(wire.Frame{Type: wire.FrameRunState, RunID: c.ID, Attempt: cd.Attempt, State: wire.StateSessionLost, Detail: "gone"})
+	e.waitRun(c.ID, "requeued", func(r wire.Run) bool { return r.Attempt == 2 })
+
+	for _, tc := range []struct {
+		id, status, log, topics string
+	}{
+		{a.ID, wire.RunExited, "none>needs_input/provider-hook needs_input>none/status/exited", "run.finished run.exited run.attention"},
+		{b.ID, wire.RunStopped, "none>idle/pane idle>none/status/stopped", "run.stopped run.attention"},
+		{c.ID, wire.RunPending, "none>idle/pane idle>none/status/failed", "run.failed run.attention run.requeued"},
+	} {
+		got := e.run(tc.id)
+		if got.Status != tc.status || got.Attention != wire.AttentionNone || got.AttentionSince != nil {
+			t.Errorf("run %s: %s, attention %q since %v; want %s, none", tc.id, got.Status, got.Attention, got.AttentionSince, tc.status)
+		}
+		if log := strings.Join(e.attentionLog(tc.id), " "); log != tc.log {
+			t.Errorf("run %s: run.attention %q, want %q", tc.id, log, tc.log)
+		}
+		if ts := e.topics(tc.id); !strings.Contains(ts, tc.topics) {
+			t.Errorf("run %s: events %q, want them to hold %q", tc.id, ts, tc.topics)
+		}
+	}
+	// A report about the run's ended attempt changes nothing now.
+	w.idle(cd)
+	e.waitPasses(2)
+	if got := e.run(c.ID); got.Attention != wire.AttentionNone {
+		t.Errorf("requeued run got attention %q from its old attempt", got.Attention)
+	}
+}
+
+// GET /runs?attention= lists what waits for a person: any (not none),
+// or one value; newest first like every run list; a bad value is 400.
+func TestRunsListAttentionFilter(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 8, "shell")
+	asks, ad := e.attendedRun(w)
+	quiet, qd := e.attendedRun(w)
+	busy, _ := e.attendedRun(w)
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	if code, _, out := e.signal(ad.SignalToken, asks.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.idle(qd)
+	e.waitAttention(quiet.ID, wire.AttentionIdle)
+	e.waitAttention(asks.ID, wire.AttentionNeedsInput)
+
+	list := func(q string) []string {
+		t.Helper()
+		var l wire.RunList
+		e.must(200, "GET", "/api/v1/runs"+q, nil, &l)
+		var ids []string
+		for _, r := range l.Runs {
+			ids = append(ids, r.ID)
+		}
+		return ids
+	}
+	for q, want := range map[string][]string{
+		"?attention=any":         {quiet.ID, asks.ID},
+		"?attention=needs_input": {asks.ID},
+		"?attention=idle":        {quiet.ID},
+		"?attention=none":        {busy.ID},
+		"?attention=any&limit=1": {quiet.ID},
+		"":                       {busy.ID, quiet.ID, asks.ID},
+	} {
+		if got := list(q); !slices.Equal(got, want) {
+			t.Errorf("GET /runs%s: %v, want %v", q, got, want)
+		}
+	}
+	code, out := e.call("GET", "/api/v1/runs?attention=bored", nil)
+	if code != 400 || errorOf(t, out).Details["field"] != "attention" {
+		t.Fatalf("a bad attention: %d %s", code, out)
+	}
+}
