@@ -25,7 +25,7 @@ func TestTablesPrintHostNames(t *testing.T) {
 	insertTwins(t, db, p.ID, task.ID, gpu.ID) // twin1 ran on gpu-1, twin2 is pinned to it
 
 	list := e.mustPam("run", "list")
-	for _, want := range []string{"abcd1111  exited   1/3      shell     gpu-1 ", "abcd2222  stopped  1/3      shell     gpu-1 (pinned) "} {
+	for _, want := range []string{"abcd1111  exited   1/3      -          shell     gpu-1 ", "abcd2222  stopped  1/3      -          shell     gpu-1 (pinned) "} {
 		if !strings.Contains(list, want) {
 			t.Errorf("run list lacks %q:\n%s", want, list)
 		}
