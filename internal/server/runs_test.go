@@ -530,6 +530,10 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	if d2.RunID != r.ID || *d2.Attempt != 1 {
 		t.Fatalf("re-offer %+v", d2)
 	}
+	// b acks at once: the steps below take longer than the 300 ms ack
+	// timeout on a loaded machine, and an offer withdrawn from b would
+	// make b's own signals stale_offer too.
+	b.ack(d2, true)
 	if ts := e.topics(r.ID); !strings.Contains(ts, "run.dispatch_withdrawn") {
 		t.Fatalf("no dispatch_withdrawn before the re-offer: %s", ts)
 	}
@@ -545,7 +549,6 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	if stop := a.expect(wire.FrameRunStop); !stop.Force {
 		t.Fatalf("stale_offer did not stop the sender: %+v", stop)
 	}
-	b.ack(d2, true)
 	if code, res, _ := e.signal(d2.SignalToken, r.ID, sig("started", 1)); code != 202 || res.Result != "applied" {
 		t.Fatalf("started from the new host: %d %v", code, res)
 	}
@@ -579,6 +582,10 @@ func TestStaleSignalJournalBounded(t *testing.T) {
 	if d2.RunID != r.ID || *d2.Attempt != 1 {
 		t.Fatalf("re-offer %+v", d2)
 	}
+	// b acks at once: the steps below take longer than the 300 ms ack
+	// timeout on a loaded machine, and an offer withdrawn from b would
+	// make b's own signals stale_offer too.
+	b.ack(d2, true)
 	const n = 50
 	for i := range n {
 		for _, kind := range []string{"started", "progress"} {
@@ -587,7 +594,6 @@ func TestStaleSignalJournalBounded(t *testing.T) {
 			}
 		}
 	}
-	b.ack(d2, true)
 	if code, res, _ := e.signal(d2.SignalToken, r.ID, sig("started", 1)); code != 202 || res.Result != "applied" {
 		t.Fatalf("started: %d %v", code, res)
 	}
