@@ -228,11 +228,10 @@ export function RunBadges({ list, max = 3 }) {
 
 let dragJustEnded = false;
 
-// A card held at the board's left or right edge scrolls the board one
-// column that way, again each EDGE_REPEAT it stays there: on a phone the
-// board shows one column, and the others are reachable only so.
+// A card brought to the board's left or right edge scrolls the board one
+// column that way (on a phone the board shows one column); one column per
+// visit to the edge, so the column under the card stays predictable.
 const EDGE = 36;
-const EDGE_REPEAT = 1000;
 
 function startDrag(e, card, w) {
   if (e.button !== 0 || !card) return;
@@ -260,7 +259,6 @@ function startDrag(e, card, w) {
     const col = board.querySelector('[data-col]');
     const gap = parseFloat(getComputedStyle(board).columnGap) || 0;
     board.scrollBy({ left: edgeDir * ((col ? col.getBoundingClientRect().width : 240) + gap), behavior: 'smooth' });
-    edgeTimer = setTimeout(scrollStep, EDGE_REPEAT);
   };
   const edge = () => {
     if (!board) return;
