@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/emulation"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -49,11 +48,16 @@ const (
 // dash is one serve with one worker, and a Chromium tab on its dashboard.
 type dash struct {
 	t     *testing.T
+	root  *testing.T // TestDashboard's own: what outlives a subtest (a restarted serve) is cleaned up with it
 	url   string
 	token string
 	host  string // the worker's host id
 	ctx   context.Context
 	shots string
+
+	serve     *pamtest.Serve
+	serveOpts pamtest.ServeOptions // to start serve again on its port, data dir and database
+	phone     context.Context      // a 375×812 touch screen tab, once opened
 
 	mu   sync.Mutex
 	logs []string // console errors, CSP reports, exceptions
@@ -78,13 +82,17 @@ func newDash(t *testing.T) *dash {
 		}
 		t.Skip("SKIP: " + msg)
 	}
-	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t)})
-	d := &dash{t: t, url: sv.URL, token: sv.Token}
+	// A host silent for 4 s goes offline (the fleet scenario stops a
+	// worker); the worker heartbeats every second.
+	opts := pamtest.ServeOptions{DatabaseURL: storetest.URL(t), DataDir: pamtest.ShortDir(t, "pams-"), Env: []string{"PAM_HOST_OFFLINE_AFTER=4s"}}
+	sv := pamtest.StartServe(t, opts)
+	opts.Port = sv.Port
+	d := &dash{t: t, root: t, url: sv.URL, token: sv.Token, serve: sv, serveOpts: opts}
 	var created wire.HostCreated
 	d.api(201, "POST", "/hosts", map[string]any{"name": "web-host", "max_runs": 20}, &created)
 	d.host = created.Host.ID
 	pamtest.StartWorker(t, pamtest.WorkerOptions{URL: d.url, Token: created.WorkerToken, Name: "web-host",
-		Env: []string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}})
+		Env: workerEnv})
 	eventually.Wait(t, 30*time.Second, "the worker to come online", func() bool {
 		var h wire.Host
 		d.api(200, "GET", "/hosts/web-host", nil, &h)
@@ -105,22 +113,30 @@ func newDash(t *testing.T) *dash {
 	}
 	t.Logf("screenshots in %s", d.shots)
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath()), chromedp.NoSandbox,
+	copts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath()), chromedp.NoSandbox,
 		chromedp.WindowSize(1440, 900), chromedp.Flag("lang", "en-US"))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), copts...)
 	t.Cleanup(cancelAlloc)
 	d.ctx, _ = d.tab(alloc)
 	return d
 }
 
+// workerEnv makes a worker quick to notice changes and to stop; its
+// runs never go idle on their own (PAM_IDLE_AFTER), so what the inbox
+// holds is what a scenario put there.
+var workerEnv = []string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=1s",
+	"PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s", "PAM_IDLE_AFTER=1h"}
+
 // tab opens a browser tab (the first one starts the browser) whose console
 // errors, CSP violations and exceptions are kept for errors. Close the
 // tab when done with it: each holds an event stream, and a browser opens
-// at most six HTTP/1.1 connections to one server.
-func (d *dash) tab(parent context.Context) (context.Context, context.CancelFunc) {
+// at most six HTTP/1.1 connections to one server. With
+// chromedp.WithNewBrowserContext() the tab is a browser profile of its
+// own (its own localStorage), as another person's browser is.
+func (d *dash) tab(parent context.Context, opts ...chromedp.ContextOption) (context.Context, context.CancelFunc) {
 	d.t.Helper()
-	ctx, cancel := chromedp.NewContext(parent)
-	d.t.Cleanup(cancel)
+	ctx, cancel := chromedp.NewContext(parent, opts...)
+	d.root.Cleanup(cancel) // a tab may outlive the subtest that opened it (the phone)
 	if err := chromedp.Do(ctx); err != nil {
 		d.t.Fatalf("start chromium: %v", err)
 	}
@@ -169,6 +185,29 @@ next:
 		out = append(out, l)
 	}
 	return out
+}
+
+// logMark is where the browser's error log stands now, for excuse.
+func (d *dash) logMark() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.logs)
+}
+
+// excuse drops the browser errors logged since mark that are network
+// failures (requests refused or blocked, sockets that could not open, a
+// 503 while serve starts): what a page logs while its server is down and
+// coming back, which it is meant to ride out.
+func (d *dash) excuse(mark int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	kept := d.logs[:mark:mark]
+	for _, l := range d.logs[mark:] {
+		if !strings.Contains(l, "net::ERR_") && !strings.Contains(l, "WebSocket connection") && !strings.Contains(l, "status of 503") {
+			kept = append(kept, l)
+		}
+	}
+	d.logs = kept
 }
 
 func (d *dash) do(ctx context.Context, steps ...chromedp.Action[chromedp.Void]) {
@@ -453,20 +492,20 @@ func TestDashboard(t *testing.T) {
 		}
 		d.click(d.ctx, d.sel("take-control"))
 		d.waitJS(d.ctx, 10*time.Second, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
-		// Typed as an input method does: CDP's key events would type each
-		// character twice (a keyDown with text and a char event).
-		if _, err := chromedp.Call(d.ctx, input.InsertText, input.InsertTextParams{Text: "hello-attach"}); err != nil {
-			t.Fatal(err)
-		}
+		d.insertText(d.ctx, "hello-attach")
 		d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
 		d.waitJS(d.ctx, 5*time.Second, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
 		d.shot(d.ctx, "desktop-run-control")
 
-		// A second tab finds the lease held, sees by whom, and revokes it.
-		other, closeOther := d.tab(d.ctx)
+		// Another browser (a profile of its own: its own localStorage,
+		// signed in with the token in its address) finds the lease held,
+		// sees by whom, cannot type, revokes the lease and takes control.
+		other, closeOther := d.tab(d.ctx, chromedp.WithNewBrowserContext())
 		defer closeOther()
-		d.open(other, "/runs/"+runID)
-		d.waitJS(other, 10*time.Second, "the second tab's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.do(other, chromedp.Navigate(d.url+"/runs/"+runID))
+		d.waitJS(other, 10*time.Second, "the sign-in form: the other browser has no token", `document.querySelector('#token')`)
+		d.open(other, "/runs/"+runID+"#token="+d.token)
+		d.waitJS(other, 10*time.Second, "the other browser's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 		d.click(other, d.sel("take-control"))
 		d.waitJS(other, 10*time.Second, "the lease held elsewhere", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'held'`)
 		holder := eval[string](d, other, `document.querySelector('[data-testid=holder]').textContent`)
@@ -474,13 +513,33 @@ func TestDashboard(t *testing.T) {
 			t.Errorf("holder shown as %q", holder)
 		}
 		d.shot(other, "desktop-run-held")
+		// Typing there reaches nothing. The holder then types a marker:
+		// once its echo is back, keys sent before it would be too.
+		d.do(other, chromedp.Focus(chromedp.CSS(`[data-testid=terminal] textarea`)))
+		d.insertText(other, "intruder-keys")
+		d.do(other, chromedp.KeyEvent(kb.Enter))
+		d.insertText(d.ctx, "marker-after")
+		d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+		d.waitJS(d.ctx, 5*time.Second, "the holder's marker echoed", `window.__pamTerm.buffer.split('marker-after').length >= 3`)
+		if buf := eval[string](d, d.ctx, `window.__pamTerm.buffer`); strings.Contains(buf, "intruder") {
+			t.Errorf("keys typed without the lease reached the run:\n%s", buf)
+		}
 		d.click(other, d.sel("revoke"))
 		d.waitJS(other, 10*time.Second, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
-		d.waitJS(d.ctx, 10*time.Second, "the first tab back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
+		d.waitJS(d.ctx, 10*time.Second, "the first browser back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
+		d.insertText(other, "typed-by-the-other")
+		d.do(other, chromedp.KeyEvent(kb.Enter))
+		d.waitJS(other, 5*time.Second, "the other browser's typing echoed", `window.__pamTerm.buffer.split('typed-by-the-other').length >= 3`)
 		d.click(other, d.sel("release"))
-		d.waitJS(other, 10*time.Second, "the second tab released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.waitJS(other, 10*time.Second, "the other browser released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 	})
 
+	t.Run("NeedsInputInInbox", func(t *testing.T) {
+		d.t = t
+		needsInputLeavesInbox(t, d)
+	})
+
+	var gpuToken string
 	t.Run("FleetAddHost", func(t *testing.T) {
 		d.t = t
 		d.goTo(d.ctx, "/fleet")
@@ -499,6 +558,15 @@ func TestDashboard(t *testing.T) {
 		d.shot(d.ctx, "desktop-fleet-add-host")
 		d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
 		d.waitJS(d.ctx, 5*time.Second, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
+		gpuToken = tok
+	})
+
+	t.Run("FleetHostOffline", func(t *testing.T) {
+		d.t = t
+		if gpuToken == "" {
+			t.Skip("no host added")
+		}
+		hostGoesOffline(t, d, gpuToken)
 	})
 
 	t.Run("Budget", func(t *testing.T) {
@@ -572,30 +640,49 @@ func TestDashboard(t *testing.T) {
 		}
 	})
 
+	t.Run("ServeRestartMissesNothing", func(t *testing.T) {
+		d.t = t
+		serveRestartMissesNothing(t, d)
+	})
+
+	t.Run("PhoneTouch", func(t *testing.T) {
+		d.t = t
+		if runID == "" {
+			t.Skip("no run")
+		}
+		phoneTouch(t, d, runID)
+	})
+
 	t.Run("Screenshots", func(t *testing.T) {
 		d.t = t
-		// Something for the inbox: a run that fails.
+		// Something for the inbox: a run that fails, and one that asks.
 		var w wire.WorkItem
 		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Build the release"}, &w)
 		var r wire.Run
 		d.api(202, "POST", "/runs", map[string]any{"task_id": w.ID, "provider": "shell", "prompt": "echo compiling; echo 'error: 3 tests failed'; sleep 1; exit 3", "max_attempts": 1}, &r)
-		eventually.Wait(t, 30*time.Second, "the run to fail", func() bool {
-			var got wire.Run
-			d.api(200, "GET", "/runs/"+r.ID, nil, &got)
-			return got.Status == "failed"
-		})
+		d.waitRun(r.ID, "to fail", func(r wire.Run) bool { return r.Status == wire.RunFailed })
+		asking := d.askingRun(t, "Approve the release notes")
 		d.goTo(d.ctx, "/inbox")
-		d.waitJS(d.ctx, 10*time.Second, "the failed run in the inbox", `document.querySelector('[data-testid=inbox-card]')`)
-		d.waitJS(d.ctx, 10*time.Second, "the inbox thumbnail", `document.querySelector('.thumb:not(.thumb-empty)')`)
-		if title := eval[string](d, d.ctx, `document.title`); !strings.HasPrefix(title, "(1)") {
+		want := asking.ID + ":needs_input," + r.ID + ":failed"
+		if !eventually.Within(10*time.Second, func() bool {
+			return eval[string](d, d.ctx, `[...document.querySelectorAll('[data-testid=inbox-card]')].map((c) => c.dataset.run + ':' + c.dataset.why).join()`) == want
+		}) {
+			t.Fatalf("the inbox %s, want the asking and the failed run, newest first: %s", eval[string](d, d.ctx, inboxState), want)
+		}
+		d.waitJS(d.ctx, 10*time.Second, "the inbox thumbnails", `document.querySelectorAll('.thumb:not(.thumb-empty)').length === 2`)
+		if title := eval[string](d, d.ctx, `document.title`); !strings.HasPrefix(title, "(2)") {
 			t.Errorf("tab title %q, want the inbox count", title)
 		}
-		d.shot(d.ctx, "desktop-inbox")
-		for _, p := range []struct{ name, path, ready string }{
+		pages := []struct{ name, path, ready string }{
+			{"inbox", "/inbox", `[data-testid=inbox-card][data-run="` + asking.ID + `"] .thumb:not(.thumb-empty)`},
 			{"projects", "/projects", `[data-testid=project-card]`},
+			{"board", "/projects/browser-test", `[data-testid=item-card]`},
 			{"runs", "/runs", `[data-testid=run-row]`},
+			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
+			{"run-asking", "/runs/" + asking.ID, `[data-testid=terminal] .xterm`},
 			{"fleet", "/fleet", `[data-testid=host-card]`},
-		} {
+		}
+		for _, p := range pages {
 			d.goTo(d.ctx, p.path)
 			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
 			d.shot(d.ctx, "desktop-"+p.name)
@@ -605,11 +692,7 @@ func TestDashboard(t *testing.T) {
 			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []struct{ name, path, ready string }{
-			{"inbox", "/inbox", `[data-testid=inbox-card]`},
-			{"board", "/projects/browser-test", `[data-testid=item-card]`},
-			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
-		} {
+		for _, p := range pages {
 			d.goTo(d.ctx, p.path)
 			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
 			if bg := eval[string](d, d.ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(14, 15, 18)" {
@@ -628,41 +711,16 @@ func TestDashboard(t *testing.T) {
 		d.do(d.ctx, chromedp.KeyEvent(kb.Escape), chromedp.KeyEvent("gi"))
 		d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
 
-		phone, closePhone := d.tab(d.ctx)
-		defer closePhone()
-		d.do(phone, chromedp.EmulateViewport(375, 812, chromedp.EmulateMobile, chromedp.EmulateTouch))
-		for _, p := range []struct{ name, path, ready string }{
-			{"inbox", "/inbox", `[data-testid=inbox-card]`},
-			{"projects", "/projects", `[data-testid=project-card]`},
-			{"board", "/projects/browser-test", `[data-testid=item-card]`},
-			{"runs", "/runs", `[data-testid=run-row]`},
-			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
-			{"fleet", "/fleet", `[data-testid=host-card]`},
-		} {
+		phone := d.phoneTab()
+		for _, p := range pages {
 			d.open(phone, p.path)
 			d.waitJS(phone, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
 			if p.name == "run" {
 				d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
 			}
-			// A mobile layout viewport grows to fit wide content, so
-			// innerWidth would hide an overflow: compare with the screen.
-			over := eval[float64](d, phone, `document.documentElement.scrollWidth - screen.width`)
-			if over > 0 {
-				t.Errorf("%s overflows a 375 px screen by %.0f px", p.path, over)
-			}
+			d.noOverflow(phone, p.path)
 			d.shot(phone, "phone-"+p.name)
 		}
-		// The phone's key bar types what its keyboard lacks: ↑ reaches cat
-		// as ESC [ A, which the tty echoes as ^[[A.
-		d.open(phone, "/runs/"+runID)
-		d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
-		d.click(phone, d.sel("take-control"))
-		d.waitJS(phone, 10*time.Second, "control on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)
-		d.do(phone, chromedp.Tap(chromedp.CSS(`.keybar .key:nth-child(5)`)))
-		d.waitJS(phone, 5*time.Second, "the key bar's arrow echoed", `window.__pamTerm.buffer.includes('^[[A')`)
-		d.shot(phone, "phone-run-control")
-		d.click(phone, d.sel("release"))
-		d.waitJS(phone, 10*time.Second, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 		d.click(phone, `.nav-toggle`)
 		d.waitJS(phone, 5*time.Second, "the collapsed nav open", `document.querySelector('.nav.open')`)
 		d.shot(phone, "phone-nav")

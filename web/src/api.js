@@ -13,12 +13,6 @@ export class ApiError extends Error {
   }
 }
 
-/**
- * The journal position (Pam-Event-Seq, contract §8) of the last answer
- * that carried one, or null while the server sends none.
- */
-export let lastEventSeq = null;
-
 /** eventSeqOf reads a response's Pam-Event-Seq header, or null. */
 export function eventSeqOf(res) {
   const v = res.headers.get('Pam-Event-Seq');
@@ -52,8 +46,6 @@ export async function api(method, path, body, opts = {}) {
     if (e && e.name === 'AbortError') throw e;
     throw new ApiError(0, 'network', 'The server cannot be reached.');
   }
-  const seq = eventSeqOf(res);
-  if (seq !== null) lastEventSeq = seq;
   if (res.status === 401) {
     if (opts.token === undefined) signOut('The server refused the token. Sign in again.');
     throw new ApiError(401, 'unauthorized', 'The server refused the token.');

@@ -97,9 +97,35 @@ function stamp(r) {
 }
 
 // ---- Loading and following ----
+//
+// The contract's way (§8, §15): load the state over REST, note each
+// answer's Pam-Event-Seq, then stream /events/stream?after=N and, after a
+// break, reconnect with Last-Event-ID: <the last seq applied>.
+//
+// Which N. Each answer's Pam-Event-Seq N_i is a position its read
+// already reflects: the server takes N_i before the read, as a seq below
+// which every event has committed (or never will), and each event commits
+// together with the change it journals, so the read sees every change of
+// an event <= N_i (and perhaps some later ones). The reads of one load run
+// at once and see different positions, so the stream starts after the
+// smallest, N = min(N_i): every loaded object then hears every event
+// after the position it reflects. The events in (N, N_i] that a read
+// already reflects arrive once more, and applying them is harmless (see
+// the top of this file: a work item event carries the item as that event
+// set it and they come in journal order, so the newest wins; any other
+// event makes the store fetch its object afresh). Starting after the
+// largest would be wrong: a read with a smaller N_i never hears the
+// events in (N_i, max], and its objects stay stale until they change again.
+//
+// Once streaming, the cursor is the seq of the last event received; the
+// server sends every later event once and in order, from its journal in
+// the database, also across its own restart. So nothing is missed and no
+// event arrives twice (window.__pamStream records what arrived, for the
+// browser tests).
 
 let session = null; // the running follow loop's abort controller
 const listeners = new Set();
+const resyncs = new Set();
 
 /** onEvent calls fn with every journal event as it arrives; returns the unsubscribe. */
 export function onEvent(fn) {
@@ -107,8 +133,26 @@ export function onEvent(fn) {
   return () => listeners.delete(fn);
 }
 
+/**
+ * onResync calls fn when the stream could not resume where it stopped
+ * (its cursor was purged from the journal): whoever keeps a list of
+ * events loads it again. Returns the unsubscribe.
+ */
+export function onResync(fn) {
+  resyncs.add(fn);
+  return () => resyncs.delete(fn);
+}
+
 /** The notification hook, set by notify.js: called when a run enters the inbox. */
 export const hooks = { runChanged: null };
+
+/**
+ * What the stream delivered in this page's life, for the browser tests:
+ * the position the first load ended at, the seq of every event in
+ * arrival order (the last 10 000), and how many times it reconnected.
+ */
+const record = { after: null, seqs: [], reconnects: 0 };
+window.__pamStream = record;
 
 function mapOf(list) {
   const m = new Map();
@@ -119,14 +163,14 @@ function mapOf(list) {
 async function getSeq(path, seqs, signal) {
   const res = await api('GET', path, undefined, { response: true, signal });
   const seq = eventSeqOf(res);
-  if (seq !== null) seqs.push(seq);
+  if (seq === null) throw new ApiError(0, 'no_event_seq', `GET ${path} came without Pam-Event-Seq: the dashboard cannot follow this server.`);
+  seqs.push(seq);
   return res.json();
 }
 
 /**
- * loadAll reads the whole state and returns the smallest Pam-Event-Seq of
- * the answers (the stream resumes after it), or null when the server
- * sends none.
+ * loadAll reads the whole state and returns the smallest Pam-Event-Seq
+ * of its reads: where the stream starts (see above).
  */
 async function loadAll(signal) {
   const seqs = [];
@@ -153,7 +197,7 @@ async function loadAll(signal) {
     loaded.value = true;
     loadError.value = '';
   });
-  return seqs.length ? Math.min(...seqs) : null;
+  return Math.min(...seqs);
 }
 
 /** start loads the state and follows the stream until stop (sign-out). */
@@ -183,20 +227,18 @@ const sleep = (ms, signal) => new Promise((resolve) => {
 });
 
 async function follow(signal) {
-  let after = null; // the seq the stream resumes after; null = not loaded yet
+  let cursor = null; // the seq the stream resumes after; null until loaded
+  let resumed = false; // a reconnect, not the first stream after the load
   let delay = 500;
   while (!signal.aborted) {
     try {
-      if (after === null) after = await loadAll(signal);
-      if (after === null) {
-        // FALLBACK until the server sends Pam-Event-Seq (contract §8):
-        // open the stream live first, then load again, so nothing that
-        // commits in between is missed; events seen twice are harmless
-        // (see the top of this file).
-        await stream(signal, null, async () => { await loadAll(signal); });
-      } else {
-        await stream(signal, after, null);
+      if (cursor === null) {
+        cursor = await loadAll(signal);
+        record.after = cursor;
+        record.seqs = [];
+        resumed = false;
       }
+      await stream();
     } catch (e) {
       if (signal.aborted) return;
       if (e instanceof ApiError && e.status === 401) return; // signed out
@@ -206,17 +248,17 @@ async function follow(signal) {
     conn.value = 'reconnecting';
     await sleep(delay, signal);
     delay = Math.min(delay * 2, 8000);
-    if (lastSeq !== null) after = lastSeq;
   }
 
-  /** stream follows the SSE stream after seq (null: live only) until it ends. */
-  async function stream(signal, seq, onOpen) {
+  /** stream follows the SSE stream after cursor until it ends. */
+  async function stream() {
     const headers = { Authorization: 'Bearer ' + token.value, Accept: 'text/event-stream' };
-    const q = seq === null ? '' : `?after=${seq}`;
-    if (seq !== null) headers['Last-Event-ID'] = String(seq);
+    let path = '/api/v1/events/stream';
+    if (resumed) headers['Last-Event-ID'] = String(cursor);
+    else path += `?after=${cursor}`;
     let res;
     try {
-      res = await fetch('/api/v1/events/stream' + q, { headers, signal, cache: 'no-store' });
+      res = await fetch(path, { headers, signal, cache: 'no-store' });
     } catch (e) {
       if (signal.aborted) return;
       throw new ApiError(0, 'network', 'The server cannot be reached.');
@@ -226,31 +268,37 @@ async function follow(signal) {
       throw new ApiError(401, 'unauthorized', 'refused');
     }
     if (!res.ok) throw new ApiError(res.status, 'http_' + res.status, 'The event stream failed.');
-    if (seq !== null) lastSeq = Math.max(lastSeq ?? 0, seq);
-    if (onOpen) await onOpen();
+    if (resumed) record.reconnects++;
+    resumed = true;
     conn.value = 'live';
     delay = 500;
-    await readSSE(res, (ev) => handle(ev));
+    await readSSE(res, (ev) => {
+      const seq = handle(ev);
+      if (seq !== null) cursor = seq;
+    });
   }
 }
 
-/** The largest seq seen on the stream, where a reconnect resumes. */
-let lastSeq = null;
-
+/** handle applies one SSE event and returns its seq, or null when it has none. */
 function handle(ev) {
   if (ev.event === 'snapshot') {
-    // The cursor was purged: the snapshot holds every live run and host;
-    // reload the rest too.
-    loadAll(session ? session.signal : undefined).catch(() => {});
-    return;
+    // The cursor was purged: the stream goes on from the oldest event it
+    // still has. The snapshot holds every live run and host; the rest is
+    // loaded again, and lists of events start over.
+    resync(ev.data);
+    return null;
   }
   let e;
   try {
     e = JSON.parse(ev.data);
   } catch {
-    return;
+    return null;
   }
-  if (typeof e.seq === 'number') lastSeq = Math.max(lastSeq ?? 0, e.seq);
+  const seq = typeof e.seq === 'number' ? e.seq : Number(ev.id);
+  if (Number.isSafeInteger(seq)) {
+    record.seqs.push(seq);
+    if (record.seqs.length > 10000) record.seqs.splice(0, record.seqs.length - 10000);
+  }
   apply(e);
   for (const fn of listeners) {
     try {
@@ -259,7 +307,36 @@ function handle(ev) {
       console.error(err);
     }
   }
+  return Number.isSafeInteger(seq) ? seq : null;
 }
+
+function resync(data) {
+  try {
+    const s = JSON.parse(data);
+    batch(() => {
+      if (Array.isArray(s.runs)) {
+        const m = new Map(runs.value);
+        for (const r of s.runs) m.set(r.id, r);
+        runs.value = m;
+      }
+      if (Array.isArray(s.hosts)) hosts.value = mapOf(s.hosts);
+    });
+  } catch {
+    // the reload below brings it all
+  }
+  loadAll(session ? session.signal : undefined).catch(() => {});
+  for (const fn of resyncs) {
+    try {
+      fn();
+    } catch (err) {
+      console.error(err);
+    }
+  }
+}
+
+/** Run topics that change a host's active_runs. */
+const COUNTED = new Set(['run.dispatched', 'run.dispatch_withdrawn', 'run.spawning', 'run.started', 'run.finished', 'run.exited',
+  'run.failed', 'run.stopped', 'run.requeued']);
 
 function apply(e) {
   const t = e.topic || '';
@@ -277,6 +354,8 @@ function apply(e) {
     items.value = m;
   } else if (t.startsWith('run.')) {
     if (e.run_id) refetch('run', e.run_id);
+    // A host's active_runs counts its live runs: a run that comes or goes changes it.
+    if (e.host_id && COUNTED.has(t)) refetch('host', e.host_id);
   } else if (t.startsWith('host.') || t.startsWith('worker.')) {
     if (t === 'host.removed' && e.host_id) {
       const m = new Map(hosts.value);

@@ -42,6 +42,7 @@ export function Board({ ref_ }) {
   const project = projectByRef(ref_);
   const [dialog, setDialog] = useState(null); // {type:'new', status} | {type:'edit', id} | {type:'run', id}
   const [filter, setFilter] = useState('');
+  const boardRef = useRef(null);
   const q = route.value.query.get('item');
   useEffect(() => { if (q) setDialog({ type: 'edit', id: q }); }, [q]);
   useEffect(() => { if (project) loadItems(project.id).catch(() => {}); }, [project && project.id]);
@@ -70,7 +71,8 @@ export function Board({ ref_ }) {
           }}><Icon name="archive" size={16} /></button>
         </div>
       </div>
-      <div class="board" data-testid="board">
+      <ColumnTabs board={boardRef} counts={COLUMNS.map((c) => shown.filter((w) => w.status === c.status).length)} />
+      <div class="board" data-testid="board" ref={boardRef}>
         {COLUMNS.map((c) => (
           <Column key={c.status} col={c} list={shown.filter((w) => w.status === c.status)} byId={byId}
             onAdd={() => setDialog({ type: 'new', status: c.status })} onOpen={(id) => setDialog({ type: 'edit', id })} />
@@ -82,6 +84,41 @@ export function Board({ ref_ }) {
       )}
       {dialog && dialog.type === 'run' && byId.get(dialog.id) && <StartRun task={byId.get(dialog.id)} onClose={close} />}
     </section>
+  );
+}
+
+/**
+ * ColumnTabs is the board's column strip on a phone, where one column
+ * shows at a time: a tap scrolls to a column, the one in view is marked,
+ * and a card dropped on a tab moves to that column.
+ */
+function ColumnTabs({ board, counts }) {
+  const [inView, setInView] = useState(0);
+  useEffect(() => {
+    const b = board.current;
+    if (!b) return undefined;
+    const onScroll = () => {
+      const col = b.querySelector('[data-col]');
+      const step = col ? col.getBoundingClientRect().width + (parseFloat(getComputedStyle(b).columnGap) || 0) : 0;
+      if (step) setInView(Math.max(0, Math.min(COLUMNS.length - 1, Math.round(b.scrollLeft / step))));
+    };
+    b.addEventListener('scroll', onScroll, { passive: true });
+    return () => b.removeEventListener('scroll', onScroll);
+  }, [board.current]);
+  const show = (i) => {
+    const b = board.current;
+    const col = b && b.querySelectorAll('[data-col]')[i];
+    if (col) b.scrollTo({ left: col.offsetLeft - b.firstElementChild.offsetLeft, behavior: 'smooth' });
+  };
+  return (
+    <div class="col-tabs" role="tablist" aria-label="Columns">
+      {COLUMNS.map((c, i) => (
+        <button key={c.status} type="button" role="tab" aria-selected={i === inView} data-col={c.status} data-testid={'col-tab-' + c.status}
+          class={'col-tab' + (i === inView ? ' active' : '') + (dropTarget.value === c.status ? ' drop' : '')} onClick={() => show(i)}>
+          {c.label}<span class="col-count">{counts[i]}</span>
+        </button>
+      ))}
+    </div>
   );
 }
 
@@ -191,6 +228,11 @@ export function RunBadges({ list, max = 3 }) {
 
 let dragJustEnded = false;
 
+// A card brought to the board's left or right edge scrolls the board one
+// column that way (on a phone the board shows one column); one column per
+// visit to the edge, so the column under the card stays predictable.
+const EDGE = 36;
+
 function startDrag(e, card, w) {
   if (e.button !== 0 || !card) return;
   if (e.target instanceof Element && e.target.closest('a, button, input, select, textarea')) return;
@@ -199,10 +241,38 @@ function startDrag(e, card, w) {
   const x0 = e.clientX;
   const y0 = e.clientY;
   const id = e.pointerId;
+  const board = card.closest('.board');
   let ghost = null;
-  let dx = 0;
-  let dy = 0;
+  let x = x0;
+  let y = y0;
+  let edgeTimer = 0;
+  let edgeDir = 0;
   const rect = card.getBoundingClientRect();
+  const target = () => {
+    const under = document.elementFromPoint(x, y);
+    const col = under && under.closest('[data-col]');
+    dropTarget.value = col ? col.getAttribute('data-col') : '';
+  };
+  const scrollStep = () => {
+    edgeTimer = 0;
+    if (!ghost || !edgeDir || !board) return;
+    const col = board.querySelector('[data-col]');
+    const gap = parseFloat(getComputedStyle(board).columnGap) || 0;
+    board.scrollBy({ left: edgeDir * ((col ? col.getBoundingClientRect().width : 240) + gap), behavior: 'smooth' });
+  };
+  const edge = () => {
+    if (!board) return;
+    const r = board.getBoundingClientRect();
+    const left = Math.max(r.left, 0);
+    const right = Math.min(r.right, window.innerWidth);
+    const dir = x > right - EDGE && board.scrollLeft + board.clientWidth < board.scrollWidth - 1 ? 1
+      : x < left + EDGE && board.scrollLeft > 0 ? -1 : 0;
+    if (dir === edgeDir) return;
+    edgeDir = dir;
+    clearTimeout(edgeTimer);
+    edgeTimer = dir ? setTimeout(scrollStep, 150) : 0;
+  };
+  const onScroll = () => { if (ghost) target(); };
   const move = (ev) => {
     if (ev.pointerId !== id) return;
     if (!ghost) {
@@ -210,27 +280,30 @@ function startDrag(e, card, w) {
       ghost = card.cloneNode(true);
       ghost.classList.add('drag-ghost');
       ghost.removeAttribute('data-item');
+      ghost.removeAttribute('data-testid');
       ghost.style.width = rect.width + 'px';
       ghost.style.left = rect.left + 'px';
       ghost.style.top = rect.top + 'px';
       document.body.appendChild(ghost);
       card.classList.add('dragging');
       document.body.classList.add('is-dragging');
+      if (board) board.addEventListener('scroll', onScroll, { passive: true });
     }
     ev.preventDefault();
-    dx = ev.clientX - x0;
-    dy = ev.clientY - y0;
-    ghost.style.transform = `translate(${dx}px, ${dy}px) rotate(1.5deg)`;
-    const under = document.elementFromPoint(ev.clientX, ev.clientY);
-    const col = under && under.closest('[data-col]');
-    dropTarget.value = col ? col.getAttribute('data-col') : '';
+    x = ev.clientX;
+    y = ev.clientY;
+    ghost.style.transform = `translate(${x - x0}px, ${y - y0}px) rotate(1.5deg)`;
+    target();
+    edge();
   };
   const end = (ev) => {
     if (ev.pointerId !== id) return;
     window.removeEventListener('pointermove', move);
     window.removeEventListener('pointerup', end);
     window.removeEventListener('pointercancel', end);
+    clearTimeout(edgeTimer);
     if (!ghost) return;
+    if (board) board.removeEventListener('scroll', onScroll);
     ghost.remove();
     card.classList.remove('dragging');
     document.body.classList.remove('is-dragging');

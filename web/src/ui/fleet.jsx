@@ -47,7 +47,7 @@ function HostCard({ h, onToken }) {
     return out;
   };
   return (
-    <article class="card host-card" data-testid="host-card">
+    <article class="card host-card" data-testid="host-card" data-host={h.name} data-status={h.status}>
       <header class="host-head">
         <div class="host-name">
           <h3>{h.name}</h3>

@@ -34,7 +34,7 @@ export function Inbox() {
             const p = projects.value.get(run.project_id);
             const rs = reasons[why];
             return (
-              <article key={run.id} class="inbox-card card" data-testid="inbox-card">
+              <article key={run.id} class={'inbox-card card why-' + why} data-testid="inbox-card" data-run={run.id} data-why={why}>
                 <a class="inbox-link" href={'/runs/' + run.id} data-nav>
                   <header class="inbox-head">
                     <span class={'badge ' + rs.cls}><span class="dot" />{rs.label}</span>
@@ -49,6 +49,7 @@ export function Inbox() {
                 </a>
                 <footer class="inbox-foot">
                   {isActive(run) ? <StatusBadge status={run.status} /> : <span class="muted sm">attempt {run.attempt}/{run.max_attempts} · <span class="mono">{run.id.slice(0, 8)}</span></span>}
+                  {why === 'needs_input' && <a class="btn sm primary" href={'/runs/' + run.id}>Answer<Icon name="chevron" size={12} /></a>}
                   {!isActive(run) && <button class="btn sm ghost" onClick={() => markSeen(run)}>Dismiss</button>}
                 </footer>
               </article>

@@ -2,8 +2,8 @@
 // Take control opens attach/ws under the lease (who holds it, and a
 // revoke); stop, retry, complete; tabs Events (by attempt) and Logs.
 import { useEffect, useRef, useState } from 'preact/hooks';
-import { ApiError, api, del, get, post } from '../api.js';
-import { attentionOf, hostName, isActive, items, markSeen, onEvent, projects, put, runs, taskTitle } from '../store.js';
+import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
+import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
 import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
 import { Icon } from './icons.jsx';
 
@@ -100,6 +100,7 @@ function TerminalPanel({ run }) {
     };
   }, [run.id]);
   const running = run.status === 'running';
+  const asks = running && attentionOf(run) === 'needs_input';
   const c = ctl.current;
   const revoke = async () => {
     const ok = await attempt(async () => { await del(`/runs/${run.id}/lease`); return true; }, 'Lease revoked');
@@ -113,6 +114,7 @@ function TerminalPanel({ run }) {
           {{ connecting: 'Connecting…', view: 'Read-only view', waiting: 'Taking control…', control: 'You have control', held: 'Controlled elsewhere', ended: 'Ended' }[st.mode]}
         </span>
         {st.mode === 'held' && <span class="muted sm holder" data-testid="holder">by {holderText(st.holder)}{st.holder && st.holder.attached_at ? <> since <Ago iso={st.holder.attached_at} /></> : null}</span>}
+        {asks && st.mode !== 'control' && <span class="term-ask" data-testid="asks"><span class="dot" />Waiting for your input</span>}
         {st.message && st.mode !== 'held' && <span class="muted sm term-msg">{st.message}</span>}
         <span class="grow" />
         {st.renderer && <span class="muted xs hide-sm" title="xterm.js renderer">{st.renderer}</span>}
@@ -171,20 +173,54 @@ function summary(e) {
   return bits.join(' · ');
 }
 
+/**
+ * Events lists the run's journal: loaded once (GET /runs/{id}/events, up
+ * to its Pam-Event-Seq N), then extended by the stream's events of this
+ * run with a seq above the last one shown. The stream is subscribed
+ * before the load, so an event arriving meanwhile waits for it; the
+ * stream never runs ahead of N (N is at least every seq the stream has
+ * sent), and an event it sends again at or below N is already shown.
+ */
 function Events({ run }) {
   const [list, setList] = useState(null);
   const [err, setErr] = useState('');
   useEffect(() => {
     let stale = false;
-    const load = () => get(`/runs/${run.id}/events`).then((l) => { if (!stale) setList(l.events); }).catch((e) => setErr(e.message));
-    load();
-    let t = 0;
+    let shown = null; // the events on screen once loaded
+    let upTo = 0; // the largest seq shown or covered by the load
+    let early = []; // stream events that came before the load
+    const add = (evs) => {
+      const fresh = evs.filter((e) => e.seq > upTo);
+      if (!fresh.length) return;
+      upTo = fresh[fresh.length - 1].seq;
+      shown = shown.concat(fresh);
+      setList(shown);
+    };
+    const load = async () => {
+      early = [];
+      shown = null;
+      try {
+        const res = await api('GET', `/runs/${run.id}/events`, undefined, { response: true });
+        const n = eventSeqOf(res);
+        const l = await res.json();
+        if (stale) return;
+        shown = l.events;
+        upTo = Math.max(n ?? 0, ...shown.map((e) => e.seq));
+        setList(shown);
+        add(early);
+        early = [];
+      } catch (e) {
+        if (!stale) setErr(e.message);
+      }
+    };
     const off = onEvent((e) => {
-      if (e.run_id !== run.id) return;
-      clearTimeout(t);
-      t = setTimeout(load, 150);
+      if (e.run_id !== run.id || typeof e.seq !== 'number') return;
+      if (shown === null) early.push(e);
+      else add([e]);
     });
-    return () => { stale = true; off(); clearTimeout(t); };
+    const offResync = onResync(load);
+    load();
+    return () => { stale = true; off(); offResync(); };
   }, [run.id]);
   if (err) return <p class="pad form-error">{err}</p>;
   if (!list) return <p class="pad muted">Loading…</p>;
@@ -208,7 +244,7 @@ function Events({ run }) {
             </div>
             <ol class="timeline">
               {evs.slice().reverse().map((e) => (
-                <li key={e.seq} class={'ev ev-' + e.topic.split('.')[1]}>
+                <li key={e.seq} class={'ev ev-' + e.topic.split('.')[1]} data-seq={e.seq}>
                   <span class="ev-dot" />
                   <span class="ev-topic mono">{e.topic}</span>
                   <span class="ev-sum">{summary(e)}</span>
