@@ -36,6 +36,10 @@ const (
 	TopicRunStaleSession      Topic = "run.stale_session"
 	TopicRunLeaseAcquired     Topic = "run.lease_acquired"
 	TopicRunLeaseReleased     Topic = "run.lease_released"
+	// Workspaces (docs/architecture.md#workspaces).
+	TopicRunWorkspaceReady   Topic = "run.workspace_ready"
+	TopicRunWorkspaceRemoved Topic = "run.workspace_removed"
+	TopicRunWorkspacePushed  Topic = "run.workspace_pushed"
 
 	TopicHostCreated  Topic = "host.created"
 	TopicHostUpdated  Topic = "host.updated"
