@@ -542,7 +542,7 @@ func ExitCode(payload json.RawMessage) (int, error) {
 }
 
 // StateReport decides a worker's run_state frame about a run (state
-// spawn_failed, session_lost, tmux_crash, wrapper_died fail the current
+// spawn_failed, workspace_failed, session_lost, tmux_crash, wrapper_died fail the current
 // attempt; stale_session and orphan_detected are journaled). A report
 // about another attempt, or from a host the run is not on, is journaled
 // only.
@@ -561,6 +561,8 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 	switch state {
 	case wire.StateSpawnFailed:
 		reason = wire.FailSpawnFailed
+	case wire.StateWorkspaceFailed:
+		reason = wire.FailWorkspaceFailed
 	case wire.StateSessionLost:
 		reason = wire.FailSessionLost
 	case wire.StateTmuxCrash:
@@ -578,5 +580,11 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 		return Decision{}, nil
 	}
 	r, steps := fromLive(r)
-	return Decision{Steps: append(steps, fail(r, reason, nil, wire.SourceWrapper, p, now)...)}, nil
+	failed := fail(r, reason, nil, wire.SourceWrapper, p, now)
+	if detail != "" {
+		// What went wrong, in the worker's words (for workspace_failed:
+		// the git command and its stderr).
+		failed[0].Events[0].Extra["detail"] = detail
+	}
+	return Decision{Steps: append(steps, failed...)}, nil
 }
