@@ -3,7 +3,6 @@ package workspace
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -143,13 +142,4 @@ func Detail(err error) string {
 		s = strings.ToValidUTF8(s, "")
 	}
 	return wire.BoundText(s)
-}
-
-// exitCode is the exit status of a failed git command, or -1.
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return ee.ExitCode()
-	}
-	return -1
 }
