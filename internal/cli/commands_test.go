@@ -412,6 +412,9 @@ func TestDoctor(t *testing.T) {
 	if _, ok := byName["tmux"]; !ok {
 		t.Error("no tmux check")
 	}
+	if c := byName["git"]; !c.OK || !strings.Contains(c.Detail, "git version") {
+		t.Errorf("git check %+v", c)
+	}
 	if got.OK != (r.code == 0) {
 		t.Errorf("ok %v but exit %d", got.OK, r.code)
 	}
