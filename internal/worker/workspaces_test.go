@@ -271,3 +271,71 @@ func TestWorkspaceCleanup(t *testing.T) {
 		t.Error("the requeued run's worktree was removed")
 	}
 }
+
+// TestWorkspaceTenRunsOneFetchAtATime: ten runs of one project dispatched
+// at once all start, each in its own worktree, while the project's mirror
+// is fetched one fetch at a time (a git wrapper on the worker's side
+// records when each fetch process starts and ends).
+func TestWorkspaceTenRunsOneFetchAtATime(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.MaxRuns = 11
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	log := filepath.Join(bin, "fetches.log")
+	h.opts.Git = filepath.Join(bin, "git")
+	script := "#!/bin/sh\ncase \" $* \" in *\" fetch \"*) echo \"start $$\" >> " + log + "; \"" + real + "\" \"$@\"; rc=$?; echo \"end $$\" >> " + log +
+		"; exit $rc;; esac\nexec \"" + real + "\" \"$@\"\n"
+	if err := os.WriteFile(h.opts.Git, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	remote := gitRemote(t)
+	// A warm mirror first: the project's first run clones it.
+	first := uuid.NewString()
+	from := orch.mark()
+	orch.send(h.worktreeDispatch(first, 1, remote))
+	orch.wait(from, "the first run's worktree", isType(wire.FrameWorkspaceReady, first))
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	from = orch.mark()
+	for range 10 {
+		id := uuid.NewString()
+		ids = append(ids, id)
+		orch.send(h.worktreeDispatch(id, 1, remote))
+	}
+	paths := map[string]bool{}
+	for _, id := range ids {
+		f, _ := orch.wait(from, "workspace_ready of "+id, isType(wire.FrameWorkspaceReady, id))
+		paths[f.Workspace.Path] = true
+		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
+	}
+	if len(paths) != 10 {
+		t.Errorf("%d distinct worktrees for 10 runs", len(paths))
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(b))
+	open, fetches := "", 0
+	for i := 0; i+1 < len(lines); i += 2 {
+		switch what, pid := lines[i], lines[i+1]; {
+		case what == "start" && open == "":
+			open, fetches = pid, fetches+1
+		case what == "end" && open == pid:
+			open = ""
+		default:
+			t.Fatalf("two fetches of the mirror at once:\n%s", b)
+		}
+	}
+	if fetches == 0 || fetches >= 10 {
+		t.Errorf("%d fetches for 10 runs dispatched at once; want them shared", fetches)
+	}
+	t.Logf("10 runs dispatched at once on a warm mirror: all started, %d fetch(es), one at a time", fetches)
+}
