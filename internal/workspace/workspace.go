@@ -181,7 +181,8 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 		return wire.Workspace{}, err
 	}
 	path := m.Path(s.RunID)
-	if rec, ok := m.Record(s.RunID); ok && rec.Workspace.Path == path && isWorktree(path) {
+	rec, recorded := m.Record(s.RunID)
+	if recorded && rec.Workspace.Path == path && isWorktree(path) {
 		return rec.Workspace, nil // a later attempt: the same checkout
 	}
 	for _, d := range []string{m.reposDir(), m.worktreesDir(), m.recordsDir()} {
@@ -200,6 +201,11 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 		return wire.Workspace{}, err
 	}
 	mirror, base, err := m.sync(ctx, s, asked)
+	if err == nil && recorded {
+		// The checkout went away behind pam's back: the mirror still
+		// lists it (and its branch as checked out) until pruned.
+		_, err = m.git(ctx, mirror, "worktree", "prune")
+	}
 	if err != nil {
 		unlock()
 		return wire.Workspace{}, err
@@ -209,8 +215,8 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 	if err != nil {
 		return wire.Workspace{}, err
 	}
-	rec := Record{RunID: s.RunID, ProjectID: s.ProjectID, URL: s.URL, Workspace: ws, CreatedAt: time.Now().UTC()}
-	b, _ := json.MarshalIndent(rec, "", "  ")
+	made := Record{RunID: s.RunID, ProjectID: s.ProjectID, URL: s.URL, Workspace: ws, CreatedAt: time.Now().UTC()}
+	b, _ := json.MarshalIndent(made, "", "  ")
 	if err := datadir.WriteFileAtomic(m.recordPath(s.RunID), append(b, '\n'), 0o600); err != nil {
 		_ = m.removeDir(context.WithoutCancel(ctx), s.ProjectID, path)
 		return wire.Workspace{}, fmt.Errorf("record the worktree: %w", err)

@@ -230,6 +230,15 @@ func TestRetryReusesWorktree(t *testing.T) {
 		t.Fatalf("attempt 1's file in attempt 2: %q, %v", b, err)
 	}
 
+	// The checkout deleted behind pam's back (the record stays): made
+	// again on the run's branch.
+	if err := os.RemoveAll(ws1.Path); err != nil {
+		t.Fatal(err)
+	}
+	if ws, err := m.Prepare(t.Context(), s); err != nil || ws != ws1 {
+		t.Fatalf("after the checkout was deleted: %+v %v", ws, err)
+	}
+
 	// Removed (clean-up), then asked again: the branch stayed, so the
 	// run's commits come back.
 	write(t, filepath.Join(ws1.Path, "c.txt"), "c\n")
