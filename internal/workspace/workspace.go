@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -448,16 +449,15 @@ type Entry struct {
 }
 
 // List returns every worktree directory under <data>/worktrees with its
-// size; a name that is not a run id is left alone (not pam's).
+// size, and every record whose checkout is gone (size 0); a name that is
+// not a run id is left alone (not pam's).
 func (m *Manager) List() ([]Entry, error) {
 	des, err := os.ReadDir(m.worktreesDir())
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	var out []Entry
+	seen := map[string]bool{}
 	for _, de := range des {
 		if !de.IsDir() || !wire.ValidUUID(de.Name()) {
 			continue
@@ -465,6 +465,20 @@ func (m *Manager) List() ([]Entry, error) {
 		e := Entry{RunID: de.Name(), Size: dirSize(filepath.Join(m.worktreesDir(), de.Name()))}
 		e.Record, e.Recorded = m.Record(de.Name())
 		out = append(out, e)
+		seen[de.Name()] = true
+	}
+	recs, err := os.ReadDir(m.recordsDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	for _, de := range recs {
+		id, ok := strings.CutSuffix(de.Name(), ".json")
+		if !ok || seen[id] {
+			continue
+		}
+		if rec, ok := m.Record(id); ok {
+			out = append(out, Entry{RunID: id, Recorded: true, Record: rec})
+		}
 	}
 	return out, nil
 }

@@ -430,6 +430,26 @@ func TestRemoveHalfMade(t *testing.T) {
 	if out := gitT(t, m.MirrorPath(s.ProjectID), "worktree", "list"); strings.Contains(out, s.RunID) {
 		t.Errorf("mirror still lists it: %s", out)
 	}
+
+	// A record whose checkout is gone is listed too, so clean-up can
+	// drop it.
+	s2 := spec(s.ProjectID, remote)
+	ws2, err := m.Prepare(t.Context(), s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(ws2.Path); err != nil {
+		t.Fatal(err)
+	}
+	if l := mustList(t, m); len(l) != 1 || l[0].RunID != s2.RunID || !l[0].Recorded || l[0].Size != 0 {
+		t.Fatalf("list %+v", l)
+	}
+	if _, ok, err := m.Remove(t.Context(), s2.RunID); err != nil || !ok {
+		t.Fatalf("remove: %v %v", ok, err)
+	}
+	if l := mustList(t, m); len(l) != 0 {
+		t.Errorf("list after removal %+v", l)
+	}
 }
 
 // makeFiles writes n small files in a tree of directories.
