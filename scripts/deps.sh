@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# deps.sh makes sure the Debian packages pam needs are present: tmux,
+# deps.sh makes sure the Debian packages pam needs are present: tmux, git (workspaces),
 # PostgreSQL's server binaries (initdb and postgres) for the embedded
 # database, and Node.js with npm to build the web dashboard (web/); when
 # root, also the postgres system user the database runs as. With --test it
@@ -41,6 +41,7 @@ missing() {
 		pkgs+=(postgresql)
 	fi
 	have tmux || pkgs+=(tmux)
+	have git || pkgs+=(git)
 	have node || pkgs+=(nodejs)
 	have npm || pkgs+=(npm)
 	if $for_tests && ! have chromium && ! have chromium-browser && ! have google-chrome; then

@@ -674,3 +674,42 @@ func (c *Client) PostSignal(ctx context.Context, runID string, sig wire.Signal) 
 	}
 	return r.Result, nil
 }
+
+// RunDiff copies the unified diff of everything a run changed in its
+// worktree to w (GET /runs/{id}/diff).
+func (c *Client) RunDiff(ctx context.Context, id string, w io.Writer) error {
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", nil, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Accept", "text/x-diff")
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return decodeError(resp)
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// RunDiffStat is GET /runs/{id}/diff?stat=true: the files a run changed.
+func (c *Client) RunDiffStat(ctx context.Context, id string) (*wire.DiffStat, error) {
+	var out wire.DiffStat
+	q := url.Values{"stat": {"true"}}
+	return &out, c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", q, nil, &out)
+}
+
+// PushRun is POST /runs/{id}/push: the run's branch pushed by its host.
+func (c *Client) PushRun(ctx context.Context, id string) (*wire.PushResult, error) {
+	var out wire.PushResult
+	return &out, c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/push", nil, nil, &out)
+}
+
+// DeleteWorkspace is DELETE /runs/{id}/workspace: the run's worktree
+// removed from its host (the branch stays).
+func (c *Client) DeleteWorkspace(ctx context.Context, id string) error {
+	return c.Do(ctx, http.MethodDelete, "/api/v1/runs/"+url.PathEscape(id)+"/workspace", nil, nil, nil)
+}

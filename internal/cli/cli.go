@@ -327,7 +327,7 @@ func printFlags(w io.Writer, flags []*flag.Flag) {
 	for _, f := range flags {
 		typ, help := flag.UnquoteUsage(f)
 		if v, ok := f.Value.(*value); ok {
-			typ = [...]string{kindString: "string", kindInt: "int", kindBool: "", kindDuration: "duration"}[v.s.Kind]
+			typ = [...]string{kindString: "string", kindInt: "int", kindBool: "", kindDuration: "duration", kindSize: "size"}[v.s.Kind]
 			if v.s.Secret {
 				typ = "file"
 			}

@@ -146,7 +146,7 @@ func (f *fakeAPI) last() string {
 	return f.log[len(f.log)-1]
 }
 
-const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
+const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"repo":null,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 // itemID is the id of itemJSON; parentID1 and parentID2 are ids of other
 // items: commands pass whole ids to the API as they are.
@@ -411,6 +411,9 @@ func TestDoctor(t *testing.T) {
 	}
 	if _, ok := byName["tmux"]; !ok {
 		t.Error("no tmux check")
+	}
+	if c := byName["git"]; !c.OK || !strings.Contains(c.Detail, "git version") {
+		t.Errorf("git check %+v", c)
 	}
 	if got.OK != (r.code == 0) {
 		t.Errorf("ok %v but exit %d", got.OK, r.code)

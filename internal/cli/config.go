@@ -26,6 +26,7 @@ const (
 	kindInt
 	kindBool
 	kindDuration
+	kindSize // bytes, written "20GB", "512MiB" (defaults.ParseSize)
 )
 
 // setting is one PAM_* variable of docs/architecture.md#configuration-and-files-on-disk. Each is also a kebab-case
@@ -101,6 +102,8 @@ var settings = []setting{
 	{Env: "PAM_STOP_GRACE", Kind: kindDuration, Default: defaults.Duration(defaults.StopGrace), Uses: localWorkerCmds, Positive: true, Help: "SIGTERM to SIGKILL wait"},
 	{Env: "PAM_PASS_ENV", Default: "", Uses: uses(localWorkerCmds, []string{"doctor"}), Help: "extra variables passed from this environment to every CLI, on top of each provider's pass_env (names, comma- or space-separated)"},
 	{Env: "PAM_HOLD_OPEN", Kind: kindDuration, Default: defaults.Duration(defaults.HoldOpen), Uses: uses(localWorkerCmds, []string{"exec"}), Positive: true, Help: "session kept after the CLI exits"},
+	{Env: "PAM_WORKTREE_RETENTION", Kind: kindDuration, Default: defaults.Duration(defaults.WorktreeRetention), Uses: localWorkerCmds, Positive: true, Help: "a finished run's worktree is removed this long after it ended"},
+	{Env: "PAM_WORKTREE_BUDGET", Kind: kindSize, Default: "20GB", Uses: localWorkerCmds, Positive: true, Help: "past this size of worktrees, finished runs' are removed oldest first"},
 	{Env: "PAM_SPAWN_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.SpawnTimeout), Uses: serveCmds, Positive: true, Help: "spawning this long without started: run fails spawn_failed"},
 	{Env: "PAM_TLS_CERT", Default: "", Uses: serveCmds, Help: "TLS certificate file (serve HTTPS natively; needs --tls-key)"},
 	{Env: "PAM_TLS_KEY", Default: "", Uses: serveCmds, Help: "TLS private key file (needs --tls-cert)"},
@@ -128,6 +131,7 @@ type value struct {
 	i    int
 	b    bool
 	d    time.Duration
+	n    int64 // kindSize
 }
 
 func (v *value) String() string {
@@ -221,6 +225,15 @@ func (v *value) parse(text string) error {
 			return errors.New("must be positive")
 		}
 		v.d = d
+	case kindSize:
+		n, err := defaults.ParseSize(text)
+		if err != nil {
+			return err
+		}
+		if v.s.Positive && n <= 0 {
+			return errors.New("must be positive")
+		}
+		v.n = n
 	}
 	v.text = text
 	return nil
@@ -309,6 +322,7 @@ func (c *config) str(env string) string        { return c.get(env).str }
 func (c *config) int(env string) int           { return c.get(env).i }
 func (c *config) bool(env string) bool         { return c.get(env).b }
 func (c *config) dur(env string) time.Duration { return c.get(env).d }
+func (c *config) size(env string) int64        { return c.get(env).n }
 
 // newLogger builds the slog logger of PAM_LOG_LEVEL and PAM_LOG_FORMAT,
 // writing to w (stderr).

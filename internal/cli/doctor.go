@@ -48,7 +48,7 @@ const healthTimeout = 3 * time.Second
 
 var doctorCmd = &command{
 	name:    "doctor",
-	summary: "check what this host needs (data dir, token, tmux, database, orchestrator, providers) and say how to fix each failure",
+	summary: "check what this host needs (data dir, token, tmux, git, database, orchestrator, providers) and say how to fix each failure",
 	group:   "doctor",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		asJSON := fs.Bool("json", false, "print the checks as JSON")
@@ -59,6 +59,7 @@ var doctorCmd = &command{
 				checkDataDir(dir),
 				checkToken(dir, x.cfg.str("PAM_TOKEN")),
 				checkTmux(x.ctx, x.env.getenv("PATH")),
+				checkGit(x.ctx),
 				checkDatabase(dir, x.cfg.str("PAM_DATABASE_URL")),
 				checkOrchestrator(x.ctx, x.cfg.str("PAM_URL"), x.cfg.str("PAM_CA_FILE")),
 				provCheck,
@@ -195,6 +196,34 @@ func checkTmux(ctx context.Context, searchPath string) check {
 	major, _ := strconv.Atoi(m[1])
 	if major < 3 {
 		return fail(name, fix, "%s is too old, pam needs 3.0 or later", v)
+	}
+	return pass(name, "%s (%s)", v, bin)
+}
+
+var gitVersionRe = regexp.MustCompile(`(\d+)\.(\d+)`)
+
+// checkGit finds git, which a worker needs for the runs of projects with
+// a repo (docs/architecture.md#workspaces): 2.31 or later.
+func checkGit(ctx context.Context) check {
+	const name = "git"
+	const fix = "install git 2.31 or later (Debian: apt-get install -y git; macOS: xcode-select --install or brew install git); only runs of projects with a repo need it"
+	bin, err := exec.LookPath("git")
+	if err != nil {
+		return fail(name, fix, "git not found on PATH")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "--version").Output()
+	if err != nil {
+		return fail(name, fix, "%s --version: %v", bin, err)
+	}
+	v := strings.TrimSpace(string(out))
+	if m := gitVersionRe.FindStringSubmatch(v); m != nil {
+		major, _ := strconv.Atoi(m[1])
+		minor, _ := strconv.Atoi(m[2])
+		if major < 2 || (major == 2 && minor < 31) {
+			return fail(name, fix, "%s is too old, workspaces need 2.31 or later", v)
+		}
 	}
 	return pass(name, "%s (%s)", v, bin)
 }

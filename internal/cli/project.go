@@ -21,6 +21,7 @@ var projectCmd = &command{
 				slug := fs.String("slug", "", "slug (default: derived from the name)")
 				desc := fs.String("description", "", "description")
 				autoDone := fs.Bool("auto-done", true, "move a work item to done when its run completes")
+				repo := addRepoFlags(fs, false)
 				asJSON := fs.Bool("json", false, "print the created project as JSON")
 				return func(x *invocation) error {
 					if *name == "" {
@@ -39,6 +40,9 @@ var projectCmd = &command{
 					}
 					c, err := x.client()
 					if err != nil {
+						return err
+					}
+					if body.Repo, _, err = repo.input(x, c, given, ""); err != nil {
 						return err
 					}
 					p, err := c.CreateProject(x.ctx, body)
@@ -80,11 +84,12 @@ var projectCmd = &command{
 			setup: showSetup((*apiclient.Client).GetProject, printProject),
 		},
 		{
-			name: "update", args: "REF", nargs: 1, names: projectIDs, summary: "change a project's name, description or auto-done (only the flags given)", group: "project",
+			name: "update", args: "REF", nargs: 1, names: projectIDs, summary: "change a project's name, description, auto-done or repo (only the flags given)", group: "project",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				name := fs.String("name", "", "new name")
 				desc := fs.String("description", "", "new description")
 				autoDone := fs.Bool("auto-done", true, "move a work item to done when its run completes")
+				repo := addRepoFlags(fs, true)
 				asJSON := fs.Bool("json", false, "print the updated project as JSON")
 				return func(x *invocation) error {
 					var body wire.UpdateProject
@@ -98,12 +103,17 @@ var projectCmd = &command{
 					if given["auto-done"] {
 						body.AutoDone = autoDone
 					}
-					if body == (wire.UpdateProject{}) {
-						return usagef("nothing to change: give --name, --description or --auto-done")
+					if body == (wire.UpdateProject{}) && !given["repo"] && !given["base"] {
+						return usagef("nothing to change: give --name, --description, --auto-done, --repo or --base")
 					}
 					c, err := x.client()
 					if err != nil {
 						return err
+					}
+					if in, set, err := repo.input(x, c, given, x.args[0]); err != nil {
+						return err
+					} else if set {
+						body.Repo = wire.OptionalRepo{Set: true, Value: in}
 					}
 					p, err := c.UpdateProject(x.ctx, x.args[0], body)
 					if err != nil {
@@ -173,6 +183,10 @@ func printProject(w io.Writer, p *wire.Project) {
 	fmt.Fprintf(tw, "slug:\t%s\n", p.Slug)
 	fmt.Fprintf(tw, "status:\t%s\n", p.Status)
 	fmt.Fprintf(tw, "auto_done:\t%t\n", p.AutoDone)
+	if p.Repo != nil {
+		fmt.Fprintf(tw, "repo:\t%s\n", p.Repo.URL)
+		fmt.Fprintf(tw, "base:\t%s\n", dash(p.Repo.Base))
+	}
 	fmt.Fprintf(tw, "description:\t%s\n", p.Description)
 	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&p.CreatedAt))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&p.UpdatedAt))

@@ -28,6 +28,7 @@ var runCmd = &command{
 				cwd := fs.String("cwd", "", "working directory on the host")
 				prompt := fs.String("prompt", "", "prompt for the agent")
 				maxAttempts := fs.Int("max-attempts", 0, "attempts before the run stays failed, 1 to 20 (default: the server's)")
+				workspace := fs.String("workspace", "", "worktree (a git worktree of the project's repo, the default when it has one and no --cwd is given) or none")
 				asJSON := fs.Bool("json", false, "print the created run as JSON")
 				return func(x *invocation) error {
 					if *task == "" || *provider == "" {
@@ -43,6 +44,9 @@ var runCmd = &command{
 					}
 					if given["max-attempts"] {
 						body.MaxAttempts = maxAttempts
+					}
+					if given["workspace"] {
+						body.Workspace = workspace
 					}
 					c, err := x.client()
 					if err != nil {
@@ -428,6 +432,11 @@ func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	fmt.Fprintf(tw, "completion_source:\t%s\n", optionalString(r.CompletionSource))
 	fmt.Fprintf(tw, "attention:\t%s\n", attentionCell(*r))
 	fmt.Fprintf(tw, "attention_since:\t%s\n", rfc3339(r.AttentionSince))
+	if r.Workspace != nil {
+		fmt.Fprintf(tw, "workspace:\t%s\n", r.Workspace.Path)
+		fmt.Fprintf(tw, "branch:\t%s\n", r.Workspace.Branch)
+		fmt.Fprintf(tw, "base_commit:\t%s\n", r.Workspace.BaseCommit)
+	}
 	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&r.CreatedAt))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&r.UpdatedAt))
 	tw.Flush()

@@ -139,6 +139,8 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 		ReconcileInterval: c.dur("PAM_RECONCILE_INTERVAL"),
 		OrphanHold:        c.dur("PAM_ORPHAN_HOLD"),
 		HoldOpen:          c.dur("PAM_HOLD_OPEN"),
+		WorktreeRetention: c.dur("PAM_WORKTREE_RETENTION"),
+		WorktreeBudget:    c.size("PAM_WORKTREE_BUDGET"),
 		PamBinary:         self,
 		Version:           versionString(),
 		Logger:            log,

@@ -8,7 +8,9 @@
 package defaults
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,7 +40,36 @@ const (
 	OrphanHold        = time.Hour        // PAM_ORPHAN_HOLD
 	StopGrace         = 10 * time.Second // PAM_STOP_GRACE
 	HoldOpen          = 5 * time.Minute  // PAM_HOLD_OPEN
+	// WorktreeRetention: a finished run's worktree is removed this long
+	// after it ended (PAM_WORKTREE_RETENTION).
+	WorktreeRetention = 168 * time.Hour
+	// WorktreeBudget: past this many bytes of worktrees, finished runs'
+	// are removed oldest first (PAM_WORKTREE_BUDGET, "20GB").
+	WorktreeBudget = 20 * 1000 * 1000 * 1000
 )
+
+// ParseSize reads a size such as "20GB", "512MiB", "1.5G" or "1000":
+// decimal units (KB, MB, GB, TB; K, M, G, T) and binary ones (KiB, MiB,
+// GiB, TiB), bytes without a unit.
+func ParseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	num, unit := t, ""
+	if i >= 0 {
+		num, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	units := map[string]float64{
+		"": 1, "B": 1,
+		"K": 1e3, "KB": 1e3, "M": 1e6, "MB": 1e6, "G": 1e9, "GB": 1e9, "T": 1e12, "TB": 1e12,
+		"KIB": 1 << 10, "MIB": 1 << 20, "GIB": 1 << 30, "TIB": 1 << 40,
+	}
+	mult, ok := units[strings.ToUpper(unit)]
+	f, err := strconv.ParseFloat(num, 64)
+	if !ok || err != nil || f < 0 || f*mult > 1<<62 {
+		return 0, fmt.Errorf("size %q: want a number of bytes with an optional unit (KB, MB, GB, TB, KiB, MiB, GiB, TiB)", s)
+	}
+	return int64(f * mult), nil
+}
 
 // Duration writes d the way the documentation and --help show it: the
 // largest whole unit, in Go syntax ("90s", "5m", "24h").

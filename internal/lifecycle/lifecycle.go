@@ -610,7 +610,7 @@ func ExitCode(payload json.RawMessage) (int, error) {
 }
 
 // StateReport decides a worker's run_state frame about a run (state
-// spawn_failed, session_lost, tmux_crash, wrapper_died fail the current
+// spawn_failed, workspace_failed, session_lost, tmux_crash, wrapper_died fail the current
 // attempt; stale_session and orphan_detected are journaled). A report
 // about another attempt, or from a host the run is not on, is journaled
 // only. State idle sets a running run's attention (Attention, source
@@ -636,6 +636,8 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 	switch state {
 	case wire.StateSpawnFailed:
 		reason = wire.FailSpawnFailed
+	case wire.StateWorkspaceFailed:
+		reason = wire.FailWorkspaceFailed
 	case wire.StateSessionLost:
 		reason = wire.FailSessionLost
 	case wire.StateTmuxCrash:
@@ -653,5 +655,11 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 		return Decision{}, nil
 	}
 	r, steps := fromLive(r)
-	return Decision{Steps: append(steps, fail(r, reason, nil, wire.SourceWrapper, p, now)...)}, nil
+	failed := fail(r, reason, nil, wire.SourceWrapper, p, now)
+	if detail != "" {
+		// What went wrong, in the worker's words (for workspace_failed:
+		// the git command and its stderr).
+		failed[0].Events[0].Extra["detail"] = detail
+	}
+	return Decision{Steps: append(steps, failed...)}, nil
 }

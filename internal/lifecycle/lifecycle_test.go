@@ -137,6 +137,8 @@ var machine = []edge{
 		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "spawning → failed: run_state spawn_failed", decide: report(run(spawning), hostA, 1, wire.StateSpawnFailed),
 		path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
+	{name: "spawning → failed: run_state workspace_failed", decide: report(run(spawning), hostA, 1, wire.StateWorkspaceFailed),
+		path: []string{failed, pending}, reason: wire.FailWorkspaceFailed, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "spawning → failed: no started within the spawn timeout", decide: expired(run(spawning), lifecycle.SpawnTimeout, false, ""),
 		path: []string{failed, pending}, reason: wire.FailSpawnFailed, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "spawning → failed: session lost", decide: report(run(spawning), hostA, 1, wire.StateSessionLost),

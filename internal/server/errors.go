@@ -24,7 +24,7 @@ func StatusOf(e *wire.Error) int {
 		return http.StatusUnauthorized
 	case wire.CodeForbidden:
 		return http.StatusForbidden
-	case wire.CodeNotFound:
+	case wire.CodeNotFound, wire.CodeNoWorkspace:
 		return http.StatusNotFound
 	case wire.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
@@ -33,7 +33,7 @@ func StatusOf(e *wire.Error) int {
 		return http.StatusConflict
 	case wire.CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case wire.CodeUnavailable:
+	case wire.CodeUnavailable, wire.CodeHostUnreachable:
 		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError

@@ -239,6 +239,9 @@ func (s *Server) routes() {
 	api("GET /runs/{id}/pane", s.getPane)
 	api("GET /runs/{id}/logs", s.runLogs)
 	api("GET /runs/{id}/events", s.runEvents)
+	api("GET /runs/{id}/diff", s.runDiff)
+	api("POST /runs/{id}/push", s.pushRun)
+	api("DELETE /runs/{id}/workspace", s.deleteWorkspace)
 	api("GET /openapi.json", s.openAPI)
 	s.terminalRoutes(api)
 

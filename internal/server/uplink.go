@@ -265,6 +265,26 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	case wire.FrameLogChunk:
 		s.opts.Fleet.DeliverLog(u.host.ID, f)
 
+	case wire.FrameWorkspaceReply:
+		// Answers travel like log chunks: to the request that waits, from
+		// the host it asked about the run it named (workspaces.go).
+		s.opts.Fleet.DeliverLog(u.host.ID, f)
+
+	case wire.FrameWorkspaceReady:
+		if _, err := s.store.WorkspaceReady(ctx, u.host.ID, f); err != nil {
+			u.refuse(f, err)
+		}
+
+	case wire.FrameWorkspaceRemoved:
+		if err := s.store.WorkspaceRemoved(ctx, u.host.ID, f); err != nil {
+			u.refuse(f, err)
+		}
+
+	case wire.FrameWorkspacePushed:
+		if err := s.store.WorkspacePushed(ctx, u.host.ID, f); err != nil {
+			u.refuse(f, err)
+		}
+
 	case wire.FrameRunState:
 		_, changed, err := s.store.RunStateReport(ctx, u.host.ID, f)
 		if err != nil {

@@ -33,9 +33,13 @@ func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) 
 	if err != nil {
 		return wire.Frame{}, err
 	}
-	return wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
+	f := wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
 		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
-		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}, nil
+		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}
+	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
+		return wire.Frame{}, err
+	}
+	return f, nil
 }
 
 type candidate struct {

@@ -14,13 +14,13 @@ import (
 	"pam/internal/wire"
 )
 
-const projectColumns = `id::text, name, slug, description, status, auto_done, created_at, updated_at`
+const projectColumns = `id::text, name, slug, description, status, auto_done, repo, created_at, updated_at`
 
 var slugRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 func scanProject(row pgx.Row) (wire.Project, error) {
 	var p wire.Project
-	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.Repo, &p.CreatedAt, &p.UpdatedAt)
 	utc(&p.CreatedAt, &p.UpdatedAt)
 	return p, err
 }
@@ -93,6 +93,14 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 	if in.AutoDone != nil {
 		autoDone = *in.AutoDone
 	}
+	var repo *wire.Repo
+	if in.Repo != nil {
+		r, err := wire.ValidateRepo(*in.Repo)
+		if err != nil {
+			return wire.Project{}, err
+		}
+		repo = &r
+	}
 	for i := 1; ; i++ {
 		candidate := slug
 		if i > 1 {
@@ -101,8 +109,8 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 		var p wire.Project
 		err := s.InTx(ctx, func(tx *Tx) error {
 			var err error
-			p, err = scanProject(tx.QueryRow(ctx, `INSERT INTO projects (id, name, slug, description, auto_done)
-				VALUES ($1, $2, $3, $4, $5) RETURNING `+projectColumns, uuid.NewString(), in.Name, candidate, desc, autoDone))
+			p, err = scanProject(tx.QueryRow(ctx, `INSERT INTO projects (id, name, slug, description, auto_done, repo)
+				VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+projectColumns, uuid.NewString(), in.Name, candidate, desc, autoDone, repo))
 			if err != nil {
 				return err
 			}
@@ -179,6 +187,14 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 	if in.Description != nil && len(*in.Description) > 64<<10 {
 		return wire.Project{}, wire.Invalid("description", "description must be at most 64 KiB")
 	}
+	var repo *wire.Repo
+	if in.Repo.Set && in.Repo.Value != nil {
+		r, err := wire.ValidateRepo(*in.Repo.Value)
+		if err != nil {
+			return wire.Project{}, err
+		}
+		repo = &r
+	}
 	var out wire.Project
 	err := s.InTx(ctx, func(tx *Tx) error {
 		p, err := projectByRef(ctx, tx, ref, true)
@@ -195,13 +211,18 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 		if in.AutoDone != nil && *in.AutoDone != p.AutoDone {
 			changed["auto_done"] = *in.AutoDone
 		}
+		if in.Repo.Set && !sameRepo(repo, p.Repo) {
+			changed["repo"] = repo
+		}
 		if len(changed) == 0 {
 			out = p
 			return nil
 		}
+		_, repoChanged := changed["repo"]
 		out, err = scanProject(tx.QueryRow(ctx, `UPDATE projects SET
-			name = coalesce($2, name), description = coalesce($3, description), auto_done = coalesce($4, auto_done), updated_at = now()
-			WHERE id = $1 RETURNING `+projectColumns, p.ID, in.Name, in.Description, in.AutoDone))
+			name = coalesce($2, name), description = coalesce($3, description), auto_done = coalesce($4, auto_done),
+			repo = CASE WHEN $5 THEN $6::jsonb ELSE repo END, updated_at = now()
+			WHERE id = $1 RETURNING `+projectColumns, p.ID, in.Name, in.Description, in.AutoDone, repoChanged, repo))
 		if err != nil {
 			return err
 		}
@@ -231,4 +252,12 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectArchived, ProjectID: p.ID, Payload: out})
 	})
 	return out, err
+}
+
+// sameRepo compares two repos, either of which may be absent.
+func sameRepo(a, b *wire.Repo) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }

@@ -70,11 +70,16 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 			return wire.Run{}, wire.Invalid("max_attempts", "max_attempts must be between 1 and 20")
 		}
 	}
+	if in.Workspace != nil && *in.Workspace != wire.WorkspaceWorktree && *in.Workspace != wire.WorkspaceNone {
+		return wire.Run{}, wire.Invalid("workspace", "workspace must be worktree or none")
+	}
 	var out wire.Run
 	for try := 0; ; try++ {
 		err := s.InTx(ctx, func(tx *Tx) error {
 			var kind, projectID string
-			err := tx.QueryRow(ctx, `SELECT kind, project_id::text FROM work_items WHERE id = $1`, in.TaskID).Scan(&kind, &projectID)
+			var hasRepo bool
+			err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL FROM work_items w
+				JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return wire.Invalid("task_id", "task %s does not exist", in.TaskID)
 			}
@@ -95,10 +100,14 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 				}
 				target = &h.ID
 			}
+			mode, err := workspaceMode(in.Workspace, hasRepo, cwd)
+			if err != nil {
+				return err
+			}
 			id := uuid.NewString()
 			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
-				session_name, cwd, prompt, args, pending_since) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now())
-				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args))
+				session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11)
+				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode))
 			if err != nil {
 				return err
 			}

@@ -746,6 +746,42 @@ func TestDashboard(t *testing.T) {
 		d.shot(phone, "phone-nav")
 	})
 
+	t.Run("ChangesTab", func(t *testing.T) {
+		d.t = t
+		remote := gitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
+		var p wire.Project
+		d.api(201, "POST", "/projects", map[string]any{"name": "Changes", "repo": map[string]any{"url": remote}}, &p)
+		var task wire.WorkItem
+		d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Edit files"}, &task)
+		var r wire.Run
+		d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell",
+			"prompt": `printf 'one\nTWO\n' > tracked.txt; echo new > added.txt; git add added.txt; echo edited; exec cat`}, &r)
+		eventually.Wait(t, 30*time.Second, "the run running in its worktree", func() bool {
+			d.api(200, "GET", "/runs/"+r.ID, nil, &r)
+			return r.Status == "running" && r.Workspace != nil
+		})
+		tab, closeTab := d.tab(d.ctx)
+		defer closeTab()
+		d.open(tab, "/runs/"+r.ID)
+		d.click(tab, d.sel("tab-changes"))
+		d.waitJS(tab, 20*time.Second, "both files in the Changes tab with their counts",
+			`(() => { const f = [...document.querySelectorAll('[data-testid=changes-file]')]; const t = f.find((e) => e.dataset.path === 'tracked.txt'), a = f.find((e) => e.dataset.path === 'added.txt');
+				return f.length === 2 && t && t.textContent.includes('+1') && t.textContent.includes('−1') && a && a.textContent.includes('+1') })()`)
+		d.waitJS(tab, 5*time.Second, "the unified diff", `[...document.querySelectorAll('[data-testid=diff-line] .code.add')].some((e) => e.textContent === '+TWO') &&
+			[...document.querySelectorAll('[data-testid=diff-line] .code.del')].some((e) => e.textContent === '-two')`)
+		d.shot(tab, "desktop-run-changes")
+		d.click(tab, d.sel("diff-mode"))
+		d.waitJS(tab, 5*time.Second, "the side-by-side diff: the old line beside the new",
+			`[...document.querySelectorAll('[data-testid=diff-row]')].some((row) => { const c = row.querySelectorAll('.code'); return c[0].classList.contains('del') && c[0].textContent === 'two' && c[1].classList.contains('add') && c[1].textContent === 'TWO'; })`)
+		d.shot(tab, "desktop-run-changes-split")
+		// Live: a file the agent writes now shows without a reload.
+		if err := os.WriteFile(filepath.Join(r.Workspace.Path, "later.txt"), []byte("a\nb\nc\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		d.waitJS(tab, 15*time.Second, "the new file, live", `[...document.querySelectorAll('[data-testid=changes-file]')].some((e) => e.dataset.path === 'later.txt' && e.textContent.includes('+3'))`)
+		d.api(202, "POST", "/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
+	})
+
 	t.Run("StopFromRunPage", func(t *testing.T) {
 		d.t = t
 		if runID == "" {
@@ -765,4 +801,31 @@ func TestDashboard(t *testing.T) {
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// gitRemote makes a bare repository with files committed on main, in the
+// test's temporary directory: a project's remote without a network.
+func gitRemote(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
+	git := func(dir string, args ...string) {
+		t.Helper()
+		c := exec.Command("git", args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	git(dir, "init", "-q", "-b", "main", src)
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	git(src, "add", "-A")
+	git(src, "commit", "-q", "-m", "initial")
+	git(dir, "clone", "-q", "--bare", src, bare)
+	return bare
 }

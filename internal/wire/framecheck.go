@@ -71,7 +71,7 @@ type frameRule struct {
 var frameChecks = map[string]frameRule{
 	// Orchestrator → worker.
 	FrameHeartbeatAck: {"timestamp", checkHeartbeatAck},
-	FrameRunDispatch:  {"run_id task_id provider session_name attempt cwd prompt args task_title signal_token", checkRunDispatch},
+	FrameRunDispatch:  {"run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace", checkRunDispatch},
 	FrameRunStop:      {"run_id attempt force", checkRunStop},
 	FrameSendKeys:     {"run_id attempt keys", checkSendKeys},
 	FrameSignalAck:    {"run_id attempt kind seq result code message", checkSignalAck},
@@ -90,6 +90,12 @@ var frameChecks = map[string]frameRule{
 	FrameRunState:       {"run_id attempt state detail", checkRunState},
 	FrameAttachOutput:   {"attach_id bytes", checkAttachOutput},
 	FrameAttachClosed:   {"attach_id reason", checkAttachClosed},
+	// Workspaces, both ways (workspace.go).
+	FrameWorkspaceRequest: {"request_id run_id op", checkWorkspaceRequest},
+	FrameWorkspaceReply:   {"request_id run_id text eof code message", checkWorkspaceReply},
+	FrameWorkspaceReady:   {"run_id attempt workspace", checkWorkspaceReady},
+	FrameWorkspaceRemoved: {"run_id workspace reason", checkWorkspaceRemoved},
+	FrameWorkspacePushed:  {"run_id workspace ok detail", checkWorkspacePushed},
 }
 
 // frameField tells whether a frame carries one field, by its JSON name
@@ -136,6 +142,11 @@ var frameFields = []frameField{
 	{"cols", func(f *Frame) bool { return f.Cols != 0 }},
 	{"code", func(f *Frame) bool { return f.Code != "" }},
 	{"message", func(f *Frame) bool { return f.Message != "" }},
+	{"op", func(f *Frame) bool { return f.Op != "" }},
+	{"repo", func(f *Frame) bool { return f.Repo != nil }},
+	{"project_id", func(f *Frame) bool { return f.ProjectID != "" }},
+	{"workspace", func(f *Frame) bool { return f.Workspace != nil }},
+	{"ok", func(f *Frame) bool { return f.OK != nil }},
 }
 
 // Validate checks everything about f that needs no state: it carries only
@@ -212,7 +223,7 @@ func checkRunDispatch(f *Frame) error {
 	if f.SignalToken == "" || len(f.SignalToken) > MaxToken || !printableASCII(f.SignalToken) {
 		return Invalid("signal_token", "signal_token must be 1 to %d printable ASCII characters", MaxToken)
 	}
-	return nil
+	return checkDispatchWorkspace(f)
 }
 
 func checkRunStop(f *Frame) error { return checkRunAttempt(f) }
@@ -426,9 +437,9 @@ func checkLogChunk(f *Frame) error {
 // no run of the host), and then no attempt either.
 func checkRunState(f *Frame) error {
 	switch f.State {
-	case StateSessionLost, StateSpawnFailed, StateTmuxCrash, StateStaleSession, StateOrphanDetected, StateWrapperDied, StateIdle:
+	case StateSessionLost, StateSpawnFailed, StateTmuxCrash, StateStaleSession, StateOrphanDetected, StateWrapperDied, StateIdle, StateWorkspaceFailed:
 	default:
-		return Invalid("state", "state %s is not one of session_lost, spawn_failed, tmux_crash, stale_session, orphan_detected, wrapper_died, idle", quote(f.State))
+		return Invalid("state", "state %s is not one of session_lost, spawn_failed, tmux_crash, stale_session, orphan_detected, wrapper_died, idle, workspace_failed", quote(f.State))
 	}
 	if f.State == StateOrphanDetected && f.RunID == "" {
 		if f.Attempt != nil {

@@ -49,8 +49,16 @@ func validFrames() map[string]Frame {
 		FrameRunState:     {Type: FrameRunState, RunID: tRun, Attempt: IntPtr(1), State: StateSpawnFailed, Detail: "tmux: exit 1"},
 		FrameAttachOutput: {Type: FrameAttachOutput, AttachID: tAttach, Bytes: []byte("\x1b[2J")},
 		FrameAttachClosed: {Type: FrameAttachClosed, AttachID: tAttach, Reason: "the tmux client exited"},
+
+		FrameWorkspaceRequest: {Type: FrameWorkspaceRequest, RequestID: tRequest, RunID: tRun, Op: WorkspaceOpDiff},
+		FrameWorkspaceReply:   {Type: FrameWorkspaceReply, RequestID: tRequest, RunID: tRun, Text: "diff --git a/x b/x\n", EOF: true},
+		FrameWorkspaceReady:   {Type: FrameWorkspaceReady, RunID: tRun, Attempt: IntPtr(1), Workspace: &tWorkspace},
+		FrameWorkspaceRemoved: {Type: FrameWorkspaceRemoved, RunID: tRun, Workspace: &tWorkspace, Reason: "retention"},
+		FrameWorkspacePushed:  {Type: FrameWorkspacePushed, RunID: tRun, Workspace: &tWorkspace, OK: yes(), Detail: "pushed"},
 	}
 }
+
+var tWorkspace = Workspace{Path: "/var/lib/pam/worktrees/" + tRun, Branch: "pam/fix-the-login-bug-0a0a0a0a", BaseCommit: "0123456789abcdef0123456789abcdef01234567"}
 
 func TestValidateAcceptsValidFrames(t *testing.T) {
 	valid := validFrames()
@@ -75,6 +83,12 @@ func TestValidateAcceptsValidFrames(t *testing.T) {
 		{Type: FrameRunDispatchAck, RunID: tRun, Attempt: IntPtr(1), Accepted: new(bool), Reason: strings.Repeat("ü", MaxText)},
 		{Type: FrameLogChunk, RunID: tRun, RequestID: tRequest, Text: strings.Repeat("x", MaxLogChunk)},
 		{Type: FrameAttachOutput, AttachID: tAttach, Bytes: make([]byte, MaxAttachChunk)},
+		{Type: FrameRunDispatch, RunID: tRun, Attempt: IntPtr(1), TaskID: tTask, Provider: "shell", SessionName: "pam-0a0a0a0a", SignalToken: "t",
+			Repo: &Repo{URL: "git@github.com:o/r.git", Base: "release/1.2"}, ProjectID: tHost, Workspace: &Workspace{Branch: "pam/x-0a0a0a0a"}},
+		{Type: FrameRunDispatch, RunID: tRun, Attempt: IntPtr(1), TaskID: tTask, Provider: "shell", SessionName: "pam-0a0a0a0a", SignalToken: "t",
+			Workspace: &Workspace{Branch: "pam/x-0a0a0a0a"}}, // the repo was removed: the worker fails the attempt
+		{Type: FrameWorkspaceReply, RequestID: tRequest, RunID: tRun, EOF: true, Code: CodeNoWorkspace, Message: "no worktree"},
+		{Type: FrameRunState, RunID: tRun, Attempt: IntPtr(1), State: StateWorkspaceFailed, Detail: "git fetch: exit status 128"},
 	}
 	for typ, f := range valid {
 		if err := f.Validate(); err != nil {
@@ -124,6 +138,22 @@ func TestValidateRefuses(t *testing.T) {
 		{FrameRunDispatch, "arg too long", func(f *Frame) { f.Args = []string{long(MaxArg + 1)} }, "args"},
 		{FrameRunDispatch, "arg with NUL", func(f *Frame) { f.Args = []string{"a\x00"} }, "args"},
 		{FrameRunDispatch, "title too long", func(f *Frame) { f.TaskTitle = strings.Repeat("é", MaxTitle+1) }, "task_title"},
+		{FrameRunDispatch, "repo without workspace", func(f *Frame) { f.Repo = &Repo{URL: "/srv/r"} }, "workspace"},
+		{FrameRunDispatch, "branch as an option", func(f *Frame) {
+			f.Repo, f.ProjectID, f.Workspace = &Repo{URL: "/srv/r"}, tHost, &Workspace{Branch: "--upload-pack=x"}
+		}, "workspace.branch"},
+		{FrameRunDispatch, "repo url as an option", func(f *Frame) {
+			f.Repo, f.ProjectID, f.Workspace = &Repo{URL: "--upload-pack=touch /tmp/x"}, tHost, &Workspace{Branch: "pam/x"}
+		}, "repo.url"},
+		{FrameRunDispatch, "base as an option", func(f *Frame) {
+			f.Repo, f.ProjectID, f.Workspace = &Repo{URL: "/srv/r", Base: "-x"}, tHost, &Workspace{Branch: "pam/x"}
+		}, "repo.base"},
+		{FrameWorkspaceRequest, "unknown op", func(f *Frame) { f.Op = "rm" }, "op"},
+		{FrameWorkspaceReady, "relative path", func(f *Frame) {
+			f.Workspace = &Workspace{Path: "wt", Branch: "pam/x", BaseCommit: tWorkspace.BaseCommit}
+		}, "workspace.path"},
+		{FrameWorkspaceReady, "short commit", func(f *Frame) { f.Workspace = &Workspace{Path: "/wt", Branch: "pam/x", BaseCommit: "abc"} }, "workspace.base_commit"},
+		{FrameWorkspacePushed, "no ok", func(f *Frame) { f.OK = nil }, "ok"},
 		{FrameRunDispatch, "no signal token", func(f *Frame) { f.SignalToken = "" }, "signal_token"},
 		{FrameRunDispatch, "signal token with a line break", func(f *Frame) { f.SignalToken = "a\r\nX-Evil: 1" }, "signal_token"},
 		{FrameRunDispatch, "signal token too long", func(f *Frame) { f.SignalToken = long(MaxToken + 1) }, "signal_token"},

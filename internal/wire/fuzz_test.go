@@ -21,7 +21,7 @@ var (
 	// message).
 	contractFields = map[string]string{
 		FrameHeartbeatAck:   "timestamp",
-		FrameRunDispatch:    "run_id task_id provider session_name attempt cwd prompt args task_title signal_token",
+		FrameRunDispatch:    "run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace",
 		FrameRunStop:        "run_id attempt force",
 		FrameSendKeys:       "run_id attempt keys",
 		FrameSignalAck:      "run_id attempt kind seq result code message",
@@ -39,6 +39,12 @@ var (
 		FrameRunState:       "run_id attempt state detail",
 		FrameAttachOutput:   "attach_id bytes",
 		FrameAttachClosed:   "attach_id reason",
+		// Workspaces (docs/architecture.md#workspaces).
+		FrameWorkspaceRequest: "request_id run_id op",
+		FrameWorkspaceReply:   "request_id run_id text eof code message",
+		FrameWorkspaceReady:   "run_id attempt workspace",
+		FrameWorkspaceRemoved: "run_id workspace reason",
+		FrameWorkspacePushed:  "run_id workspace ok detail",
 	}
 )
 
@@ -138,6 +144,14 @@ func inBounds(t *testing.T, f Frame) {
 			fail("%s %q", name, v)
 		}
 	}
+	// noOption: nothing that reaches git's argv starts with '-' or holds
+	// a control character (docs/architecture.md#workspaces).
+	noOption := func(name, v string) {
+		t.Helper()
+		if v == "" || v[0] == '-' || strings.IndexFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) >= 0 {
+			fail("%s %q", name, v)
+		}
+	}
 	attempt := func() {
 		t.Helper()
 		if f.Attempt == nil || *f.Attempt < 1 {
@@ -196,6 +210,15 @@ func inBounds(t *testing.T, f Frame) {
 		if f.SignalToken == "" || strings.ContainsAny(f.SignalToken, " \r\n\t\x00") {
 			fail("signal_token %q", f.SignalToken)
 		}
+		if f.Workspace != nil {
+			noOption("workspace.branch", f.Workspace.Branch)
+		}
+		if f.Repo != nil {
+			noOption("repo.url", f.Repo.URL)
+			if f.Repo.Base != "" {
+				noOption("repo.base", f.Repo.Base)
+			}
+		}
 	case FrameRunStop, FrameRunDispatchAck, FrameSnapshot:
 		id("run_id", f.RunID)
 		attempt()
@@ -237,11 +260,17 @@ func inBounds(t *testing.T, f Frame) {
 		size(false)
 	case FrameAttachInput, FrameAttachOutput, FrameAttachClose, FrameAttachClosed:
 		id("attach_id", f.AttachID)
-	case FrameLogRequest, FrameLogChunk:
+	case FrameLogRequest, FrameLogChunk, FrameWorkspaceRequest, FrameWorkspaceReply:
 		id("request_id", f.RequestID)
 		id("run_id", f.RunID)
+	case FrameWorkspaceReady, FrameWorkspaceRemoved, FrameWorkspacePushed:
+		id("run_id", f.RunID)
+		if f.Workspace == nil || f.Workspace.Path == "" || f.Workspace.Path[0] != '/' {
+			fail("workspace %+v", f.Workspace)
+		}
+		noOption("workspace.branch", f.Workspace.Branch)
 	case FrameRunState:
-		if !slices.Contains([]string{"session_lost", "spawn_failed", "tmux_crash", "stale_session", "orphan_detected", "wrapper_died"}, f.State) {
+		if !slices.Contains([]string{"session_lost", "spawn_failed", "tmux_crash", "stale_session", "orphan_detected", "wrapper_died", "workspace_failed"}, f.State) {
 			fail("state %q", f.State)
 		}
 		if f.RunID != "" || f.State != StateOrphanDetected {

@@ -63,6 +63,12 @@ func TestWireFieldsNeverOmitted(t *testing.T) {
 		FrameRunState:       "run_id attempt state detail",
 		FrameAttachOutput:   "attach_id bytes",
 		FrameAttachClosed:   "attach_id reason",
+
+		FrameWorkspaceRequest: "request_id run_id op",
+		FrameWorkspaceReply:   "request_id run_id text eof",
+		FrameWorkspaceReady:   "run_id attempt workspace",
+		FrameWorkspaceRemoved: "run_id workspace reason",
+		FrameWorkspacePushed:  "run_id workspace ok detail",
 	}
 	if len(frames) != len(frameChecks) {
 		t.Errorf("%d frame types listed, %d known", len(frames), len(frameChecks))

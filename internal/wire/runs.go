@@ -63,6 +63,9 @@ type CreateRun struct {
 	Prompt      *string  `json:"prompt,omitempty"`
 	Args        []string `json:"args,omitempty"`
 	MaxAttempts *int     `json:"max_attempts,omitempty"`
+	// Workspace is "worktree" or "none"; absent means worktree when the
+	// project has a repo and no cwd is given.
+	Workspace *string `json:"workspace,omitempty"`
 }
 
 // StopRun is the body of POST /runs/{id}/stop.

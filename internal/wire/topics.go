@@ -39,6 +39,10 @@ const (
 	// TopicRunAttention journals every change of a live run's attention;
 	// its payload has attention, source and from (the value before).
 	TopicRunAttention Topic = "run.attention"
+	// Workspaces (docs/architecture.md#workspaces).
+	TopicRunWorkspaceReady   Topic = "run.workspace_ready"
+	TopicRunWorkspaceRemoved Topic = "run.workspace_removed"
+	TopicRunWorkspacePushed  Topic = "run.workspace_pushed"
 
 	TopicHostCreated  Topic = "host.created"
 	TopicHostUpdated  Topic = "host.updated"

@@ -17,6 +17,7 @@ type Project struct {
 	Description string    `json:"description"`
 	Status      string    `json:"status"`
 	AutoDone    bool      `json:"auto_done"`
+	Repo        *Repo     `json:"repo"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
 }
@@ -65,6 +66,7 @@ type Run struct {
 	// none).
 	Attention      string     `json:"attention"`
 	AttentionSince *time.Time `json:"attention_since"`
+	Workspace      *Workspace `json:"workspace"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
 	// StatusSource is who decided the current status (wrapper,
@@ -131,10 +133,11 @@ type EventList struct {
 
 // CreateProject is the body of POST /projects.
 type CreateProject struct {
-	Name        string  `json:"name"`
-	Slug        *string `json:"slug,omitempty"`
-	Description *string `json:"description,omitempty"`
-	AutoDone    *bool   `json:"auto_done,omitempty"`
+	Name        string     `json:"name"`
+	Slug        *string    `json:"slug,omitempty"`
+	Description *string    `json:"description,omitempty"`
+	AutoDone    *bool      `json:"auto_done,omitempty"`
+	Repo        *RepoInput `json:"repo,omitempty"`
 }
 
 // UpdateProject is the body of PATCH /projects/{ref}; nil fields are kept.
@@ -142,6 +145,8 @@ type UpdateProject struct {
 	Name        *string `json:"name,omitempty"`
 	Description *string `json:"description,omitempty"`
 	AutoDone    *bool   `json:"auto_done,omitempty"`
+	// Repo: absent keeps it, null removes it.
+	Repo OptionalRepo `json:"repo,omitzero"`
 }
 
 // CreateWorkItem is the body of POST /projects/{ref}/work-items.

@@ -111,6 +111,14 @@ type Frame struct {
 	State  string `json:"state,omitempty"`
 	Detail string `json:"detail,omitempty"`
 
+	// workspace_* (docs/architecture.md#workspaces); run_dispatch carries
+	// repo, project_id and workspace when the run wants a worktree.
+	Op        string     `json:"op,omitempty"`
+	Repo      *Repo      `json:"repo,omitempty"`
+	ProjectID string     `json:"project_id,omitempty"`
+	Workspace *Workspace `json:"workspace,omitempty"`
+	OK        *bool      `json:"ok,omitempty"`
+
 	// attach_*
 	AttachID string `json:"attach_id,omitempty"`
 	Bytes    []byte `json:"bytes,omitempty"` // base64 in JSON
@@ -148,12 +156,18 @@ var frameCarries = map[string][]string{
 	FrameRunState:       {"run_id", "attempt", "state", "detail"},
 	FrameAttachOutput:   {"attach_id", "bytes"},
 	FrameAttachClosed:   {"attach_id", "reason"},
+	// Workspace frames (workspace.go).
+	FrameWorkspaceRequest: {"request_id", "run_id", "op"},
+	FrameWorkspaceReply:   {"request_id", "run_id", "text", "eof"},
+	FrameWorkspaceReady:   {"run_id", "attempt", "workspace"},
+	FrameWorkspaceRemoved: {"run_id", "workspace", "reason"},
+	FrameWorkspacePushed:  {"run_id", "workspace", "ok", "detail"},
 }
 
 // emptyJSON is how a field of Frame is spelled when it is empty.
 func emptyJSON(field string) string {
 	switch field {
-	case "attempt", "timestamp", "accepted", "seq", "offset", "payload":
+	case "attempt", "timestamp", "accepted", "seq", "offset", "payload", "workspace", "repo", "ok":
 		return "null"
 	case "args", "keys":
 		return "[]"

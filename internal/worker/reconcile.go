@@ -216,6 +216,7 @@ func (w *agent) startReconcile(ctx context.Context) {
 func (w *agent) reconcileLoop(ctx context.Context) {
 	t := time.NewTicker(w.o.ReconcileInterval)
 	defer t.Stop()
+	var cleaned time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -227,6 +228,13 @@ func (w *agent) reconcileLoop(ctx context.Context) {
 		}
 		w.reconcile(ctx)
 		w.o.hooks.pass(func(h *hooks) func() { return h.reconcilePass })
+		// Worktree clean-up weighs every worktree's files: every tenth
+		// interval, and at the first pass with the orchestrator's word.
+		if w.currentHostID() != "" && time.Since(cleaned) >= 10*w.o.ReconcileInterval {
+			w.cleanWorkspaces(ctx)
+			cleaned = time.Now()
+			w.o.hooks.pass(func(h *hooks) func() { return h.workspacesPass })
+		}
 	}
 }
 

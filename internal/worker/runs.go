@@ -39,6 +39,8 @@ func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 		w.sendKeys(ctx, f)
 	case wire.FrameLogRequest:
 		w.ops.Go(func() { w.serveLog(conn, f) })
+	case wire.FrameWorkspaceRequest:
+		w.ops.Go(func() { w.serveWorkspace(ctx, conn, f) })
 	case wire.FrameSignalAck:
 		w.log.Debug("signal acked", "run_id", f.RunID, "kind", f.Kind, "result", f.Result, "code", f.Code)
 	case wire.FrameError:
@@ -190,6 +192,14 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		w.sendState(r.id, attempt, wire.StateSpawnFailed, detail)
 	}
 	cwd := f.Cwd // absolute or empty (Validate)
+	if f.Workspace != nil {
+		// The run's worktree is its cwd (workspaces.go).
+		ws, ok := w.prepareWorkspace(ctx, r, gen, f, attempt)
+		if !ok {
+			return
+		}
+		cwd = ws.Path
+	}
 	if cwd == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {

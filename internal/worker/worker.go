@@ -31,6 +31,7 @@ import (
 	"pam/internal/defaults"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/workspace"
 )
 
 // Options configure a worker; package cli fills them from PAM_* settings.
@@ -64,6 +65,13 @@ type Options struct {
 	// HoldOpen (PAM_HOLD_OPEN) is handed to each session's wrapper, and
 	// tells reconciliation when a finished run's session is past it.
 	HoldOpen time.Duration
+	// WorktreeRetention (PAM_WORKTREE_RETENTION) and WorktreeBudget
+	// (PAM_WORKTREE_BUDGET, bytes) bound the worktrees of finished runs
+	// (docs/architecture.md#workspaces).
+	WorktreeRetention time.Duration
+	WorktreeBudget    int64
+	// Git is the git binary for workspaces; empty means git on PATH.
+	Git string
 	// CAFile is an extra CA bundle to trust for URL (PAM_CA_FILE).
 	CAFile string
 	// PamBinary is the absolute path of pam, the sessions' foreground
@@ -105,6 +113,7 @@ type hooks struct {
 	livenessListed func() // checkLiveness: sessions listed, nothing judged yet
 	livenessPass   func() // after each pass of the liveness loop
 	reconcilePass  func() // after each pass of the reconciliation loop
+	workspacesPass func() // after each worktree clean-up pass
 }
 
 // pass calls the hook that pick returns, if there is one.
@@ -165,6 +174,10 @@ func (o *Options) defaults() error {
 	def(&o.ReconcileInterval, defaults.ReconcileInterval)
 	def(&o.OrphanHold, defaults.OrphanHold)
 	def(&o.HoldOpen, defaults.HoldOpen)
+	def(&o.WorktreeRetention, defaults.WorktreeRetention)
+	if o.WorktreeBudget <= 0 {
+		o.WorktreeBudget = defaults.WorktreeBudget
+	}
 	def(&o.BackoffMin, time.Second)
 	def(&o.BackoffMax, 30*time.Second)
 	if o.MaxRuns <= 0 {
@@ -205,6 +218,8 @@ type agent struct {
 	ops sync.WaitGroup // spawn, stop, log and relay goroutines
 
 	relays relaySet // interactive attach relays (attach.go)
+
+	ws *workspace.Manager // the runs' git worktrees (workspaces.go)
 
 	rs reliability // reconciliation, liveness and spool replay (reconcile.go)
 }
@@ -296,6 +311,9 @@ func Run(ctx context.Context, o Options) error {
 		runs: map[string]*run{}, snaps: snaps,
 	}
 	w.rs.init(dir)
+	if w.ws, err = workspace.New(workspace.Options{DataDir: o.DataDir, Git: o.Git, Logger: o.Logger}); err != nil {
+		return err
+	}
 	w.checkNote()
 	if err := writeNote(dir, Note{
 		PID: os.Getpid(), HostName: o.HostName, InstanceID: instanceID, Executor: o.Executor,

@@ -1,9 +1,11 @@
 // The run page (contract §15): the live pane in xterm.js, read-only until
 // Take control opens attach/ws under the lease (who holds it, and a
-// revoke); stop, retry, complete; tabs Events (by attempt) and Logs.
+// revoke); stop, retry, complete; tabs Events (by attempt), Logs and
+// Changes (the run's worktree, changes.jsx).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
+import { Changes } from './changes.jsx';
 import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
 import { Icon } from './icons.jsx';
 
@@ -157,8 +159,9 @@ function Tabs({ run }) {
       <div class="tabs" role="tablist">
         <button role="tab" aria-selected={tab === 'events'} class={tab === 'events' ? 'active' : ''} onClick={() => setTab('events')}>Events</button>
         <button role="tab" aria-selected={tab === 'logs'} class={tab === 'logs' ? 'active' : ''} onClick={() => setTab('logs')}>Logs</button>
+        <button role="tab" aria-selected={tab === 'changes'} class={tab === 'changes' ? 'active' : ''} onClick={() => setTab('changes')} data-testid="tab-changes">Changes</button>
       </div>
-      {tab === 'events' ? <Events run={run} /> : <Logs run={run} />}
+      {tab === 'events' ? <Events run={run} /> : tab === 'logs' ? <Logs run={run} /> : <Changes run={run} />}
     </div>
   );
 }

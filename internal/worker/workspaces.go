@@ -1,0 +1,239 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"pam/internal/lifecycle"
+	"pam/internal/wire"
+	"pam/internal/workspace"
+)
+
+// Workspaces (docs/architecture.md#workspaces): the worktree of each run
+// that asked for one, made before its session; diffs, pushes and
+// removals on the orchestrator's request; clean-up by retention and
+// budget, never of a live run's.
+
+// prepareWorkspace makes (or finds) the run's worktree and reports it
+// with workspace_ready. A failure fails the attempt workspace_failed with
+// the git command and its stderr, and the run is forgotten; ok is false
+// then, and when the run was stopped or replaced meanwhile.
+func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int) (wire.Workspace, bool) {
+	fail := func(detail string) {
+		w.log.Warn("workspace failed", "run_id", r.id, "attempt", attempt, "detail", detail)
+		w.forget(r, gen, false)
+		w.sendState(r.id, attempt, wire.StateWorkspaceFailed, detail)
+	}
+	if f.Repo == nil {
+		fail("the run asks for a worktree but its project has no repo")
+		return wire.Workspace{}, false
+	}
+	start := time.Now()
+	ws, err := w.ws.Prepare(ctx, workspace.Spec{
+		RunID: r.id, ProjectID: f.ProjectID, URL: f.Repo.URL, Base: f.Repo.Base,
+		Branch: f.Workspace.Branch, BaseCommit: f.Workspace.BaseCommit,
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return wire.Workspace{}, false // the worker is stopping: nobody failed
+		}
+		fail(workspace.Detail(err))
+		return wire.Workspace{}, false
+	}
+	w.mu.Lock()
+	current := r.gen == gen && r.state == stateSpawning
+	w.mu.Unlock()
+	if !current {
+		return wire.Workspace{}, false // stopped or replaced while the worktree was made
+	}
+	w.log.Info("workspace ready", "run_id", r.id, "attempt", attempt, "path", ws.Path, "branch", ws.Branch,
+		"base_commit", ws.BaseCommit, "took", time.Since(start).Round(time.Millisecond))
+	w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.id, Attempt: wire.IntPtr(attempt), Workspace: &ws})
+	return ws, true
+}
+
+// serveWorkspace answers a workspace_request: the answer's text goes in
+// workspace_reply chunks, the last with eof, or one reply with an error
+// code.
+func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wire.Frame) {
+	reply := func(f wire.Frame) error {
+		f.Type, f.RequestID, f.RunID = wire.FrameWorkspaceReply, req.RequestID, req.RunID
+		return w.sendOn(conn, f)
+	}
+	refuse := func(code string, err error) {
+		if e := reply(wire.Frame{EOF: true, Code: code, Message: workspace.Detail(err)}); e != nil {
+			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
+		}
+	}
+	text, err := w.workspaceOp(ctx, req)
+	switch {
+	case errors.Is(err, workspace.ErrNoWorkspace):
+		refuse(wire.CodeNoWorkspace, err)
+		return
+	case wire.HasCode(err, wire.CodeIllegalTransition):
+		refuse(wire.CodeIllegalTransition, errors.New("the run is live on this host: its worktree is in use"))
+		return
+	case err != nil:
+		w.log.Warn("workspace_request", "run_id", req.RunID, "op", req.Op, "err", err)
+		refuse(wire.FailWorkspaceFailed, err)
+		return
+	}
+	for {
+		chunk := text
+		if len(chunk) > wire.MaxLogChunk {
+			chunk = chunk[:wire.MaxLogChunk]
+			for len(chunk) > 0 && !utf8.RuneStart(text[len(chunk)]) {
+				chunk = chunk[:len(chunk)-1] // never split a character
+			}
+		}
+		text = text[len(chunk):]
+		if err := reply(wire.Frame{Text: chunk, EOF: text == ""}); err != nil {
+			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", err)
+			return
+		}
+		if text == "" {
+			return
+		}
+	}
+}
+
+// workspaceOp does what a workspace_request asks and returns the text of
+// the answer.
+func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, error) {
+	switch req.Op {
+	case wire.WorkspaceOpDiff:
+		var b strings.Builder
+		err := w.ws.Diff(ctx, req.RunID, &b, wire.MaxDiff)
+		return strings.ToValidUTF8(b.String(), "\uFFFD"), err
+	case wire.WorkspaceOpStat:
+		files, err := w.ws.Stat(ctx, req.RunID)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(wire.DiffStat{Files: files})
+		return string(b), err
+	case wire.WorkspaceOpPush:
+		ws, detail, err := w.ws.Push(ctx, req.RunID)
+		if errors.Is(err, workspace.ErrNoWorkspace) {
+			return "", err
+		}
+		ok := err == nil
+		if !ok {
+			detail = workspace.Detail(err)
+		}
+		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "ok", ok, "detail", detail)
+		w.queueFrame(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: req.RunID, Workspace: &ws, OK: &ok, Detail: detail})
+		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, OK: ok, Detail: detail})
+		return string(b), err
+	case wire.WorkspaceOpRemove:
+		if w.holds(req.RunID) {
+			return "", wire.Conflict(wire.CodeIllegalTransition, "run is live")
+		}
+		ws, ok, err := w.ws.Remove(ctx, req.RunID)
+		if err != nil {
+			return "", err
+		}
+		if !ok {
+			return "", workspace.ErrNoWorkspace
+		}
+		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: req.RunID, Workspace: &ws, Reason: "removed on request"})
+		return "", nil
+	}
+	return "", errors.New("unknown op " + req.Op)
+}
+
+// holds reports whether the run has a session here (spawning, live or
+// stopping, hold-open included): its worktree is in use.
+func (w *agent) holds(runID string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.runs[runID] != nil
+}
+
+// cleanWorkspaces is one clean-up pass: a worktree whose run this host
+// holds is kept; so is one whose run the orchestrator says is pending,
+// spawning or running. One the orchestrator does not know (or that was
+// left half-made) is removed; one of a run that ended more than
+// WorktreeRetention ago is removed; then, while the worktrees pass
+// WorktreeBudget, finished runs' go, oldest first. Without an answer
+// about a run its worktree is kept.
+func (w *agent) cleanWorkspaces(ctx context.Context) {
+	entries, err := w.ws.List()
+	if err != nil {
+		w.log.Warn("workspaces: list", "err", err)
+		return
+	}
+	type finished struct {
+		e   workspace.Entry
+		end time.Time
+	}
+	var total int64
+	var done []finished
+	now := time.Now()
+	remove := func(e workspace.Entry, why string) bool {
+		if w.holds(e.RunID) {
+			return false // taken since the list: never a live run's
+		}
+		ws, ok, err := w.ws.Remove(ctx, e.RunID)
+		if err != nil {
+			w.log.Warn("workspaces: remove", "run_id", e.RunID, "err", err)
+			return false
+		}
+		w.log.Info("worktree cleaned up", "run_id", e.RunID, "reason", why, "bytes", e.Size)
+		if ok {
+			w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: e.RunID, Workspace: &ws, Reason: why})
+		}
+		return true
+	}
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return
+		}
+		if w.holds(e.RunID) {
+			total += e.Size
+			continue
+		}
+		wr, err := w.lookupRun(ctx, e.RunID)
+		switch {
+		case wire.HasCode(err, wire.CodeNotFound):
+			if remove(e, "its run is gone") {
+				continue
+			}
+		case err != nil:
+			w.log.Debug("workspaces: run not looked up; worktree kept", "run_id", e.RunID, "err", err)
+		case !e.Recorded:
+			if remove(e, "left half-made") {
+				continue
+			}
+		case lifecycle.Active(wr.Status):
+		default:
+			end := e.Record.CreatedAt
+			if wr.FinishedAt != nil {
+				end = *wr.FinishedAt
+			}
+			if now.Sub(end) >= w.o.WorktreeRetention {
+				if remove(e, "retention") {
+					continue
+				}
+			}
+			done = append(done, finished{e, end})
+		}
+		total += e.Size
+	}
+	slices.SortFunc(done, func(a, b finished) int { return a.end.Compare(b.end) })
+	for _, f := range done {
+		if total <= w.o.WorktreeBudget {
+			break
+		}
+		if remove(f.e, "budget") {
+			total -= f.e.Size
+		}
+	}
+}

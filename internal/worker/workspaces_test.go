@@ -1,0 +1,341 @@
+package worker
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"pam/internal/eventually"
+	"pam/internal/wire"
+	"pam/internal/workspace"
+)
+
+// gitRemote makes a bare repository with one commit on main, in the
+// test's temporary directory: a project's remote without a network.
+func gitRemote(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
+	run := func(dir string, args ...string) {
+		t.Helper()
+		c := exec.Command("git", args...)
+		c.Dir = dir
+		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
+		if out, err := c.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	run(dir, "init", "--quiet", "-b", "main", src)
+	if err := os.WriteFile(filepath.Join(src, "README"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(src, "add", "README")
+	run(src, "commit", "--quiet", "-m", "initial")
+	run(dir, "clone", "--quiet", "--bare", src, bare)
+	return bare
+}
+
+const testProjectID = "9e0e0e0e-7777-4777-8777-777777777777"
+
+// worktreeDispatch is a run_dispatch that asks for a worktree of url.
+func (h *harness) worktreeDispatch(runID string, attempt int, url string) wire.Frame {
+	f := h.dispatchFrame(runID, attempt)
+	f.Cwd = ""
+	f.Repo = &wire.Repo{URL: url}
+	f.ProjectID = testProjectID
+	f.Workspace = &wire.Workspace{Branch: "pam/fix-the-login-bug-" + runID[:8]}
+	return f
+}
+
+// sessionPath is the directory a session was started in.
+func (h *harness) sessionPath(runID string) string {
+	h.t.Helper()
+	out, err := exec.Command("tmux", "-L", "pam", "display-message", "-p", "-t", "pam-"+runID[:8], "#{session_path}").CombinedOutput()
+	if err != nil {
+		h.t.Fatalf("session path: %v %s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestWorkspaceMadeBeforeSpawn: a run that asks for a worktree gets one
+// of its own, reported by workspace_ready, and its session starts in
+// it; two runs of the project at once do not share; the orchestrator's
+// requests for the diff are answered from it; a live run's worktree is
+// not removed.
+func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	t.Setenv("TMUX_TMPDIR", h.tmuxDir)
+	h.start()
+	remote := gitRemote(t)
+	a, b := uuid.NewString(), uuid.NewString()
+	from := orch.mark()
+	orch.send(h.worktreeDispatch(a, 1, remote))
+	orch.send(h.worktreeDispatch(b, 1, remote))
+	var ws [2]wire.Workspace
+	for i, id := range []string{a, b} {
+		f, _ := orch.wait(from, "workspace_ready of "+id, isType(wire.FrameWorkspaceReady, id))
+		ws[i] = *f.Workspace
+		if ws[i].Path != filepath.Join(h.opts.DataDir, "worktrees", id) || ws[i].Branch != "pam/fix-the-login-bug-"+id[:8] || len(ws[i].BaseCommit) != 40 {
+			t.Fatalf("workspace %+v", ws[i])
+		}
+		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
+		if got := h.sessionPath(id); got != ws[i].Path {
+			t.Errorf("session of %s started in %s, want its worktree %s", id, got, ws[i].Path)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws[0].Path, "only-a.txt"), []byte("from a\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(ws[1].Path, "only-a.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("run a's file in run b's worktree: %v", err)
+	}
+
+	// The diff, on request, in workspace_reply chunks.
+	req := uuid.NewString()
+	mark := orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff})
+	reply, _ := orch.wait(mark, "the diff", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	if !reply.EOF || reply.Code != "" || !strings.Contains(reply.Text, "+++ b/only-a.txt") || !strings.Contains(reply.Text, "+from a") {
+		t.Errorf("diff reply %+v", reply)
+	}
+	// A live run's worktree stays.
+	req = uuid.NewString()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpRemove})
+	reply, _ = orch.wait(mark, "the refusal", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	if reply.Code != wire.CodeIllegalTransition {
+		t.Errorf("remove of a live run's worktree: %+v", reply)
+	}
+	if _, err := os.Stat(ws[0].Path); err != nil {
+		t.Errorf("worktree gone: %v", err)
+	}
+	// Another run's id: no worktree here.
+	req = uuid.NewString()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: uuid.NewString(), Op: wire.WorkspaceOpStat})
+	reply, _ = orch.wait(mark, "no_workspace", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	if reply.Code != wire.CodeNoWorkspace {
+		t.Errorf("stat of an unknown run: %+v", reply)
+	}
+}
+
+// TestWorkspaceFailureFailsAttempt: an unreachable repository fails the
+// attempt workspace_failed naming the git command and its error; no
+// session is created and nothing is left in <data>/worktrees.
+func TestWorkspaceFailureFailsAttempt(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.start()
+	run := uuid.NewString()
+	from := orch.mark()
+	orch.send(h.worktreeDispatch(run, 1, filepath.Join(t.TempDir(), "gone.git")))
+	f, _ := orch.wait(from, "workspace_failed", isState(wire.StateWorkspaceFailed, run))
+	if !strings.Contains(f.Detail, "git fetch") || !strings.Contains(f.Detail, "gone.git") {
+		t.Errorf("detail %q", f.Detail)
+	}
+	if _, ok := h.session(run); ok {
+		t.Error("a session was created")
+	}
+	des, _ := os.ReadDir(filepath.Join(h.opts.DataDir, "worktrees"))
+	if len(des) != 0 {
+		t.Errorf("%d entries left in worktrees", len(des))
+	}
+	if n := orch.count(from, isType(wire.FrameWorkspaceReady, run)); n != 0 {
+		t.Errorf("%d workspace_ready", n)
+	}
+}
+
+// TestWorkspaceCleanup: after a restart the worker finds the worktrees on
+// its disk. A live run's stays whatever the limits; so does one whose run
+// the orchestrator says is pending again; one whose run is gone, or that
+// was left half-made, is removed; one of a run that ended longer ago than
+// the retention is removed; past the budget the oldest finished go first
+// until the rest fits.
+func TestWorkspaceCleanup(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 50 * time.Millisecond
+	h.opts.WorktreeRetention = time.Hour
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{workspacesPass: func() { passes.Add(1) }}
+	remote := gitRemote(t)
+
+	// Worktrees an earlier worker made.
+	m, err := workspace.New(workspace.Options{DataDir: h.opts.DataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	made := map[string]string{}
+	for _, name := range []string{"gone", "expired", "older", "newer", "requeued", "halfmade"} {
+		id := uuid.NewString()
+		made[name] = id
+		if _, err := m.Prepare(t.Context(), workspace.Spec{RunID: id, ProjectID: testProjectID, URL: remote, Branch: "pam/" + name + "-" + id[:8]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Remove(filepath.Join(h.opts.DataDir, "worker", "workspaces", made["halfmade"]+".json")); err != nil {
+		t.Fatal(err)
+	}
+	size := func(id string) int64 {
+		var n int64
+		filepath.WalkDir(m.Path(id), func(_ string, d os.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				info, _ := d.Info()
+				n += info.Size()
+			}
+			return nil
+		})
+		return n
+	}
+	now := time.Now().UTC()
+	ended := func(ago time.Duration) *time.Time { t := now.Add(-ago); return &t }
+	live := uuid.NewString()
+	orch.setRuns(func(r *fakeRuns) {
+		r.serve = true
+		r.known[made["expired"]] = wire.WorkerRun{RunID: made["expired"], Attempt: 1, Status: wire.RunExited, FinishedAt: ended(2 * time.Hour)}
+		r.known[made["older"]] = wire.WorkerRun{RunID: made["older"], Attempt: 1, Status: wire.RunFailed, FinishedAt: ended(30 * time.Minute)}
+		r.known[made["newer"]] = wire.WorkerRun{RunID: made["newer"], Attempt: 1, Status: wire.RunStopped, FinishedAt: ended(10 * time.Minute)}
+		r.known[made["requeued"]] = wire.WorkerRun{RunID: made["requeued"], Attempt: 2, Status: wire.RunPending}
+		r.known[made["halfmade"]] = wire.WorkerRun{RunID: made["halfmade"], Attempt: 1, Status: wire.RunRunning}
+		r.known[live] = workerRun(live, 1, wire.RunRunning, testHostID)
+		r.desired = []wire.WorkerRun{r.known[live]}
+	})
+	// Room for the live run's, the requeued run's and one finished run's
+	// worktree (they are all about the same size), not two.
+	per := size(made["older"])
+	h.opts.WorktreeBudget = 3*per + per/2
+	h.start()
+	// The live run: a worktree of its own, made by this worker.
+	from := orch.mark()
+	orch.send(h.worktreeDispatch(live, 1, remote))
+	orch.wait(from, "workspace_ready of the live run", isType(wire.FrameWorkspaceReady, live))
+	start := passes.Load()
+	eventually.Wait(t, 15*time.Second, "two clean-up passes", func() bool { return passes.Load() >= start+2 })
+
+	exists := func(id string) bool { _, err := os.Stat(m.Path(id)); return err == nil }
+	for name, want := range map[string]bool{"gone": false, "halfmade": false, "expired": false, "older": false, "newer": true, "requeued": true} {
+		if got := exists(made[name]); got != want {
+			t.Errorf("worktree of the %s run: exists %v, want %v", name, got, want)
+		}
+	}
+	if !exists(live) {
+		t.Error("the live run's worktree was removed")
+	}
+	reasons := map[string]string{}
+	orch.count(0, func(f wire.Frame) bool {
+		if f.Type == wire.FrameWorkspaceRemoved {
+			reasons[f.RunID] = f.Reason
+		}
+		return false
+	})
+	for name, want := range map[string]string{"gone": "its run is gone", "expired": "retention", "older": "budget"} {
+		if reasons[made[name]] != want {
+			t.Errorf("%s: removed because %q, want %q", name, reasons[made[name]], want)
+		}
+	}
+	if _, ok := reasons[made["halfmade"]]; ok {
+		t.Error("a half-made worktree (no record) was reported removed")
+	}
+	// The mirror forgot what was removed.
+	out, err := exec.Command("git", "-C", m.MirrorPath(testProjectID), "worktree", "list").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"gone", "expired", "older", "halfmade"} {
+		if strings.Contains(string(out), made[name]) {
+			t.Errorf("the mirror still lists the %s run's worktree:\n%s", name, out)
+		}
+	}
+
+	// A restart: the live run's session is adopted, its worktree kept.
+	if err := h.stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.opts.WorktreeBudget = 1 // everything finished must go; the live one stays
+	h.start()
+	start = passes.Load()
+	eventually.Wait(t, 15*time.Second, "a clean-up pass after the restart", func() bool { return passes.Load() >= start+1 })
+	if !exists(live) {
+		t.Error("the live run's worktree was removed after a restart")
+	}
+	if exists(made["newer"]) {
+		t.Error("the finished run's worktree survived a budget of 1 byte")
+	}
+	if !exists(made["requeued"]) {
+		t.Error("the requeued run's worktree was removed")
+	}
+}
+
+// TestWorkspaceTenRunsOneFetchAtATime: ten runs of one project dispatched
+// at once all start, each in its own worktree, while the project's mirror
+// is fetched one fetch at a time (a git wrapper on the worker's side
+// records when each fetch process starts and ends).
+func TestWorkspaceTenRunsOneFetchAtATime(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.MaxRuns = 11
+	real, err := exec.LookPath("git")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := t.TempDir()
+	log := filepath.Join(bin, "fetches.log")
+	h.opts.Git = filepath.Join(bin, "git")
+	script := "#!/bin/sh\ncase \" $* \" in *\" fetch \"*) echo \"start $$\" >> " + log + "; \"" + real + "\" \"$@\"; rc=$?; echo \"end $$\" >> " + log +
+		"; exit $rc;; esac\nexec \"" + real + "\" \"$@\"\n"
+	if err := os.WriteFile(h.opts.Git, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.start()
+	remote := gitRemote(t)
+	// A warm mirror first: the project's first run clones it.
+	first := uuid.NewString()
+	from := orch.mark()
+	orch.send(h.worktreeDispatch(first, 1, remote))
+	orch.wait(from, "the first run's worktree", isType(wire.FrameWorkspaceReady, first))
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	from = orch.mark()
+	for range 10 {
+		id := uuid.NewString()
+		ids = append(ids, id)
+		orch.send(h.worktreeDispatch(id, 1, remote))
+	}
+	paths := map[string]bool{}
+	for _, id := range ids {
+		f, _ := orch.wait(from, "workspace_ready of "+id, isType(wire.FrameWorkspaceReady, id))
+		paths[f.Workspace.Path] = true
+		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
+	}
+	if len(paths) != 10 {
+		t.Errorf("%d distinct worktrees for 10 runs", len(paths))
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Fields(string(b))
+	open, fetches := "", 0
+	for i := 0; i+1 < len(lines); i += 2 {
+		switch what, pid := lines[i], lines[i+1]; {
+		case what == "start" && open == "":
+			open, fetches = pid, fetches+1
+		case what == "end" && open == pid:
+			open = ""
+		default:
+			t.Fatalf("two fetches of the mirror at once:\n%s", b)
+		}
+	}
+	if fetches == 0 || fetches >= 10 {
+		t.Errorf("%d fetches for 10 runs dispatched at once; want them shared", fetches)
+	}
+	t.Logf("10 runs dispatched at once on a warm mirror: all started, %d fetch(es), one at a time", fetches)
+}
