@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
 
@@ -48,15 +49,7 @@ func TestWorkspaceE2E(t *testing.T) {
 	w := s.faultWorker("ws-host", s.url)
 
 	// The project's remote.
-	dir := t.TempDir()
-	src, remote := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
-	gitE2E(t, dir, nil, "init", "-q", "-b", "main", src)
-	if err := os.WriteFile(filepath.Join(src, "tracked.txt"), []byte("one\ntwo\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	gitE2E(t, src, nil, "add", "tracked.txt")
-	gitE2E(t, src, nil, "commit", "-q", "-m", "initial")
-	gitE2E(t, dir, nil, "clone", "-q", "--bare", src, remote)
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
 	main := gitE2E(t, remote, nil, "rev-parse", "main")
 
 	var p wire.Project
@@ -184,7 +177,7 @@ func TestWorkspaceE2E(t *testing.T) {
 
 	// An unreachable repository.
 	var bad wire.Project
-	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Gone", "repo": map[string]any{"url": filepath.Join(dir, "gone.git")}}, &bad)
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Gone", "repo": map[string]any{"url": filepath.Join(t.TempDir(), "gone.git")}}, &bad)
 	var badTask wire.WorkItem
 	s.must(201, "POST", "/api/v1/projects/"+bad.Slug+"/work-items", map[string]any{"kind": "task", "title": "Never"}, &badTask)
 	e := s.runShell(badTask.ID, "exit 0", map[string]any{"max_attempts": 1})

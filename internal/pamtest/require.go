@@ -30,10 +30,14 @@ var tools = map[string]tool{
 		found:   func() bool { return onPath("chromium") || onPath("chromium-browser") || onPath("google-chrome") },
 		install: "apt-get install -y chromium",
 	},
+	"git": {
+		found:   func() bool { return onPath("git") },
+		install: "apt-get install -y git (or make deps)",
+	},
 }
 
 // Require stops the test when one of the named tools (tmux, postgres,
-// chromium) is missing: under CI it fails, since a green CI run must not
+// chromium, git) is missing: under CI it fails, since a green CI run must not
 // hide tests that never ran; elsewhere it skips, saying what to install,
 // and Main repeats that when the package's tests end.
 func Require(t testing.TB, names ...string) {

@@ -748,7 +748,7 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("ChangesTab", func(t *testing.T) {
 		d.t = t
-		remote := gitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
+		remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
 		var p wire.Project
 		d.api(201, "POST", "/projects", map[string]any{"name": "Changes", "repo": map[string]any{"url": remote}}, &p)
 		var task wire.WorkItem
@@ -801,31 +801,4 @@ func TestDashboard(t *testing.T) {
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
-}
-
-// gitRemote makes a bare repository with files committed on main, in the
-// test's temporary directory: a project's remote without a network.
-func gitRemote(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
-	git := func(dir string, args ...string) {
-		t.Helper()
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	git(dir, "init", "-q", "-b", "main", src)
-	for name, body := range files {
-		if err := os.WriteFile(filepath.Join(src, name), []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	git(src, "add", "-A")
-	git(src, "commit", "-q", "-m", "initial")
-	git(dir, "clone", "-q", "--bare", src, bare)
-	return bare
 }

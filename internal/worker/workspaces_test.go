@@ -13,34 +13,10 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/eventually"
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 	"pam/internal/workspace"
 )
-
-// gitRemote makes a bare repository with one commit on main, in the
-// test's temporary directory: a project's remote without a network.
-func gitRemote(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
-	run := func(dir string, args ...string) {
-		t.Helper()
-		c := exec.Command("git", args...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com")
-		if out, err := c.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	run(dir, "init", "--quiet", "-b", "main", src)
-	if err := os.WriteFile(filepath.Join(src, "README"), []byte("hello\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(src, "add", "README")
-	run(src, "commit", "--quiet", "-m", "initial")
-	run(dir, "clone", "--quiet", "--bare", src, bare)
-	return bare
-}
 
 const testProjectID = "9e0e0e0e-7777-4777-8777-777777777777"
 
@@ -74,7 +50,7 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 	h := newHarness(t, orch)
 	t.Setenv("TMUX_TMPDIR", h.tmuxDir)
 	h.start()
-	remote := gitRemote(t)
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
 	a, b := uuid.NewString(), uuid.NewString()
 	from := orch.mark()
 	orch.send(h.worktreeDispatch(a, 1, remote))
@@ -164,7 +140,7 @@ func TestWorkspaceCleanup(t *testing.T) {
 	h.opts.WorktreeRetention = time.Hour
 	var passes atomic.Int64
 	h.opts.hooks = &hooks{workspacesPass: func() { passes.Add(1) }}
-	remote := gitRemote(t)
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
 
 	// Worktrees an earlier worker made.
 	m, err := workspace.New(workspace.Options{DataDir: h.opts.DataDir})
@@ -293,7 +269,7 @@ func TestWorkspaceTenRunsOneFetchAtATime(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start()
-	remote := gitRemote(t)
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
 	// A warm mirror first: the project's first run clones it.
 	first := uuid.NewString()
 	from := orch.mark()

@@ -15,44 +15,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
-
-// gitT runs git for a test (setting up remotes, checking results).
-func gitT(t testing.TB, dir string, args ...string) string {
-	t.Helper()
-	c := exec.Command("git", args...)
-	c.Dir = dir
-	c.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com",
-		"GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com", "GIT_CONFIG_NOSYSTEM=1")
-	out, err := c.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// newRemote makes a bare repository with one commit of files on main:
-// the "remote" of a project, on the local disk (no network).
-func newRemote(t testing.TB, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	src, bare := filepath.Join(dir, "src"), filepath.Join(dir, "remote.git")
-	gitT(t, dir, "init", "--quiet", "-b", "main", src)
-	for name, body := range files {
-		p := filepath.Join(src, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	gitT(t, src, "add", "-A")
-	gitT(t, src, "commit", "--quiet", "-m", "initial")
-	gitT(t, dir, "clone", "--quiet", "--bare", src, bare)
-	return bare
-}
 
 func newManager(t testing.TB, git string) *Manager {
 	t.Helper()
@@ -78,7 +43,7 @@ func write(t testing.TB, path, body string) {
 // TestConcurrentRunsOwnWorktrees: two runs of one project at once get a
 // worktree and a branch each; what one writes is not in the other.
 func TestConcurrentRunsOwnWorktrees(t *testing.T) {
-	remote := newRemote(t, map[string]string{"README": "hello\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
 	m := newManager(t, "")
 	project := uuid.NewString()
 	a, b := spec(project, remote), spec(project, remote)
@@ -94,11 +59,11 @@ func TestConcurrentRunsOwnWorktrees(t *testing.T) {
 	if wsA.Path == wsB.Path || wsA.Branch == wsB.Branch {
 		t.Fatalf("shared workspace: %+v %+v", wsA, wsB)
 	}
-	if wsA.BaseCommit != gitT(t, remote, "rev-parse", "main") {
+	if wsA.BaseCommit != pamtest.Git(t, remote, "rev-parse", "main") {
 		t.Errorf("base commit %s is not main's", wsA.BaseCommit)
 	}
 	for _, ws := range []wire.Workspace{wsA, wsB} {
-		if got := gitT(t, ws.Path, "rev-parse", "--abbrev-ref", "HEAD"); got != ws.Branch {
+		if got := pamtest.Git(t, ws.Path, "rev-parse", "--abbrev-ref", "HEAD"); got != ws.Branch {
 			t.Errorf("%s is on %s, want %s", ws.Path, got, ws.Branch)
 		}
 		if _, err := os.Stat(filepath.Join(ws.Path, "README")); err != nil {
@@ -115,7 +80,7 @@ func TestConcurrentRunsOwnWorktrees(t *testing.T) {
 // staged new file and an untracked file all show in the diff; binaries are
 // named, not dumped; the stat matches git's own numstat.
 func TestDiffAllFourKinds(t *testing.T) {
-	remote := newRemote(t, map[string]string{"tracked.txt": "one\ntwo\nthree\n", "gone.txt": "bye\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\nthree\n", "gone.txt": "bye\n"})
 	m := newManager(t, "")
 	s := spec(uuid.NewString(), remote)
 	ws, err := m.Prepare(t.Context(), s)
@@ -123,11 +88,11 @@ func TestDiffAllFourKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(ws.Path, "committed.txt"), "c1\nc2\n")
-	gitT(t, ws.Path, "add", "committed.txt")
-	gitT(t, ws.Path, "commit", "--quiet", "-m", "agent commit")
+	pamtest.Git(t, ws.Path, "add", "committed.txt")
+	pamtest.Git(t, ws.Path, "commit", "--quiet", "-m", "agent commit")
 	write(t, filepath.Join(ws.Path, "tracked.txt"), "one\nTWO\nthree\nfour\n")
 	write(t, filepath.Join(ws.Path, "staged.txt"), "s\n")
-	gitT(t, ws.Path, "add", "staged.txt")
+	pamtest.Git(t, ws.Path, "add", "staged.txt")
 	write(t, filepath.Join(ws.Path, "untracked.txt"), "u1\nu2\nu3\n")
 	if err := os.WriteFile(filepath.Join(ws.Path, "blob.bin"), []byte{0, 1, 2, 0, 255, 0, 'x'}, 0o644); err != nil {
 		t.Fatal(err)
@@ -135,7 +100,7 @@ func TestDiffAllFourKinds(t *testing.T) {
 	if err := os.Remove(filepath.Join(ws.Path, "gone.txt")); err != nil {
 		t.Fatal(err)
 	}
-	stagedBefore := gitT(t, ws.Path, "diff", "--cached", "--name-only")
+	stagedBefore := pamtest.Git(t, ws.Path, "diff", "--cached", "--name-only")
 
 	var buf bytes.Buffer
 	if err := m.Diff(t.Context(), s.RunID, &buf, wire.MaxDiff); err != nil {
@@ -153,7 +118,7 @@ func TestDiffAllFourKinds(t *testing.T) {
 	if strings.Contains(diff, "\x00") || strings.Contains(diff, "\xff") {
 		t.Errorf("the binary file was dumped")
 	}
-	if got := gitT(t, ws.Path, "diff", "--cached", "--name-only"); got != stagedBefore {
+	if got := pamtest.Git(t, ws.Path, "diff", "--cached", "--name-only"); got != stagedBefore {
 		t.Errorf("the diff changed the agent's index: %q, was %q", got, stagedBefore)
 	}
 
@@ -162,9 +127,9 @@ func TestDiffAllFourKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 	// git's own count, from the real index with everything staged.
-	gitT(t, ws.Path, "add", "-A")
+	pamtest.Git(t, ws.Path, "add", "-A")
 	want := map[string]string{}
-	for _, line := range strings.Split(gitT(t, ws.Path, "diff", "--cached", "--numstat", ws.BaseCommit), "\n") {
+	for _, line := range strings.Split(pamtest.Git(t, ws.Path, "diff", "--cached", "--numstat", ws.BaseCommit), "\n") {
 		f := strings.SplitN(line, "\t", 3)
 		want[f[2]] = f[0] + "/" + f[1]
 	}
@@ -190,7 +155,7 @@ func TestDiffAllFourKinds(t *testing.T) {
 
 // TestDiffBounded: a diff past the limit is cut, with a final notice.
 func TestDiffBounded(t *testing.T) {
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	m := newManager(t, "")
 	s := spec(uuid.NewString(), remote)
 	ws, err := m.Prepare(t.Context(), s)
@@ -210,7 +175,7 @@ func TestDiffBounded(t *testing.T) {
 // TestRetryReusesWorktree: a later attempt of the run gets the same
 // checkout, with what the first attempt left in it.
 func TestRetryReusesWorktree(t *testing.T) {
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	m := newManager(t, "")
 	s := spec(uuid.NewString(), remote)
 	ws1, err := m.Prepare(t.Context(), s)
@@ -242,8 +207,8 @@ func TestRetryReusesWorktree(t *testing.T) {
 	// Removed (clean-up), then asked again: the branch stayed, so the
 	// run's commits come back.
 	write(t, filepath.Join(ws1.Path, "c.txt"), "c\n")
-	gitT(t, ws1.Path, "add", "c.txt")
-	gitT(t, ws1.Path, "commit", "--quiet", "-m", "c")
+	pamtest.Git(t, ws1.Path, "add", "c.txt")
+	pamtest.Git(t, ws1.Path, "commit", "--quiet", "-m", "c")
 	if _, ok, err := m.Remove(t.Context(), s.RunID); err != nil || !ok {
 		t.Fatalf("remove: %v %v", ok, err)
 	}
@@ -284,7 +249,7 @@ func TestUnreachableRepo(t *testing.T) {
 		}
 	}
 	// A bad base fails the same way, before any worktree exists.
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	s = spec(uuid.NewString(), remote)
 	s.Base = "no-such-branch"
 	if _, err := m.Prepare(t.Context(), s); err == nil || !strings.Contains(err.Error(), "no-such-branch") {
@@ -297,7 +262,7 @@ func TestUnreachableRepo(t *testing.T) {
 
 // TestPush: the run's branch lands in the remote with its commits.
 func TestPush(t *testing.T) {
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	m := newManager(t, "")
 	s := spec(uuid.NewString(), remote)
 	ws, err := m.Prepare(t.Context(), s)
@@ -305,9 +270,9 @@ func TestPush(t *testing.T) {
 		t.Fatal(err)
 	}
 	write(t, filepath.Join(ws.Path, "feature.txt"), "f\n")
-	gitT(t, ws.Path, "add", "feature.txt")
-	gitT(t, ws.Path, "commit", "--quiet", "-m", "the feature")
-	head := gitT(t, ws.Path, "rev-parse", "HEAD")
+	pamtest.Git(t, ws.Path, "add", "feature.txt")
+	pamtest.Git(t, ws.Path, "commit", "--quiet", "-m", "the feature")
+	head := pamtest.Git(t, ws.Path, "rev-parse", "HEAD")
 	pushed, detail, err := m.Push(t.Context(), s.RunID)
 	if err != nil {
 		t.Fatal(err)
@@ -315,7 +280,7 @@ func TestPush(t *testing.T) {
 	if pushed.Branch != ws.Branch || !strings.Contains(detail, ws.Branch) {
 		t.Errorf("pushed %+v, detail %q", pushed, detail)
 	}
-	if got := gitT(t, remote, "rev-parse", "refs/heads/"+ws.Branch); got != head {
+	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+ws.Branch); got != head {
 		t.Errorf("remote branch at %s, want %s", got, head)
 	}
 }
@@ -346,7 +311,7 @@ exec "%[2]s" "$@"
 // cold mirror and then on a warm one: every run gets its worktree, the
 // mirror's fetches never overlap, and runs that waited share a fetch.
 func TestMirrorFetchSerialised(t *testing.T) {
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	git, log := fetchLog(t)
 	m := newManager(t, git)
 	project := uuid.NewString()
@@ -407,7 +372,7 @@ func mustList(t *testing.T, m *Manager) []Entry {
 // killed while making it) is removed and the mirror pruned, then made
 // again on the next attempt.
 func TestRemoveHalfMade(t *testing.T) {
-	remote := newRemote(t, map[string]string{"a": "a\n"})
+	remote := pamtest.GitRemote(t, map[string]string{"a": "a\n"})
 	m := newManager(t, "")
 	s := spec(uuid.NewString(), remote)
 	ws, err := m.Prepare(t.Context(), s)
@@ -427,7 +392,7 @@ func TestRemoveHalfMade(t *testing.T) {
 	if _, err := os.Stat(ws.Path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("half-made worktree left: %v", err)
 	}
-	if out := gitT(t, m.MirrorPath(s.ProjectID), "worktree", "list"); strings.Contains(out, s.RunID) {
+	if out := pamtest.Git(t, m.MirrorPath(s.ProjectID), "worktree", "list"); strings.Contains(out, s.RunID) {
 		t.Errorf("mirror still lists it: %s", out)
 	}
 
@@ -466,7 +431,7 @@ func makeFiles(n int) map[string]string {
 // first) and warm (fetch, then worktree). `make bench` and
 // `go test -run X -bench WorktreeStart ./internal/workspace` print it.
 func BenchmarkWorktreeStart(b *testing.B) {
-	remote := newRemote(b, makeFiles(3000))
+	remote := pamtest.GitRemote(b, makeFiles(3000))
 	b.Run("cold", func(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
