@@ -798,6 +798,21 @@ func TestDashboard(t *testing.T) {
 			`document.querySelector('.run-meta .badge.st-stopped') && document.querySelector('[data-testid=events]').textContent.includes('run.stopped') && !document.querySelector('[data-testid=stop]')`)
 	})
 
+	t.Run("FleetDisableEnableRotateRemove", func(t *testing.T) {
+		d.t = t
+		fleetActions(t, d)
+	})
+
+	t.Run("Keyboard", func(t *testing.T) {
+		d.t = t
+		keyboard(t, d)
+	})
+
+	t.Run("Notifications", func(t *testing.T) {
+		d.t = t
+		notifications(t, d)
+	})
+
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
