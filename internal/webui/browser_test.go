@@ -442,6 +442,9 @@ func TestDashboard(t *testing.T) {
 		// Keyboard: Shift+→ moves the focused card one column right.
 		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
 		eventually.Wait(t, 10*time.Second, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
+		// The page may show the move a moment after the API has it: a
+		// Shift+← on the card still drawn in doing would send it to todo.
+		d.waitJS(d.ctx, 5*time.Second, "the card in the done column", `document.querySelector('[data-testid=col-done] `+card+`')`)
 		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
 		eventually.Wait(t, 10*time.Second, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
 		// An epic groups its tasks.
