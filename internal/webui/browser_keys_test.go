@@ -113,6 +113,18 @@ func fleetActions(t *testing.T, d *dash) {
 	if eval[bool](d, d.ctx, card+` !== null`) {
 		t.Error("the removed host is back after a reload")
 	}
+	// The register above journals events that make the page refetch the
+	// host; one such read may reach the server just after the remove, and
+	// the browser logs its 404 (the page handles it: the host is dropped).
+	d.mu.Lock()
+	kept := d.logs[:0]
+	for _, l := range d.logs {
+		if !(strings.Contains(l, "status of 404") && strings.Contains(l, "/api/v1/hosts/"+created.Host.ID)) {
+			kept = append(kept, l)
+		}
+	}
+	d.logs = kept
+	d.mu.Unlock()
 }
 
 // keyboard: ? lists the shortcuts, / searches (a task's title, then a

@@ -358,6 +358,7 @@ function apply(e) {
     if (e.host_id && COUNTED.has(t)) refetch('host', e.host_id);
   } else if (t.startsWith('host.') || t.startsWith('worker.')) {
     if (t === 'host.removed' && e.host_id) {
+      pending.delete('host:' + e.host_id); // a refetch would only find it gone
       const m = new Map(hosts.value);
       m.delete(e.host_id);
       hosts.value = m;

@@ -85,8 +85,18 @@ export function Dialog({ title, onClose, children, wide, footer }) {
     const d = ref.current;
     if (d && !d.open) d.showModal();
     const onCancel = (e) => { e.preventDefault(); onClose(); };
+    // Chrome closes a modal dialog on Escape without a cancel event when
+    // the page has had no user activation lately (its close-watcher rule;
+    // a key press's activation lapses after a few seconds): the dialog is
+    // then closed but still rendered, and the app would think it open.
+    // Whatever closed it, the owner hears of it.
+    const onNativeClose = () => onClose();
     d.addEventListener('cancel', onCancel);
-    return () => d.removeEventListener('cancel', onCancel);
+    d.addEventListener('close', onNativeClose);
+    return () => {
+      d.removeEventListener('cancel', onCancel);
+      d.removeEventListener('close', onNativeClose);
+    };
   }, []);
   return (
     <dialog ref={ref} class={'dialog' + (wide ? ' wide' : '')} onClick={(e) => { if (e.target === ref.current) onClose(); }}>
