@@ -40,7 +40,8 @@ func TestNewSessionCaptureList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := waitCapture(t, s.tm, name, "arg1=")
+	// pwd runs after printf: wait for its line, not only the first one.
+	out := waitCapture(t, s.tm, name, cwd+"\n")
 	want := "arg1=[; touch " + marker + "] arg2=[kill-server;] arg3=[$(touch " + marker + ")]"
 	if !strings.Contains(out, want) {
 		t.Errorf("arguments did not arrive literally; want %q in\n%s", want, out)
