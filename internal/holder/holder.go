@@ -1,0 +1,831 @@
+// Package holder is pam's built-in PTY holder, the `pty` executor
+// (docs/architecture.md#the-pty-holder): a detached process per run that
+// owns a pseudoterminal, runs the run's program on it, and serves a Unix
+// socket that any number of readers attach to and leave. Closing every
+// reader never signals the program; the terminal can leave, the run
+// stays.
+//
+// The holder reads the PTY once and offers each chunk to every reader
+// without waiting on any of them: each reader has its own pending
+// buffer and one that falls 1 MiB behind is released alone. Input is
+// queued and written by a goroutine of its own, so a large paste never
+// makes the output path wait on the program.
+package holder
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+)
+
+// Defaults of Options.
+const (
+	// DefaultRows and DefaultCols are a new PTY's size, as a tmux
+	// session's (220×50).
+	DefaultRows = 50
+	DefaultCols = 220
+	// DefaultTerm is the TERM the program draws for when none is given.
+	DefaultTerm = "xterm-256color"
+	// DefaultPreattach bounds the output kept for the first reader.
+	DefaultPreattach = 256 << 10
+	// DefaultPendingLimit is how far a reader may fall behind before it
+	// is released (1 MiB).
+	DefaultPendingLimit = 1 << 20
+	// DefaultInputLimit bounds the input queued for the program; a
+	// reader sending past it waits (only that reader).
+	DefaultInputLimit = 4 << 20
+)
+
+const (
+	// readChunk is the most PTY output one read (and one frame) carries.
+	readChunk = 32 << 10
+	// helloWait bounds how long a new connection may take to say hello.
+	helloWait = 5 * time.Second
+	// redrawPause is how long the PTY keeps the interim size of a
+	// redraw, so that the program sees a real change: a program that
+	// reads its size after both changes would see the old size and, like
+	// ncurses, not repaint.
+	redrawPause = 40 * time.Millisecond
+	// drainWait bounds how long output is read after the program exited
+	// (a background process may hold the terminal open).
+	drainWait = time.Second
+	// flushWait bounds how long readers get to take their last bytes.
+	flushWait = 2 * time.Second
+	// killWait bounds how long a SIGKILLed program takes to be reaped.
+	killWait = 5 * time.Second
+)
+
+// Options describe one holder.
+type Options struct {
+	// Dir is the holders folder (<data>/worker/holders): made 0700.
+	Dir string
+	// Name is the holder's name, the run's session name
+	// (^pam-[0-9a-f]{8}$).
+	Name string
+	// RunID, Attempt and Instance are recorded in the note, for the
+	// worker's reconciliation (the tmux executor's @pam_* options).
+	RunID    string
+	Attempt  int
+	Instance string
+	// Cwd is the program's working directory and, resolved to its full
+	// path, the workspace only one live holder may have.
+	Cwd string
+	// Term is the TERM the program draws for; default DefaultTerm.
+	Term string
+	// Command is the program and its arguments; Command[0] is absolute.
+	Command []string
+	// Env is the program's environment (TERM is set from Term).
+	Env []string
+	// Rows and Cols are the PTY's first size; default 50×220.
+	Rows, Cols int
+	// PreattachLimit, PendingLimit and InputLimit override the bounds
+	// (tests use small ones); zero means the default.
+	PreattachLimit, PendingLimit, InputLimit int
+	// Logger gets the holder's failures; nil writes them to <name>.log.
+	Logger *slog.Logger
+	// Ready, when set, is called once: nil when the socket accepts and
+	// the program runs, else why the holder could not start.
+	Ready func(error)
+
+	// onSignal, when set, is handed the holder once it runs (Main
+	// turns signals to the holder into stops of its program).
+	onSignal func(*holder)
+}
+
+func (o *Options) check() error {
+	if !ValidName(o.Name) {
+		return fmt.Errorf("holder name %q: want pam-<8 lowercase hex>", o.Name)
+	}
+	if !filepath.IsAbs(o.Dir) {
+		return fmt.Errorf("holders folder %q is not absolute", o.Dir)
+	}
+	if len(o.Command) == 0 || !filepath.IsAbs(o.Command[0]) {
+		return fmt.Errorf("holder %s: the command needs an absolute program path", o.Name)
+	}
+	if !filepath.IsAbs(o.Cwd) {
+		return fmt.Errorf("holder %s: working directory %q is not absolute", o.Name, o.Cwd)
+	}
+	if st, err := os.Stat(o.Cwd); err != nil {
+		return fmt.Errorf("holder %s: working directory: %w", o.Name, err)
+	} else if !st.IsDir() {
+		return fmt.Errorf("holder %s: working directory %s is not a directory", o.Name, o.Cwd)
+	}
+	if o.Term == "" {
+		o.Term = DefaultTerm
+	}
+	if o.Rows <= 0 || o.Cols <= 0 {
+		o.Rows, o.Cols = DefaultRows, DefaultCols
+	}
+	if o.Rows > MaxDim || o.Cols > MaxDim {
+		return fmt.Errorf("holder %s: size %dx%d out of range", o.Name, o.Rows, o.Cols)
+	}
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.PreattachLimit, DefaultPreattach)
+	def(&o.PendingLimit, DefaultPendingLimit)
+	def(&o.InputLimit, DefaultInputLimit)
+	return nil
+}
+
+// holder is one running holder.
+type holder struct {
+	o    Options
+	log  *slog.Logger
+	jr   *journal
+	ptmx *os.File
+	cmd  *exec.Cmd
+	ln   *net.UnixListener
+
+	mu       sync.Mutex
+	readers  map[int]*reader
+	all      map[net.Conn]struct{} // every open connection
+	nextID   int
+	everRead bool   // a reader has attached: no more pre-attach output
+	pre      []byte // output before the first reader, newest kept
+	rows     int
+	cols     int
+	ending   bool
+
+	sizeMu sync.Mutex // orders resizes and redraws
+	input  *inputQueue
+
+	exited chan struct{} // the program was reaped
+	code   int           // its exit code, once exited is closed
+	killed chan struct{} // a kill was asked for
+	kill   sync.Once
+	conns  sync.WaitGroup // serveConn goroutines
+}
+
+// reader is one attached connection.
+type reader struct {
+	id      int
+	conn    net.Conn
+	write   bool
+	pending []byte        // encoded frames not yet handed to the socket (h.mu)
+	wake    chan struct{} // cap 1: pending grew, or the reader ends
+	quit    chan struct{} // closed when the reader is dropped
+	closing bool          // flush what is pending, then close (h.mu)
+	gone    bool          // dropped (h.mu)
+	// released: dropped for falling PendingLimit behind (h.mu)
+	released bool
+}
+
+// Serve runs a holder until its program ends (or a kill, or ctx ends,
+// which kills it too). It returns nil when the holder ran; an error
+// before o.Ready(nil) means it never started (the name or workspace is
+// held, the command cannot start, …), and o.Ready gets it too.
+func Serve(ctx context.Context, o Options) (err error) {
+	ready := o.Ready
+	if ready == nil {
+		ready = func(error) {}
+	}
+	started := false
+	defer func() {
+		if !started {
+			ready(err)
+		}
+	}()
+	if err := o.check(); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return fmt.Errorf("holders folder: %w", err)
+	}
+	if err := os.Chmod(o.Dir, 0o700); err != nil {
+		return fmt.Errorf("holders folder: %w", err)
+	}
+	ws, err := Workspace(o.Cwd)
+	if err != nil {
+		return err
+	}
+	who := fmt.Sprintf("session %s, pid %d", o.Name, os.Getpid())
+	nameLock, err := tryFlock(lockPath(o.Dir, o.Name), who)
+	if err != nil {
+		return fmt.Errorf("holder %s: the name is %w", o.Name, err)
+	}
+	defer nameLock.release()
+	wsLock, err := tryFlock(workspaceLockPath(o.Dir, ws), who)
+	if err != nil {
+		return fmt.Errorf("holder %s: workspace %s is %w", o.Name, ws, err)
+	}
+	defer wsLock.release()
+
+	logger := o.Logger
+	if logger == nil {
+		el, err := openErrLog(o.Dir, o.Name)
+		if err != nil {
+			return err
+		}
+		defer el.close()
+		logger = slog.New(slog.NewTextHandler(el, nil)).With("holder", o.Name)
+	}
+	jr, err := openJournal(o.Dir, o.Name)
+	if err != nil {
+		return err
+	}
+	defer jr.close()
+
+	// Both locks are ours: whatever socket file is there belongs to a
+	// holder that is gone, and is replaced.
+	sock := SocketPath(o.Dir, o.Name)
+	if err := os.Remove(sock); err != nil && !isNotExist(err) {
+		return fmt.Errorf("holder %s: remove the stale socket: %w", o.Name, err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("holder %s: listen: %w", o.Name, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	defer ln.Close()
+	if err := os.Chmod(sock, 0o600); err != nil {
+		return fmt.Errorf("holder %s: socket mode: %w", o.Name, err)
+	}
+
+	cmd := exec.Command(o.Command[0], o.Command[1:]...)
+	cmd.Dir = o.Cwd
+	cmd.Env = append(withoutTerm(o.Env), "TERM="+o.Term)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(o.Rows), Cols: uint16(o.Cols)})
+	if err != nil {
+		return fmt.Errorf("holder %s: start %s: %w", o.Name, o.Command[0], err)
+	}
+	if ptmx, err = pollable(ptmx); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("holder %s: %w", o.Name, err)
+	}
+	h := &holder{
+		o: o, log: logger, jr: jr, ptmx: ptmx, cmd: cmd, ln: ln,
+		readers: map[int]*reader{}, all: map[net.Conn]struct{}{}, rows: o.Rows, cols: o.Cols,
+		input:  newInputQueue(o.InputLimit),
+		exited: make(chan struct{}), killed: make(chan struct{}),
+	}
+	note := Note{
+		Name: o.Name, PID: os.Getpid(), ChildPID: cmd.Process.Pid, RunID: o.RunID, Attempt: o.Attempt,
+		Instance: o.Instance, Cwd: o.Cwd, Term: o.Term, StartedAt: time.Now().UTC(),
+	}
+	if err := writeNote(o.Dir, note); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		_ = ptmx.Close()
+		return fmt.Errorf("holder %s: %w", o.Name, err)
+	}
+	defer os.Remove(NotePath(o.Dir, o.Name))
+	if o.onSignal != nil {
+		o.onSignal(h)
+	}
+	h.event(Event{Event: "started", PID: note.PID, ChildPID: note.ChildPID, RunID: o.RunID, Attempt: o.Attempt,
+		Rows: o.Rows, Cols: o.Cols, Detail: "workspace " + ws})
+	started = true
+	ready(nil)
+	h.run(ctx)
+	return nil
+}
+
+// run serves readers until the program ends or is killed.
+func (h *holder) run(ctx context.Context) {
+	go func() {
+		err := h.cmd.Wait()
+		h.code = exitCode(h.cmd.ProcessState, err)
+		close(h.exited)
+	}()
+	outDone := make(chan struct{})
+	go func() { defer close(outDone); h.outputLoop() }()
+	inDone := make(chan struct{})
+	go func() { defer close(inDone); h.inputLoop() }()
+	acceptDone := make(chan struct{})
+	go func() { defer close(acceptDone); h.acceptLoop() }()
+
+	reason := "exited"
+	select {
+	case <-h.exited:
+	case <-h.killed:
+		reason = "killed"
+	case <-ctx.Done():
+		h.requestKill("shutdown")
+		reason = "killed"
+	}
+	if reason == "killed" {
+		select {
+		case <-h.exited:
+		case <-time.After(killWait):
+			h.log.Error("the killed program was not reaped", "pid", h.cmd.Process.Pid)
+		}
+	}
+	// What the program wrote last still reaches the readers.
+	select {
+	case <-outDone:
+	case <-time.After(drainWait):
+	}
+	code := -1
+	select {
+	case <-h.exited:
+		code = h.code
+	default:
+	}
+	h.event(Event{Event: reason, Code: &code})
+	_ = h.ln.Close()
+	<-acceptDone
+	h.finish(Exit{Reason: reason, Code: code})
+	h.input.close()
+	_ = h.ptmx.Close()
+	<-inDone
+	h.event(Event{Event: "holder_exit"})
+}
+
+// outputLoop reads the PTY once and offers each chunk to every reader.
+func (h *holder) outputLoop() {
+	buf := make([]byte, readChunk)
+	for {
+		n, err := h.ptmx.Read(buf)
+		if n > 0 {
+			h.broadcast(buf[:n])
+		}
+		if err != nil {
+			return // EIO: no process has the terminal open any more
+		}
+	}
+}
+
+// broadcast hands p to every reader without waiting on any: it is
+// appended to each reader's pending buffer, and a reader whose buffer
+// would pass PendingLimit is released. With no reader it is kept for the
+// first one (bounded, newest kept) or, after the first, discarded.
+func (h *holder) broadcast(p []byte) {
+	h.mu.Lock()
+	if len(h.readers) == 0 {
+		if !h.everRead {
+			h.pre = appendBounded(h.pre, p, h.o.PreattachLimit)
+		}
+		h.mu.Unlock()
+		return
+	}
+	frame := AppendFrame(nil, FrameOutput, p)
+	var released []int
+	for _, r := range h.readers {
+		if len(r.pending)+len(frame) > h.o.PendingLimit {
+			r.released = true
+			h.dropLocked(r)
+			released = append(released, r.id)
+			continue
+		}
+		r.pending = append(r.pending, frame...)
+		poke(r.wake)
+	}
+	h.mu.Unlock()
+	for _, id := range released {
+		h.event(Event{Event: "reader_released", Reader: id, Detail: fmt.Sprintf("more than %d bytes pending", h.o.PendingLimit)})
+	}
+}
+
+// appendBounded appends p to b keeping at most limit bytes, the newest.
+func appendBounded(b, p []byte, limit int) []byte {
+	if len(p) >= limit {
+		return append(b[:0], p[len(p)-limit:]...)
+	}
+	if over := len(b) + len(p) - limit; over > 0 {
+		b = append(b[:0], b[over:]...)
+	}
+	return append(b, p...)
+}
+
+// acceptLoop takes new readers until the listener closes.
+func (h *holder) acceptLoop() {
+	for {
+		c, err := h.ln.AcceptUnix()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				h.log.Error("accept", "err", err)
+			}
+			return
+		}
+		h.mu.Lock()
+		if h.ending {
+			h.mu.Unlock()
+			c.Close()
+			continue
+		}
+		h.all[c] = struct{}{}
+		h.mu.Unlock()
+		h.conns.Go(func() {
+			h.serveConn(c)
+			h.mu.Lock()
+			delete(h.all, c)
+			h.mu.Unlock()
+		})
+	}
+}
+
+// serveConn reads a connection's hello, registers it as a reader, and
+// then takes its frames until it closes. A connection that never says
+// hello (a liveness probe) is closed without a trace.
+func (h *holder) serveConn(c net.Conn) {
+	_ = c.SetReadDeadline(time.Now().Add(helloWait))
+	f, err := ReadFrame(c)
+	if err != nil || f.Type != FrameHello {
+		c.Close()
+		return
+	}
+	_ = c.SetReadDeadline(time.Time{})
+	var hello Hello
+	if err := json.Unmarshal(f.Payload, &hello); err != nil {
+		c.Close()
+		return
+	}
+	sized := hello.Rows > 0 && hello.Cols > 0 && hello.Rows <= MaxDim && hello.Cols <= MaxDim
+	r := h.register(c, hello.Write)
+	if r == nil {
+		c.Close()
+		return
+	}
+	h.event(Event{Event: "reader_attached", Reader: r.id, Rows: hello.Rows, Cols: hello.Cols,
+		Detail: map[bool]string{true: "write", false: "read"}[hello.Write]})
+	writerDone := make(chan struct{})
+	go func() { defer close(writerDone); h.writeLoop(r) }()
+	if sized || hello.Redraw {
+		rows, cols := hello.Rows, hello.Cols
+		if !sized {
+			rows, cols = 0, 0
+		}
+		h.redraw(rows, cols)
+	}
+	why := h.readLoop(r)
+	h.mu.Lock()
+	released := r.released
+	h.dropLocked(r)
+	h.mu.Unlock()
+	<-writerDone
+	if !released {
+		if why == "" {
+			why = "closed"
+		}
+		h.event(Event{Event: "reader_closed", Reader: r.id, Detail: why})
+	}
+}
+
+// register adds a reader: its first frames are the info frame and, for
+// the first reader ever, the output kept since the start.
+func (h *holder) register(c net.Conn, write bool) *reader {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ending {
+		return nil
+	}
+	h.nextID++
+	r := &reader{id: h.nextID, conn: c, write: write, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	info := Info{Name: h.o.Name, PID: os.Getpid(), ChildPID: h.cmd.Process.Pid, RunID: h.o.RunID,
+		Attempt: h.o.Attempt, Instance: h.o.Instance, Term: h.o.Term, Rows: h.rows, Cols: h.cols}
+	r.pending = jsonFrame(FrameInfo, info)
+	if !h.everRead {
+		h.everRead = true
+		for p := h.pre; len(p) > 0; {
+			n := min(len(p), readChunk)
+			r.pending = AppendFrame(r.pending, FrameOutput, p[:n])
+			p = p[n:]
+		}
+		h.pre = nil
+	}
+	h.readers[r.id] = r
+	poke(r.wake)
+	return r
+}
+
+// dropLocked removes a reader and closes its socket (h.mu held). Closing
+// a reader never signals the program.
+func (h *holder) dropLocked(r *reader) {
+	if r.gone {
+		return
+	}
+	r.gone = true
+	delete(h.readers, r.id)
+	close(r.quit)
+	_ = r.conn.Close()
+}
+
+// writeLoop hands a reader's pending bytes to its socket. Only this
+// goroutine ever waits on the reader.
+func (h *holder) writeLoop(r *reader) {
+	var spare []byte
+	for {
+		select {
+		case <-r.wake:
+		case <-r.quit:
+			return
+		}
+		h.mu.Lock()
+		b := r.pending
+		r.pending = spare[:0]
+		closing := r.closing
+		h.mu.Unlock()
+		if len(b) > 0 {
+			if _, err := r.conn.Write(b); err != nil {
+				h.mu.Lock()
+				h.dropLocked(r)
+				h.mu.Unlock()
+				return
+			}
+		}
+		spare = b
+		if closing {
+			h.mu.Lock()
+			empty := len(r.pending) == 0
+			h.mu.Unlock()
+			if empty {
+				h.mu.Lock()
+				h.dropLocked(r)
+				h.mu.Unlock()
+				return
+			}
+			poke(r.wake)
+		}
+	}
+}
+
+// readLoop takes a reader's frames until it closes; it returns why, or
+// "" when the holder dropped it.
+func (h *holder) readLoop(r *reader) string {
+	for {
+		f, err := ReadFrame(r.conn)
+		if err != nil {
+			select {
+			case <-r.quit:
+				return ""
+			default:
+			}
+			if errors.Is(err, io.EOF) {
+				return "closed by the reader"
+			}
+			return err.Error()
+		}
+		switch f.Type {
+		case FrameInput:
+			if r.write && len(f.Payload) > 0 {
+				if !h.input.push(f.Payload, r.quit) {
+					return ""
+				}
+			}
+		case FrameResize:
+			rows, cols, err := ParseSize(f.Payload)
+			if err != nil {
+				return err.Error()
+			}
+			h.resize(rows, cols)
+		case FrameControl:
+			h.control(r, string(f.Payload))
+		default:
+			return fmt.Sprintf("unexpected frame %q", byte(f.Type))
+		}
+	}
+}
+
+// control acts on a control request.
+func (h *holder) control(r *reader, req string) {
+	switch req {
+	case ControlStop:
+		h.event(Event{Event: "stop", Reader: r.id})
+		h.signalProgram(syscall.SIGTERM)
+	case ControlKill:
+		h.event(Event{Event: "kill", Reader: r.id})
+		h.requestKill("")
+	case ControlRedraw:
+		h.redraw(0, 0)
+	default:
+		h.log.Warn("unknown control request", "reader", r.id, "request", req)
+	}
+}
+
+// requestKill SIGKILLs the program and ends the holder.
+func (h *holder) requestKill(why string) {
+	h.kill.Do(func() {
+		if why != "" {
+			h.event(Event{Event: "kill", Detail: why})
+		}
+		h.signalProgram(syscall.SIGKILL)
+		close(h.killed)
+	})
+}
+
+// signalProgram signals the program's process group and the terminal's
+// foreground process group (a job the program put in the foreground of
+// its own). The holder's own group and the groups 0 and 1 never are.
+func (h *holder) signalProgram(sig syscall.Signal) {
+	self := syscall.Getpgrp()
+	var groups []int
+	if g, err := syscall.Getpgid(h.cmd.Process.Pid); err == nil {
+		groups = append(groups, g)
+	}
+	if g, err := h.foreground(); err == nil {
+		groups = append(groups, g)
+	}
+	sent := false
+	for i, g := range groups {
+		if g <= 1 || g == self || (i == 1 && g == groups[0]) {
+			continue
+		}
+		_ = syscall.Kill(-g, sig)
+		sent = true
+	}
+	if !sent {
+		_ = h.cmd.Process.Signal(sig)
+	}
+}
+
+// resize sets the PTY's size; the kernel sends SIGWINCH when it changed.
+func (h *holder) resize(rows, cols int) {
+	h.sizeMu.Lock()
+	defer h.sizeMu.Unlock()
+	h.setSize(rows, cols)
+}
+
+// redraw makes the program repaint its whole screen, at rows×cols (zero:
+// the current size): the PTY takes an interim size, then the wanted
+// one, so the program sees a change even when the size is the same.
+func (h *holder) redraw(rows, cols int) {
+	h.sizeMu.Lock()
+	defer h.sizeMu.Unlock()
+	if rows == 0 || cols == 0 {
+		h.mu.Lock()
+		rows, cols = h.rows, h.cols
+		h.mu.Unlock()
+	}
+	interim := cols - 1
+	if interim < 1 {
+		interim = cols + 1
+	}
+	if err := h.winsize(rows, interim); err != nil {
+		h.log.Warn("redraw", "err", err)
+		return
+	}
+	time.Sleep(redrawPause)
+	h.setSize(rows, cols)
+}
+
+// setSize sets the PTY's size and tells every reader (h.sizeMu held).
+func (h *holder) setSize(rows, cols int) {
+	if err := h.winsize(rows, cols); err != nil {
+		h.log.Warn("resize", "rows", rows, "cols", cols, "err", err)
+		return
+	}
+	h.mu.Lock()
+	changed := h.rows != rows || h.cols != cols
+	h.rows, h.cols = rows, cols
+	frame := AppendFrame(nil, FrameSize, SizePayload(rows, cols))
+	for _, r := range h.readers {
+		r.pending = append(r.pending, frame...)
+		poke(r.wake)
+	}
+	h.mu.Unlock()
+	if changed {
+		h.event(Event{Event: "resize", Rows: rows, Cols: cols})
+	}
+}
+
+// inputLoop writes queued input to the PTY: the only goroutine that
+// waits on the program taking its input.
+func (h *holder) inputLoop() {
+	for {
+		b, ok := h.input.pop()
+		if !ok {
+			return
+		}
+		if _, err := h.ptmx.Write(b); err != nil {
+			h.input.close()
+			return
+		}
+	}
+}
+
+// finish ends every reader: each gets its pending bytes and an exit
+// frame, for up to flushWait, then its socket closes.
+func (h *holder) finish(e Exit) {
+	frame := jsonFrame(FrameExit, e)
+	h.mu.Lock()
+	h.ending = true
+	list := make([]*reader, 0, len(h.readers))
+	for _, r := range h.readers {
+		r.pending = append(r.pending, frame...)
+		r.closing = true
+		poke(r.wake)
+		list = append(list, r)
+	}
+	h.mu.Unlock()
+	deadline := time.After(flushWait)
+	for _, r := range list {
+		select {
+		case <-r.quit:
+		case <-deadline:
+		}
+	}
+	h.mu.Lock()
+	for _, r := range list {
+		h.dropLocked(r)
+	}
+	for c := range h.all {
+		c.Close() // still saying hello
+	}
+	h.mu.Unlock()
+	h.conns.Wait()
+}
+
+// event journals e; a failure goes to the log.
+func (h *holder) event(e Event) {
+	if err := h.jr.add(e); err != nil {
+		h.log.Error("journal", "event", e.Event, "err", err)
+	}
+}
+
+// poke wakes a goroutine waiting on c without ever blocking.
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// exitCode is the program's exit code, -1 when a signal ended it.
+func exitCode(ps *os.ProcessState, err error) int {
+	if ps == nil {
+		return -1
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1
+	}
+	_ = err
+	return ps.ExitCode()
+}
+
+// withoutTerm drops TERM from env: the holder sets it.
+func withoutTerm(env []string) []string {
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if len(kv) >= 5 && kv[:5] == "TERM=" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// pollable turns the PTY's master into a file Go's poller serves: reads
+// and writes park their goroutine instead of holding a thread, and Close
+// unblocks them. (pty.Start leaves it blocking: File.Fd does that.) From
+// here on the descriptor is only reached through SyscallConn, never Fd,
+// which would make it blocking again.
+func pollable(f *os.File) (*os.File, error) {
+	defer f.Close()
+	fd, err := unix.Dup(int(f.Fd()))
+	if err != nil {
+		return nil, fmt.Errorf("pty: %w", err)
+	}
+	unix.CloseOnExec(fd)
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("pty: %w", err)
+	}
+	return os.NewFile(uintptr(fd), "/dev/ptmx"), nil
+}
+
+// winsize sets the PTY's size.
+func (h *holder) winsize(rows, cols int) error {
+	return h.ioctl(func(fd int) error {
+		return unix.IoctlSetWinsize(fd, unix.TIOCSWINSZ, &unix.Winsize{Row: uint16(rows), Col: uint16(cols)})
+	})
+}
+
+// foreground is the terminal's foreground process group.
+func (h *holder) foreground() (int, error) {
+	var g int
+	err := h.ioctl(func(fd int) (err error) {
+		g, err = unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+		return err
+	})
+	return g, err
+}
+
+// ioctl runs op on the master's descriptor.
+func (h *holder) ioctl(op func(fd int) error) error {
+	rc, err := h.ptmx.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var opErr error
+	if err := rc.Control(func(fd uintptr) { opErr = op(int(fd)) }); err != nil {
+		return err
+	}
+	return opErr
+}
