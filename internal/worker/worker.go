@@ -47,7 +47,8 @@ type Options struct {
 	// ConfigDir (PAM_CONFIG_DIR) is handed to `pam exec run`; empty means
 	// its default.
 	ConfigDir string
-	// Executor is "tmux" (the only one so far).
+	// Executor is "tmux" or "pty" (the built-in PTY holder, package
+	// holder).
 	Executor string
 	// MaxRuns is how many runs this host takes at once.
 	MaxRuns int
@@ -136,8 +137,8 @@ func (o *Options) defaults() error {
 	if o.Executor == "" {
 		o.Executor = "tmux"
 	}
-	if o.Executor != "tmux" {
-		return fmt.Errorf("executor %q is not supported by this worker yet (only tmux)", o.Executor)
+	if o.Executor != "tmux" && o.Executor != "pty" {
+		return fmt.Errorf("executor %q: want tmux or pty", o.Executor)
 	}
 	if o.DataDir == "" {
 		return errors.New("no data dir")
@@ -186,8 +187,8 @@ func (o *Options) defaults() error {
 type agent struct {
 	o          Options
 	log        *slog.Logger
-	tm         *tmux.Tmux
-	dir        string // <data>/worker
+	tm         executor // tmux or the PTY holder (executor.go)
+	dir        string   // <data>/worker
 	instanceID string
 	client     *apiclient.Client
 
@@ -276,7 +277,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	tm, err := tmux.New(o.Tmux)
+	tm, err := newExecutor(o, dir, instanceID)
 	if err != nil {
 		return err
 	}
