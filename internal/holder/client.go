@@ -146,6 +146,9 @@ func List(dir string) ([]Note, error) {
 	return out, nil
 }
 
+// sweeping is what Sweep writes in a name lock it holds for a moment.
+const sweeping = "sweeping a dead holder's files"
+
 // Sweep removes the socket and note of a dead holder, if its name lock
 // is free (no holder, live or starting, has the name). It reports
 // whether it did.
@@ -153,7 +156,7 @@ func Sweep(dir, name string) bool {
 	if !ValidName(name) {
 		return false
 	}
-	l, err := tryFlock(lockPath(dir, name), "sweeping")
+	l, err := tryFlock(lockPath(dir, name), sweeping)
 	if err != nil {
 		return false
 	}

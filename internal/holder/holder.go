@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -216,6 +217,12 @@ func Serve(ctx context.Context, o Options) (err error) {
 	}
 	who := fmt.Sprintf("session %s, pid %d", o.Name, os.Getpid())
 	nameLock, err := tryFlock(lockPath(o.Dir, o.Name), who)
+	// A List sweeping a dead holder's files holds the name lock for a
+	// moment: that is no live holder, so wait it out.
+	for deadline := time.Now().Add(time.Second); err != nil && strings.Contains(err.Error(), sweeping) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		nameLock, err = tryFlock(lockPath(o.Dir, o.Name), who)
+	}
 	if err != nil {
 		return fmt.Errorf("holder %s: the name is %w", o.Name, err)
 	}

@@ -57,6 +57,13 @@ type ptyExecutor struct {
 	argv []string // pam exec hold --
 	env  []string // the holders' (and their programs') environment
 	log  *slog.Logger
+	// grace is PAM_STOP_GRACE, for a session ended to free its workspace.
+	grace time.Duration
+	// finished, when set, reports whether a run's attempt is over (its
+	// session only holds its last screen open, PAM_HOLD_OPEN): such a
+	// holder gives its workspace up to a new run rather than keep it
+	// from starting.
+	finished func(ctx context.Context, runID string, attempt int) bool
 
 	mu      sync.Mutex
 	screens map[string]*screen // by session name
@@ -68,6 +75,7 @@ func newPTYExecutor(o Options, dir string, log *slog.Logger) *ptyExecutor {
 		argv:    []string{o.PamBinary, "exec", "hold", "--"},
 		env:     holderEnv(os.Getenv),
 		log:     log,
+		grace:   o.StopGrace,
 		screens: map[string]*screen{},
 	}
 }
@@ -118,14 +126,18 @@ func (e *ptyExecutor) NewSession(ctx context.Context, s tmux.Spawn) error {
 	if len(s.Command) == 0 || !filepath.IsAbs(s.Command[0]) {
 		return fmt.Errorf("new session %s: the command needs an absolute path", s.Name)
 	}
-	_, err := holder.Start(ctx, holder.Spec{
+	spec := holder.Spec{
 		Argv: e.argv,
 		Env:  e.env,
 		Options: holder.Options{
 			Dir: e.dir, Name: s.Name.String(), RunID: s.RunID, Attempt: s.Attempt, Instance: s.Instance,
 			Cwd: s.Cwd, Term: holder.DefaultTerm, Command: s.Command, Rows: tmux.Height, Cols: tmux.Width,
 		},
-	})
+	}
+	_, err := holder.Start(ctx, spec)
+	if errors.Is(err, holder.ErrHeld) && e.freeWorkspace(ctx, s) {
+		_, err = holder.Start(ctx, spec)
+	}
 	if err != nil {
 		return fmt.Errorf("new session %s: %w", s.Name, err)
 	}
@@ -133,6 +145,57 @@ func (e *ptyExecutor) NewSession(ctx context.Context, s tmux.Spawn) error {
 		e.log.Warn("read a new holder", "session", s.Name.String(), "err", err)
 	}
 	return nil
+}
+
+// freeWorkspace ends the session that holds s's workspace when its run
+// is over and it only holds its last screen open (hold-open): a finished
+// run never keeps the next one in its workspace from starting. It
+// reports whether it ended one.
+func (e *ptyExecutor) freeWorkspace(ctx context.Context, s tmux.Spawn) bool {
+	if e.finished == nil {
+		return false
+	}
+	ws, err := holder.Workspace(s.Cwd)
+	if err != nil {
+		return false
+	}
+	notes, err := holder.List(e.dir)
+	if err != nil {
+		return false
+	}
+	for _, n := range notes {
+		if n.Name == s.Name.String() {
+			continue
+		}
+		if other, err := holder.Workspace(n.Cwd); err != nil || other != ws {
+			continue
+		}
+		name, err := tmux.ParseSessionName(n.Name)
+		if err != nil || !e.finished(ctx, n.RunID, n.Attempt) {
+			return false
+		}
+		e.log.Info("workspace held by a finished run in hold-open; its session ends for the new run",
+			"workspace", ws, "session", n.Name, "run_id", n.RunID, "attempt", n.Attempt, "new_run_id", s.RunID)
+		if err := e.Stop(ctx, name, e.grace, false); err != nil {
+			e.log.Warn("end a hold-open session", "session", n.Name, "err", err)
+			return false
+		}
+		return true
+	}
+	return false
+}
+
+// attemptOver is ptyExecutor.finished: the orchestrator says the run's
+// attempt is over (a later attempt exists, or the run is terminal).
+func (w *agent) attemptOver(ctx context.Context, runID string, attempt int) bool {
+	if !tmux.ValidRunID(runID) || attempt < 1 {
+		return false
+	}
+	wr, err := w.lookupRun(ctx, runID)
+	if err != nil {
+		return false
+	}
+	return wr.Attempt > attempt || wr.Status == wire.RunExited || wr.Status == wire.RunFailed || wr.Status == wire.RunStopped
 }
 
 // ListSessions is the live holders, as sessions. A holder has no dead

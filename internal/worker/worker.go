@@ -293,6 +293,9 @@ func Run(ctx context.Context, o Options) error {
 		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
 		runs: map[string]*run{}, snaps: snaps,
 	}
+	if p, ok := tm.(*ptyExecutor); ok {
+		p.finished = w.attemptOver
+	}
 	w.rs.init(dir)
 	w.checkNote()
 	if err := writeNote(dir, Note{
