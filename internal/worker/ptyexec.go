@@ -425,6 +425,10 @@ func newScreen(c *holder.Conn) *screen {
 		rows, cols = tmux.Height, tmux.Width
 	}
 	t := vt.NewEmulator(cols, rows)
+	// Captures are the visible screen: a scrollback (10,000 lines by
+	// default, and 0 means the default) only costs memory and, on every
+	// scrolled line, a copy.
+	t.SetScrollbackSize(1)
 	// The emulator answers the program's queries on its input side;
 	// those answers are the attached terminal's to give, not the
 	// model's: drained and dropped, or the emulator would block.
