@@ -131,3 +131,14 @@ func FuzzReadFrame(f *testing.F) {
 		}
 	})
 }
+
+// TestSocketPathTooLong: a holders folder whose socket path would not
+// fit a Unix socket is refused with a message that says so, before
+// anything is locked or started.
+func TestSocketPathTooLong(t *testing.T) {
+	dir := "/" + strings.Repeat("d", 100)
+	err := Serve(t.Context(), Options{Dir: dir, Name: "pam-00000003", Cwd: "/", Command: []string{"/bin/true"}})
+	if err == nil || !strings.Contains(err.Error(), "shorter PAM_DATA_DIR") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -69,6 +69,10 @@ const (
 	killWait = 5 * time.Second
 )
 
+// maxSocketPath is the longest socket path Linux takes (sun_path is 108
+// bytes with its terminating NUL).
+const maxSocketPath = 107
+
 // Options describe one holder.
 type Options struct {
 	// Dir is the holders folder (<data>/worker/holders): made 0700.
@@ -112,6 +116,10 @@ func (o *Options) check() error {
 	}
 	if !filepath.IsAbs(o.Dir) {
 		return fmt.Errorf("holders folder %q is not absolute", o.Dir)
+	}
+	if n := len(SocketPath(o.Dir, o.Name)); n > maxSocketPath {
+		return fmt.Errorf("holder %s: socket path %s is %d bytes, more than a Unix socket takes (%d): use a shorter PAM_DATA_DIR",
+			o.Name, SocketPath(o.Dir, o.Name), n, maxSocketPath)
 	}
 	if len(o.Command) == 0 || !filepath.IsAbs(o.Command[0]) {
 		return fmt.Errorf("holder %s: the command needs an absolute program path", o.Name)
