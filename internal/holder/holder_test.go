@@ -192,7 +192,7 @@ func TestHolderKill9NoStaleSocket(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return reaped(pid) })
+	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return processGone(pid) && !listening(f.dir, "pam-0000000d") })
 	if _, err := os.Stat(SocketPath(f.dir, "pam-0000000d")); err != nil {
 		t.Fatalf("a killed holder should leave its socket file (the case under test): %v", err)
 	}
@@ -210,7 +210,7 @@ func TestHolderKill9NoStaleSocket(t *testing.T) {
 	if err := syscall.Kill(pid2, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return reaped(pid2) })
+	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return processGone(pid2) && !listening(f.dir, "pam-0000000d") })
 	eventually.Wait(t, 10*time.Second, "List to sweep the dead holder", func() bool {
 		l, err := List(f.dir)
 		_, serr := os.Stat(SocketPath(f.dir, "pam-0000000d"))

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -237,12 +238,18 @@ func killHolder(pid, child int) {
 	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
-// reaped reports whether pid, a child of this test process, has been
-// waited for: every thread of it is gone, and with them its files (a
-// process shows as a zombie while its other threads still exit).
-func reaped(pid int) bool {
-	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	return os.IsNotExist(err)
+// listening reports whether the holder's socket accepts a connection.
+// A holder killed with SIGKILL is not its starter's child (it was
+// started detached), so a test waits for its process to go and its
+// socket to stop accepting: the process shows as a zombie while its
+// other threads still exit, its files open.
+func listening(dir, name string) bool {
+	c, err := net.Dial("unix", SocketPath(dir, name))
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }
 
 // dial attaches a reader, closed at the end of the test.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,7 +110,12 @@ func Start(ctx context.Context, s Spec) (int, error) {
 		return 0, fmt.Errorf("start holder %s: %w", s.Name, err)
 	}
 	pw.Close()
-	go func() { _ = cmd.Wait() }()
+	// The process started here only starts the holder and exits (see
+	// Main): it is reaped before Start returns, and the holder, a child
+	// of nobody here, leaves no goroutine behind in the caller.
+	reaped := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(reaped) }()
+	defer func() { <-reaped }()
 
 	answer := make(chan []byte, 1)
 	go func() {
@@ -131,8 +137,12 @@ func Start(ctx context.Context, s Spec) (int, error) {
 	}
 	msg := strings.TrimSpace(string(b))
 	switch {
-	case msg == "ok":
-		return cmd.Process.Pid, nil
+	case strings.HasPrefix(msg, "ok "):
+		pid, err := strconv.Atoi(strings.TrimPrefix(msg, "ok "))
+		if err != nil || pid <= 1 {
+			return 0, fmt.Errorf("start holder %s: unexpected answer %q", s.Name, msg)
+		}
+		return pid, nil
 	case strings.HasPrefix(msg, "error: "):
 		return 0, fmt.Errorf("start holder %s: %w", s.Name, startError(strings.TrimPrefix(msg, "error: ")))
 	case msg == "":
@@ -166,6 +176,10 @@ func Main(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "pam exec hold:", err)
 		return 2
 	}
+	if os.Getenv(detachedEnv) == "" {
+		return detach(readyFile, stderr)
+	}
+	o.Env = slices.DeleteFunc(o.Env, func(kv string) bool { return strings.HasPrefix(kv, detachedEnv+"=") })
 	answered := false
 	o.Ready = func(err error) {
 		answered = true
@@ -178,7 +192,7 @@ func Main(args []string, stderr io.Writer) int {
 		if err != nil {
 			fmt.Fprintf(readyFile, "error: %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
 		} else {
-			fmt.Fprintln(readyFile, "ok")
+			fmt.Fprintf(readyFile, "ok %d\n", os.Getpid())
 		}
 		readyFile.Close()
 	}
@@ -210,6 +224,42 @@ func Main(args []string, stderr io.Writer) int {
 	}
 	if err != nil {
 		return 1
+	}
+	return 0
+}
+
+// detachedEnv marks the holder process proper: the process Start runs
+// starts it again, detached, with this set, and exits.
+const detachedEnv = "PAM_HOLDER_DETACHED"
+
+// detach is the first stage of a holder: it starts the holder proper —
+// this same command line, in a session of its own, with the readiness
+// pipe — and exits at once. The holder is then nobody's child but
+// init's: its starter reaps this first stage right away and keeps
+// nothing (no goroutine, no process) for it. The holder writes the
+// answer on the pipe itself.
+func detach(ready *os.File, stderr io.Writer) int {
+	fail := func(err error) int {
+		if ready != nil {
+			fmt.Fprintf(ready, "error: start the holder: %s\n", err)
+		}
+		fmt.Fprintln(stderr, "pam exec hold:", err)
+		return 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Env = append(os.Environ(), detachedEnv+"=1")
+	cmd.Dir = "/"
+	cmd.Stderr = stderr
+	if ready != nil {
+		cmd.ExtraFiles = []*os.File{ready}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return fail(err)
 	}
 	return 0
 }
