@@ -1,11 +1,14 @@
 // Package worker is `pam worker`, the agent of one execution host
 // (docs/architecture.md#internal-api, docs/architecture.md#worker-duties): it registers with the orchestrator, keeps one
-// outbound WebSocket uplink, and runs each dispatched run as a tmux
-// session (package tmux) whose foreground command is `pam exec run`. It
-// polls the panes, uplinks changed snapshots and keeps the run logs.
+// outbound WebSocket uplink, and runs each dispatched run as a session
+// whose foreground command is `pam exec run`: a tmux session (package
+// tmux) or a PTY holder (package holder, PAM_EXECUTOR=pty), behind the
+// executor seam (executor.go). It polls the panes, uplinks changed
+// snapshots and keeps the run logs.
 //
-// Worker down is not runs down: the tmux server owns the sessions, the
-// worker leaves them running when it stops and adopts them when it starts.
+// Worker down is not runs down: the tmux server or the holders own the
+// sessions, the worker leaves them running when it stops and adopts them
+// when it starts.
 package worker
 
 import (
