@@ -453,29 +453,3 @@ func TestHolderStalledReader(t *testing.T) {
 		t.Fatalf("a write of the program took %s with a stopped reader: the program waited on it", slow)
 	}
 }
-
-// counted is a reader that only counts output bytes.
-type counted struct {
-	c      *Conn
-	n      atomic.Int64
-	exited atomic.Bool
-}
-
-func collectCount(c *Conn) *counted {
-	k := &counted{c: c}
-	go func() {
-		for {
-			f, err := c.Next()
-			if err != nil {
-				return
-			}
-			switch f.Type {
-			case FrameOutput:
-				k.n.Add(int64(len(f.Payload)))
-			case FrameExit:
-				k.exited.Store(true)
-			}
-		}
-	}()
-	return k
-}
