@@ -111,11 +111,11 @@ func Start(ctx context.Context, s Spec) (int, error) {
 	}
 	pw.Close()
 	// The process started here only starts the holder and exits (see
-	// Main): it is reaped before Start returns, and the holder, a child
-	// of nobody here, leaves no goroutine behind in the caller.
-	reaped := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(reaped) }()
-	defer func() { <-reaped }()
+	// Main); it is reaped as soon as it does. Start does not wait for
+	// that: a race-detector build sleeps a second on exit, and the run's
+	// program is already running. The holder, a child of nobody here,
+	// leaves no goroutine behind in the caller.
+	go func() { _ = cmd.Wait() }()
 
 	answer := make(chan []byte, 1)
 	go func() {
