@@ -3,7 +3,8 @@
 #   make          build the dashboard bundle (when npm is there), then bin/pam
 #   make web      only the dashboard bundle (web/ → internal/webui/dist)
 #   make up       install missing Debian packages, build, run `pam up`
-#   make test     vet and the whole test suite with the race detector
+#   make test     vet and the whole test suite with the race detector, then
+#                 the end-to-end suite again with the pty executor
 #   make lint     gofmt, go vet and staticcheck
 #   make cover    the suite's coverage, including the pam processes it starts
 #   make fuzz     every fuzz target for FUZZTIME each
@@ -45,6 +46,14 @@ test: deps-test
 	@bash scripts/web.sh --require
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -p 2 -timeout 20m ./...
+	$(MAKE) test-pty
+
+# The end-to-end suite a second time, every worker on the built-in PTY
+# holder instead of tmux (PAM_EXECUTOR=pty; docs/architecture.md#the-pty-holder).
+# Tests that are about tmux itself skip, saying so.
+.PHONY: test-pty
+test-pty:
+	PAM_EXECUTOR=pty $(GO) test -race -count=1 -p 2 -timeout 20m ./internal/e2e
 
 # make cover: the suite's coverage, counting what the pam processes it
 # starts execute too, into COVERDIR (default cover/); see scripts/cover.sh.

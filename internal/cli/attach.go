@@ -27,7 +27,15 @@ var runAttachCmd = &command{
 	name: "attach", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 	summary: `attach this terminal to a running run through the orchestrator (raw mode; detach with Ctrl-\)`,
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		local := fs.Bool("local", false, "on the run's worker host (PAM_EXECUTOR=pty): read its PTY holder directly, read-only; several terminals may")
+		write := fs.Bool("write", false, "with --local: type too, after taking the run's attach lease from the orchestrator")
 		return func(x *invocation) error {
+			if *write && !*local {
+				return usagef("--write goes with --local")
+			}
+			if *local {
+				return attachLocal(x, *write)
+			}
 			c, err := x.client()
 			if err != nil {
 				return err

@@ -451,8 +451,8 @@ func TestVersion(t *testing.T) {
 // TestDoctorListsProviders: doctor shows every provider of this host's
 // catalog, the binary a worker would run (or that it is missing), and
 // which of the variables its CLI would be passed are set: names only,
-// never a value. Without tmux it says to install tmux, and no longer
-// sends the operator to the pty executor, which is not built.
+// never a value. Without tmux it says to install tmux or to use the
+// built-in PTY holder (PAM_EXECUTOR=pty).
 func TestDoctorListsProviders(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)
@@ -523,16 +523,16 @@ pass_env = ["MINE_KEY"]
 	if c := byName["providers"]; !c.OK || !strings.Contains(c.Detail, "3 of 6") {
 		t.Errorf("providers check %+v", c)
 	}
-	if c := byName["tmux"]; c.OK || !strings.Contains(c.Fix, "install tmux") {
+	if c := byName["tmux"]; c.OK || !strings.Contains(c.Fix, "install tmux") || !strings.Contains(c.Fix, "PAM_EXECUTOR=pty") {
 		t.Errorf("tmux check without tmux on PATH: %+v", c)
+	}
+	if c := byName["executor"]; !c.OK || !strings.Contains(c.Detail, "tmux") {
+		t.Errorf("executor check: %+v", c)
 	}
 	text := e.pam("doctor")
 	for _, out := range []string{r.stdout, text.stdout} {
 		if strings.Contains(out, secret) {
 			t.Errorf("doctor shows a credential's value:\n%s", out)
-		}
-		if strings.Contains(out, "PAM_EXECUTOR=pty") || strings.Contains(out, "pty executor") {
-			t.Errorf("doctor recommends the pty executor, which is not built:\n%s", out)
 		}
 	}
 	if !strings.Contains(text.stdout, "ANTHROPIC_API_KEY (set)") || !strings.Contains(text.stdout, "missing: codex") {
@@ -554,5 +554,35 @@ pass_env = ["MINE_KEY"]
 	}
 	if len(got.Providers) != len(want) {
 		t.Errorf("providers not listed with a bad PAM_PASS_ENV: %+v", got.Providers)
+	}
+}
+
+// TestDoctorPTYExecutor: with PAM_EXECUTOR=pty doctor checks the
+// built-in PTY holder (a PTY opens) instead of tmux, so a host without
+// tmux passes that check.
+func TestDoctorPTYExecutor(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	e.setenv("PATH", t.TempDir()) // no tmux there
+	e.setenv("PAM_EXECUTOR", "pty")
+	e.setenv("PAM_URL", "http://127.0.0.1:1")
+	r := e.pam("doctor", "--json")
+	var got struct {
+		Checks []check `json:"checks"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &got); err != nil {
+		t.Fatalf("%v\n%v", err, r)
+	}
+	var exec *check
+	for i, c := range got.Checks {
+		if c.Name == "tmux" {
+			t.Errorf("a tmux check with PAM_EXECUTOR=pty: %+v", c)
+		}
+		if c.Name == "executor" {
+			exec = &got.Checks[i]
+		}
+	}
+	if exec == nil || !exec.OK || !strings.Contains(exec.Detail, "pty") || !strings.Contains(exec.Detail, "0 live holder") {
+		t.Fatalf("executor check: %+v", exec)
 	}
 }

@@ -81,7 +81,7 @@ var settings = []setting{
 	{Env: "PAM_TOKEN", Default: "", Uses: clientCmds, Help: "file holding the operator token (default: the data dir's token file)", Secret: true},
 	{Env: "PAM_WORKER_TOKEN", Default: "", Uses: workerCmds, Help: "file holding the worker credential (default: <data>/worker/token)", Secret: true},
 	{Env: "PAM_HOST_NAME", Default: "", Uses: localWorkerCmds, Help: "host name to register as (default: the machine's host name)"},
-	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: localWorkerCmds, Help: "executor: tmux (pty is not built yet)"},
+	{Env: "PAM_EXECUTOR", Default: "tmux", Uses: uses(localWorkerCmds, []string{"doctor"}), Help: "executor: tmux, or pty (the built-in PTY holder, for hosts without tmux)"},
 	{Env: "PAM_MAX_RUNS", Kind: kindInt, Default: strconv.Itoa(defaults.MaxRuns), Uses: localWorkerCmds, Positive: true, Help: "concurrent runs this host accepts"},
 	{Env: "PAM_HEARTBEAT_INTERVAL", Kind: kindDuration, Default: defaults.Duration(defaults.HeartbeatInterval), Uses: localWorkerCmds, Positive: true, Help: "uplink heartbeat interval"},
 	{Env: "PAM_HOST_OFFLINE_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.HostOfflineAfter), Uses: serveCmds, Positive: true, Help: "no heartbeat for this long: host offline"},

@@ -19,9 +19,12 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/creack/pty"
+
 	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/embeddb"
+	"pam/internal/holder"
 	"pam/internal/provider"
 	"pam/internal/wire"
 )
@@ -48,7 +51,7 @@ const healthTimeout = 3 * time.Second
 
 var doctorCmd = &command{
 	name:    "doctor",
-	summary: "check what this host needs (data dir, token, tmux, git, database, orchestrator, providers) and say how to fix each failure",
+	summary: "check what this host needs (data dir, token, executor and tmux, git, database, orchestrator, providers) and say how to fix each failure",
 	group:   "doctor",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		asJSON := fs.Bool("json", false, "print the checks as JSON")
@@ -58,12 +61,14 @@ var doctorCmd = &command{
 			checks := []check{
 				checkDataDir(dir),
 				checkToken(dir, x.cfg.str("PAM_TOKEN")),
-				checkTmux(x.ctx, x.env.getenv("PATH")),
+			}
+			checks = append(checks, checkExecutor(x.ctx, x.cfg.str("PAM_EXECUTOR"), dir, x.env.getenv("PATH"))...)
+			checks = append(checks,
 				checkGit(x.ctx),
 				checkDatabase(dir, x.cfg.str("PAM_DATABASE_URL")),
 				checkOrchestrator(x.ctx, x.cfg.str("PAM_URL"), x.cfg.str("PAM_CA_FILE")),
 				provCheck,
-			}
+			)
 			failed := 0
 			for _, c := range checks {
 				if !c.OK {
@@ -167,8 +172,8 @@ var tmuxVersionRe = regexp.MustCompile(`(\d+)\.(\d+)`)
 // for this process's) and checks its version.
 func checkTmux(ctx context.Context, searchPath string) check {
 	const name = "tmux"
-	// The pty executor is not built yet: tmux is the only way to run.
-	const fix = "install tmux 3.0 or later (Debian: apt-get install -y tmux; macOS: brew install tmux)"
+	const fix = "install tmux 3.0 or later (Debian: apt-get install -y tmux; macOS: brew install tmux), " +
+		"or run the worker with the built-in PTY holder: PAM_EXECUTOR=pty"
 	bin := ""
 	for _, dir := range filepath.SplitList(searchPath) {
 		if cand := filepath.Join(dir, "tmux"); filepath.IsAbs(dir) && provider.CheckExecutable(cand) == nil {
@@ -378,4 +383,42 @@ func printProviders(w io.Writer, ps []doctorProvider) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", p.Name, bin, dash(strings.Join(vars, ", ")))
 	}
 	tw.Flush()
+}
+
+// checkExecutor reports the executor the worker would use
+// (PAM_EXECUTOR) and its health: for tmux, the tmux check; for pty,
+// that a PTY opens here and what the holders folder holds.
+func checkExecutor(ctx context.Context, executor, dataDir, searchPath string) []check {
+	const name = "executor"
+	switch executor {
+	case "tmux", "":
+		return []check{pass(name, "tmux (PAM_EXECUTOR)"), checkTmux(ctx, searchPath)}
+	case "pty":
+		return []check{checkPTY(filepath.Join(dataDir, "worker", "holders"))}
+	}
+	return []check{fail(name, "set PAM_EXECUTOR to tmux or pty", "PAM_EXECUTOR %q is not an executor", executor)}
+}
+
+// checkPTY checks the built-in PTY holder: a pseudoterminal opens, and
+// the holders folder, when it exists, is private; it counts the live
+// holders (docs/architecture.md#the-pty-holder).
+func checkPTY(dir string) check {
+	const name = "executor"
+	p, t, err := pty.Open()
+	if err != nil {
+		return fail(name, "the pty executor needs /dev/ptmx and a mounted /dev/pts; or install tmux and use PAM_EXECUTOR=tmux",
+			"pty: cannot open a pseudoterminal: %v", err)
+	}
+	p.Close()
+	t.Close()
+	if st, err := os.Stat(dir); err == nil {
+		if perm := st.Mode().Perm(); perm != 0o700 {
+			return fail(name, fmt.Sprintf("chmod 700 %s", dir), "pty: %s has mode %04o, want 0700", dir, perm)
+		}
+	}
+	live, err := holder.List(dir)
+	if err != nil {
+		return fail(name, "run pam as the user that owns the data dir", "pty: %v", err)
+	}
+	return pass(name, "pty (built-in PTY holder): a PTY opens; %d live holder(s) in %s", len(live), dir)
 }

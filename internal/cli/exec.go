@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"pam/internal/datadir"
+	"pam/internal/holder"
 	"pam/internal/wrap"
 )
 
@@ -20,7 +21,29 @@ func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)
 var execCmd = &command{
 	name:    "exec",
 	summary: "the wrapper the worker runs in each agent session (not for humans)",
-	subs:    []*command{execRunCmd},
+	subs:    []*command{execRunCmd, execHoldCmd},
+}
+
+// execHoldCmd is the built-in PTY holder (executor pty,
+// docs/architecture.md#the-pty-holder): the worker starts it detached,
+// once per run, as `pam exec hold -- HOLDER_FLAGS -- PROGRAM ARGS…`. Its
+// flags are package holder's own (holder.Start writes them), passed
+// through after the first "--" so that this parser never reads them.
+var execHoldCmd = &command{
+	name:     "hold",
+	args:     "-- HOLDER_FLAGS -- PROGRAM [ARGS…]",
+	nargs:    1,
+	variadic: true,
+	summary: "hold a run's terminal (executor pty): own a PTY, run PROGRAM on it, serve readers on " +
+		"<data>/worker/holders/NAME.sock; started detached by the worker",
+	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		return func(x *invocation) error {
+			if code := holder.Main(x.args, x.stderr); code != 0 {
+				return exitStatus(code)
+			}
+			return nil
+		}
+	},
 }
 
 var execRunCmd = &command{

@@ -21,7 +21,7 @@ import (
 
 var workerCmd = &command{
 	name:    "worker",
-	summary: "run this host's worker agent: agents in tmux sessions (SIGHUP reconciles; SIGTERM stops, sessions keep running)",
+	summary: "run this host's worker agent: agents in tmux sessions or built-in PTY holders (SIGHUP reconciles; SIGTERM stops, sessions keep running)",
 	group:   "worker",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		return func(x *invocation) error {
@@ -95,9 +95,6 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 	executor := c.str("PAM_EXECUTOR")
 	if executor != "tmux" && executor != "pty" {
 		return worker.Options{}, usagef("PAM_EXECUTOR %q: want tmux or pty", executor)
-	}
-	if executor != "tmux" {
-		return worker.Options{}, fmt.Errorf("PAM_EXECUTOR=%s is not available in this build yet; use tmux", executor)
 	}
 	dataDir := c.str("PAM_DATA_DIR")
 	configDir := c.str("PAM_CONFIG_DIR")

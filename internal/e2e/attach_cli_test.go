@@ -31,6 +31,12 @@ type cliAttach struct {
 
 func (s *system) cliAttach(t *testing.T, runID string) *cliAttach {
 	t.Helper()
+	return s.cliAttachArgs(t, []string{"run", "attach", runID})
+}
+
+// cliAttachArgs is cliAttach for `pam args…` with env added.
+func (s *system) cliAttachArgs(t *testing.T, args []string, env ...string) *cliAttach {
+	t.Helper()
 	master, slave, err := pty.Open()
 	if err != nil {
 		t.Fatal(err)
@@ -43,8 +49,8 @@ func (s *system) cliAttach(t *testing.T, runID string) *cliAttach {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := pamtest.Command(t, "run", "attach", runID)
-	cmd.Env = append(cmd.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token, "TERM=xterm-256color")
+	cmd := pamtest.Command(t, args...)
+	cmd.Env = append(append(cmd.Env, "PAM_URL="+s.url, "PAM_TOKEN="+s.token, "TERM=xterm-256color"), env...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	a := &cliAttach{t: t, cmd: cmd, master: master, slave: slave, out: &pamtest.Buffer{}, exited: make(chan struct{}), before: before}

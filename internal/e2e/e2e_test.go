@@ -165,13 +165,13 @@ func TestFailingRunIsRequeuedThenFails(t *testing.T) {
 func TestStopLongRun(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
-	s.worker("e2e-stop")
+	data, _ := s.worker("e2e-stop")
 	task := s.task()
 	for _, force := range []bool{false, true} {
 		var r wire.Run
 		s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300"}, &r)
 		s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
-		if _, err := s.tmux("has-session", "-t", r.SessionName); err != nil {
+		if !s.sessionAlive(data, r.SessionName) {
 			t.Fatalf("no session %s while running", r.SessionName)
 		}
 		t0 := time.Now()
@@ -181,8 +181,7 @@ func TestStopLongRun(t *testing.T) {
 			t.Fatalf("stop: %+v", stopped)
 		}
 		eventually.Wait(t, 15*time.Second, "session "+r.SessionName+" to end", func() bool {
-			_, err := s.tmux("has-session", "-t", r.SessionName)
-			return err != nil
+			return !s.sessionAlive(data, r.SessionName)
 		})
 		t.Logf("force=%v: session gone after %s", force, time.Since(t0).Round(time.Millisecond))
 		if got := s.waitRun(r.ID, "stopped", 5*time.Second, func(r wire.Run) bool { return true }); got.Status != "stopped" {

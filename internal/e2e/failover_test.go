@@ -52,14 +52,14 @@ func TestFailoverKeepsOperatorToken(t *testing.T) {
 	prompt := g.wait("go") + "; exit 0"
 	var runs []wire.Run
 	for range 2 {
-		runs = append(runs, s.runShell(task.ID, prompt, nil))
+		runs = append(runs, s.runShell(task.ID, prompt, ownCwd(t)))
 	}
 	for _, r := range runs {
 		s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 	}
 	// The host is full: these wait, undispatched, through the switch.
 	for range 2 {
-		runs = append(runs, s.runShell(task.ID, prompt, nil))
+		runs = append(runs, s.runShell(task.ID, prompt, ownCwd(t)))
 	}
 
 	for _, r := range runs[2:] {
@@ -93,7 +93,7 @@ func TestFailoverKeepsOperatorToken(t *testing.T) {
 	}
 
 	for range 2 {
-		runs = append(runs, s.runShell(task.ID, prompt, nil))
+		runs = append(runs, s.runShell(task.ID, prompt, ownCwd(t)))
 	}
 	g.open(t, "go")
 	for _, r := range runs {

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"pam/internal/eventually"
+	"pam/internal/holder"
 	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -65,6 +67,33 @@ type workerProc struct {
 	proc *pamtest.Proc
 }
 
+// usesPTY reports whether a worker started with env (on top of this
+// process's environment, as pamtest starts it) runs the pty executor:
+// the e2e suites run once per executor (PAM_EXECUTOR=pty go test …).
+func usesPTY(env []string) bool {
+	pty := os.Getenv("PAM_EXECUTOR") == "pty"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PAM_EXECUTOR="); ok {
+			pty = v == "pty"
+		}
+	}
+	return pty
+}
+
+// holdersOf is the holders folder of a worker's data dir.
+func holdersOf(dataDir string) string { return filepath.Join(dataDir, "worker", "holders") }
+
+// sessionAlive reports whether a worker with data dir and env has the
+// session: a tmux session, or a live PTY holder.
+func (s *system) sessionAlive(dataDir, session string, env ...string) bool {
+	if usesPTY(env) {
+		_, ok := holder.Alive(holdersOf(dataDir), session)
+		return ok
+	}
+	_, err := s.tmux("has-session", "-t", "="+session)
+	return err == nil
+}
+
 // faultWorker provisions a host and starts its worker against pamURL (the
 // system's URL, or a proxy in front of it), with its own tmux socket dir.
 func (s *system) faultWorker(name, pamURL string, extraEnv ...string) *workerProc {
@@ -113,9 +142,17 @@ func (w *workerProc) tmuxCmd(args ...string) (string, error) {
 	return strings.TrimSpace(out), err
 }
 
-// panePID is the pid of the session's pane process (the wrapper).
+// panePID is the pid of the session's pane process (the wrapper): under
+// the pty executor, the holder's program.
 func (w *workerProc) panePID(session string) int {
 	w.s.t.Helper()
+	if usesPTY(w.opts.Env) {
+		n, ok := holder.Alive(holdersOf(w.opts.DataDir), session)
+		if !ok {
+			w.s.t.Fatalf("pane of %s: no live holder", session)
+		}
+		return n.ChildPID
+	}
 	out, err := w.tmuxCmd("list-panes", "-t", "="+session+":", "-F", "#{pane_pid}")
 	if err != nil {
 		w.s.t.Fatalf("pane of %s: %v %s", session, err, out)
@@ -124,7 +161,32 @@ func (w *workerProc) panePID(session string) int {
 	return pid
 }
 
+// serverEnv is the environment of what holds the sessions: the tmux
+// server's global environment, or every live PTY holder's.
+func (w *workerProc) serverEnv() (string, error) {
+	if !usesPTY(w.opts.Env) {
+		return w.tmuxCmd("show-environment", "-g")
+	}
+	notes, err := holder.List(holdersOf(w.opts.DataDir))
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for _, n := range notes {
+		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", n.PID))
+		if err != nil {
+			return "", err
+		}
+		b.Write(bytes.ReplaceAll(env, []byte{0}, []byte{'\n'}))
+	}
+	return b.String(), nil
+}
+
 func (w *workerProc) hasSession(session string) bool {
+	if usesPTY(w.opts.Env) {
+		_, ok := holder.Alive(holdersOf(w.opts.DataDir), session)
+		return ok
+	}
 	_, err := w.tmuxCmd("has-session", "-t", "="+session)
 	return err == nil
 }
@@ -219,6 +281,12 @@ func (s *system) runShell(taskID, prompt string, extra map[string]any) wire.Run 
 	s.must(202, "POST", "/api/v1/runs", body, &r)
 	return r
 }
+
+// ownCwd gives a run a folder of its own as its cwd: under the pty
+// executor one workspace has one live run
+// (docs/architecture.md#the-pty-holder), and runs started together
+// would otherwise share the worker's home.
+func ownCwd(t testing.TB) map[string]any { return map[string]any{"cwd": t.TempDir()} }
 
 // gate is a folder of files a run's prompt waits for, so that a test
 // decides when the agent moves on.

@@ -219,6 +219,9 @@ func TestFaultPartitionPastHostLost(t *testing.T) {
 // 5. Kill the tmux server on the worker's socket: the runs fail
 // tmux_crash (or session_lost) and are requeued per policy.
 func TestFaultTmuxServerKilled(t *testing.T) {
+	if usesPTY(nil) {
+		t.Skip("about the tmux server, which the pty executor has none of (a killed holder: internal/holder TestHolderKill9NoStaleSocket)")
+	}
 	t.Parallel()
 	s, _ := newFaultSystem(t, "")
 	w := s.faultWorker("fault-tmux", s.url)
@@ -331,7 +334,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	}
 	eventually.Wait(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
 	// Everything resumes: a new run goes through.
-	r2 := s.runShell(s.task().ID, "exit 0", nil)
+	r2 := s.runShell(s.task().ID, "exit 0", ownCwd(t)) // the first may still hold the workspace in hold-open
 	if got := s.waitRun(r2.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) }); got.Status != "exited" {
 		t.Fatalf("a run after the restart ended %s", got.Status)
 	}

@@ -94,9 +94,9 @@ func TestPassEnvReachesCLI(t *testing.T) {
 			}
 		}
 	}
-	genv, err := w.tmuxCmd("show-environment", "-g")
+	genv, err := w.serverEnv()
 	if err != nil {
-		t.Fatalf("tmux show-environment: %v %s", err, genv)
+		t.Fatalf("the session server's environment: %v %s", err, genv)
 	}
 	for _, v := range values {
 		if strings.Contains(genv, v) {

@@ -209,10 +209,13 @@ func tail(s string, n int) string {
 }
 
 // startRun starts a shell run and waits until it runs.
+//
+// Each run gets a folder of its own as its cwd: under the pty executor
+// one workspace has one live run (docs/architecture.md#the-pty-holder).
 func (s *system) startRun(task wire.WorkItem, prompt string) wire.Run {
 	s.t.Helper()
 	var r wire.Run
-	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": prompt}, &r)
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": prompt, "cwd": s.t.TempDir()}, &r)
 	return s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 }
 

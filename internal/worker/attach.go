@@ -3,13 +3,8 @@ package worker
 import (
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"time"
-
-	"github.com/creack/pty"
 
 	"pam/internal/tmux"
 	"pam/internal/wire"
@@ -40,12 +35,12 @@ type relaySet struct {
 	m  map[string]*relay
 }
 
-// relay is one attach client on a PTY.
+// relay is one attach client: a tmux client on a PTY, or a reader of
+// the run's holder (the executor's attachment).
 type relay struct {
 	id    string
 	runID string
-	cmd   *exec.Cmd
-	pty   *os.File
+	term  attachment
 	input chan []byte
 
 	once   sync.Once
@@ -93,19 +88,13 @@ func (w *agent) openRelay(f wire.Frame) {
 		refuse(fmt.Sprintf("this host already relays %d terminals", maxRelays))
 		return
 	}
-	cmd, err := w.tm.AttachCommand(name)
+	term, err := w.tm.Attach(name, rows, cols)
 	if err != nil {
 		w.relays.mu.Unlock()
-		refuse(err.Error())
+		refuse("start the attach client: " + err.Error())
 		return
 	}
-	p, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(rows), Cols: uint16(cols)})
-	if err != nil {
-		w.relays.mu.Unlock()
-		refuse("start the tmux client: " + err.Error())
-		return
-	}
-	rl := &relay{id: f.AttachID, runID: f.RunID, cmd: cmd, pty: p,
+	rl := &relay{id: f.AttachID, runID: f.RunID, term: term,
 		input: make(chan []byte, relayInputQueue), stop: make(chan struct{})}
 	w.relays.m[rl.id] = rl
 	w.relays.mu.Unlock()
@@ -121,7 +110,7 @@ func (w *agent) runRelay(rl *relay) {
 		defer close(outDone)
 		buf := make([]byte, relayReadBuf)
 		for {
-			n, err := rl.pty.Read(buf)
+			n, err := rl.term.Read(buf)
 			if n > 0 {
 				f := wire.Frame{Type: wire.FrameAttachOutput, AttachID: rl.id, Bytes: append([]byte(nil), buf[:n]...)}
 				if serr := w.send(f); serr != nil {
@@ -145,7 +134,7 @@ func (w *agent) runRelay(rl *relay) {
 			case <-rl.stop:
 				return
 			case b := <-rl.input:
-				if _, err := rl.pty.Write(b); err != nil {
+				if _, err := rl.term.Write(b); err != nil {
 					rl.end("write to the terminal: " + err.Error())
 					return
 				}
@@ -153,19 +142,9 @@ func (w *agent) runRelay(rl *relay) {
 		}
 	}()
 	<-rl.stop
-	// Hang the client up, as a terminal going away would: tmux detaches
-	// it and never ends the session. (Closing the PTY alone leaves the
-	// client waiting for seconds.)
-	_ = rl.cmd.Process.Signal(syscall.SIGHUP)
-	_ = rl.pty.Close()
-	exited := make(chan struct{})
-	go func() { _ = rl.cmd.Wait(); close(exited) }()
-	select {
-	case <-exited:
-	case <-time.After(relayExitWait):
-		_ = rl.cmd.Process.Kill()
-		<-exited
-	}
+	// Detach: the client hangs up (tmux) or leaves the holder; the
+	// session never ends for it.
+	_ = rl.term.Close()
 	<-outDone
 	<-inDone
 	w.relays.mu.Lock()
@@ -214,7 +193,7 @@ func (w *agent) relayResize(f wire.Frame) {
 	if rl == nil {
 		return
 	}
-	if err := pty.Setsize(rl.pty, &pty.Winsize{Rows: uint16(f.Rows), Cols: uint16(f.Cols)}); err != nil {
+	if err := rl.term.Resize(f.Rows, f.Cols); err != nil {
 		w.log.Debug("attach resize", "attach_id", rl.id, "err", err)
 	}
 }

@@ -34,7 +34,7 @@ func TestIdleSlowdown(t *testing.T) {
 	const base = time.Second
 	w := &agent{
 		o:   Options{DataDir: dir, CaptureInterval: base, IdleAfter: 0, LogMaxBytes: 1 << 20},
-		log: slog.New(slog.NewTextHandler(io.Discard, nil)), tm: tm, runs: map[string]*run{}, snaps: snaps,
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), tm: tmuxExecutor{tm}, runs: map[string]*run{}, snaps: snaps,
 	}
 	os.MkdirAll(filepath.Join(dir, "runs"), 0o700)
 	name, _ := tmux.SessionForRun(runA)

@@ -285,10 +285,14 @@ while :; do sleep 1; done
 
 // harness is one worker under test with its private tmux server.
 type harness struct {
-	t       *testing.T
-	orch    *fakeOrch
-	opts    Options
-	tm      *tmux.Tmux
+	t    *testing.T
+	orch *fakeOrch
+	opts Options
+	tm   *tmux.Tmux
+	// ex is the executor the worker under test runs (tmux unless
+	// newHarnessFor says pty), for the helpers that make and list
+	// sessions as an earlier worker would have.
+	ex      executor
 	tmuxDir string
 	calls   string // log of every tmux invocation
 	cancel  context.CancelFunc
@@ -298,6 +302,14 @@ type harness struct {
 // newHarness prepares a worker (not started) on a fresh data dir, a
 // private tmux server whose invocations are recorded, and a fake pam.
 func newHarness(t *testing.T, orch *fakeOrch) *harness {
+	t.Helper()
+	return newHarnessFor(t, orch, "tmux")
+}
+
+// newHarnessFor is newHarness for the executor named: "tmux", or "pty"
+// (sessions are PTY holders, run by the real pam's `exec hold`; the fake
+// pam stays their program).
+func newHarnessFor(t *testing.T, orch *fakeOrch, executor string) *harness {
 	t.Helper()
 	tmuxDir := pamtest.NewTmux(t).Dir
 	real, err := exec.LookPath("tmux")
@@ -309,7 +321,11 @@ func newHarness(t *testing.T, orch *fakeOrch) *harness {
 	recorder := filepath.Join(bin, "tmux")
 	os.WriteFile(recorder, []byte(fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n", calls, real)), 0o755)
 	pam := filepath.Join(bin, "pam")
-	os.WriteFile(pam, []byte(fakePam), 0o755)
+	script := fakePam
+	if executor == "pty" {
+		script = strings.Replace(fakePam, "\n", fmt.Sprintf("\ncase \"$1 $2\" in \"exec hold\") shift 2; exec %s exec hold \"$@\";; esac\n", pamtest.Pam(t)), 1)
+	}
+	os.WriteFile(pam, []byte(script), 0o755)
 	h := &harness{t: t, orch: orch, tmuxDir: tmuxDir, calls: calls}
 	h.opts = Options{
 		URL:               orch.srv.URL,
@@ -333,6 +349,13 @@ func newHarness(t *testing.T, orch *fakeOrch) *harness {
 	h.tm, err = tmux.New(tmux.Options{TmuxTmpDir: tmuxDir})
 	if err != nil {
 		t.Fatal(err)
+	}
+	h.ex = tmuxExecutor{h.tm}
+	if executor == "pty" {
+		h.opts.Executor = "pty"
+		workerDir := filepath.Join(h.opts.DataDir, "worker")
+		h.ex = newPTYExecutor(h.opts, workerDir, h.opts.Logger)
+		t.Cleanup(func() { pamtest.KillHolders(filepath.Join(workerDir, holdersDir)) })
 	}
 	return h
 }
@@ -376,7 +399,7 @@ func (h *harness) tmuxCalls() []string {
 
 func (h *harness) sessions() []tmux.Session {
 	h.t.Helper()
-	list, err := h.tm.ListSessions(h.t.Context())
+	list, err := h.ex.ListSessions(h.t.Context())
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func (h *harness) oldSession(runID string, attempt int, command ...string) tmux.
 	if len(command) == 0 {
 		command = []string{h.opts.PamBinary, "session", runID}
 	}
-	if err := h.tm.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Instance: h.instanceID(), Command: command}); err != nil {
+	if err := h.ex.NewSession(h.t.Context(), tmux.Spawn{Name: name, Cwd: h.t.TempDir(), RunID: runID, Attempt: attempt, Instance: h.instanceID(), Command: command}); err != nil {
 		h.t.Fatal(err)
 	}
 	return name
@@ -134,10 +134,24 @@ func isState(state, runID string) func(wire.Frame) bool {
 
 // TestReconcileDiscrimination walks the terminal-but-alive table (docs/architecture.md#terminal-but-alive-sessions) with one live session per
 // row, plus missing sessions and re-adoption.
+//
+// It runs once per executor: the table is the same for PTY holders.
 func TestReconcileDiscrimination(t *testing.T) {
 	t.Parallel()
+	for _, ex := range []string{"tmux", "pty"} {
+		t.Run(ex, func(t *testing.T) {
+			t.Parallel()
+			if ex == "pty" && testing.Short() {
+				t.Skip("builds pam")
+			}
+			reconcileDiscrimination(t, ex)
+		})
+	}
+}
+
+func reconcileDiscrimination(t *testing.T, executor string) {
 	orch := newFakeOrch(t)
-	h := newHarness(t, orch)
+	h := newHarnessFor(t, orch, executor)
 	h.opts.ReconcileInterval = 200 * time.Millisecond
 	h.opts.OrphanHold = 1500 * time.Millisecond
 	h.opts.HoldOpen = time.Hour
@@ -220,8 +234,12 @@ func TestReconcileDiscrimination(t *testing.T) {
 			t.Errorf("run %s got %d run_state frames", id, n)
 		}
 	}
-	log, _ := os.ReadFile(filepath.Join(h.opts.DataDir, "worker", "worker.log"))
-	if !strings.Contains(string(log), "orphan session killed after its hold") || !strings.Contains(string(log), "stale session flagged") {
+	// The session is gone a moment before the worker has written why.
+	var log []byte
+	if !eventually.Within(10*time.Second, func() bool {
+		log, _ = os.ReadFile(filepath.Join(h.opts.DataDir, "worker", "worker.log"))
+		return strings.Contains(string(log), "orphan session killed after its hold") && strings.Contains(string(log), "stale session flagged")
+	}) {
 		t.Errorf("worker.log:\n%s", log)
 	}
 }

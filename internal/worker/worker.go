@@ -1,11 +1,14 @@
 // Package worker is `pam worker`, the agent of one execution host
 // (docs/architecture.md#internal-api, docs/architecture.md#worker-duties): it registers with the orchestrator, keeps one
-// outbound WebSocket uplink, and runs each dispatched run as a tmux
-// session (package tmux) whose foreground command is `pam exec run`. It
-// polls the panes, uplinks changed snapshots and keeps the run logs.
+// outbound WebSocket uplink, and runs each dispatched run as a session
+// whose foreground command is `pam exec run`: a tmux session (package
+// tmux) or a PTY holder (package holder, PAM_EXECUTOR=pty), behind the
+// executor seam (executor.go). It polls the panes, uplinks changed
+// snapshots and keeps the run logs.
 //
-// Worker down is not runs down: the tmux server owns the sessions, the
-// worker leaves them running when it stops and adopts them when it starts.
+// Worker down is not runs down: the tmux server or the holders own the
+// sessions, the worker leaves them running when it stops and adopts them
+// when it starts.
 package worker
 
 import (
@@ -48,7 +51,8 @@ type Options struct {
 	// ConfigDir (PAM_CONFIG_DIR) is handed to `pam exec run`; empty means
 	// its default.
 	ConfigDir string
-	// Executor is "tmux" (the only one so far).
+	// Executor is "tmux" or "pty" (the built-in PTY holder, package
+	// holder).
 	Executor string
 	// MaxRuns is how many runs this host takes at once.
 	MaxRuns int
@@ -145,8 +149,8 @@ func (o *Options) defaults() error {
 	if o.Executor == "" {
 		o.Executor = "tmux"
 	}
-	if o.Executor != "tmux" {
-		return fmt.Errorf("executor %q is not supported by this worker yet (only tmux)", o.Executor)
+	if o.Executor != "tmux" && o.Executor != "pty" {
+		return fmt.Errorf("executor %q: want tmux or pty", o.Executor)
 	}
 	if o.DataDir == "" {
 		return errors.New("no data dir")
@@ -199,8 +203,8 @@ func (o *Options) defaults() error {
 type agent struct {
 	o          Options
 	log        *slog.Logger
-	tm         *tmux.Tmux
-	dir        string // <data>/worker
+	tm         executor // tmux or the PTY holder (executor.go)
+	dir        string   // <data>/worker
 	instanceID string
 	client     *apiclient.Client
 
@@ -294,7 +298,7 @@ func Run(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	tm, err := tmux.New(o.Tmux)
+	tm, err := newExecutor(o, dir, instanceID)
 	if err != nil {
 		return err
 	}
@@ -309,6 +313,9 @@ func Run(ctx context.Context, o Options) error {
 	w := &agent{
 		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
 		runs: map[string]*run{}, snaps: snaps,
+	}
+	if p, ok := tm.(*ptyExecutor); ok {
+		p.finished = w.attemptOver
 	}
 	w.rs.init(dir)
 	if w.ws, err = workspace.New(workspace.Options{DataDir: o.DataDir, Git: o.Git, Logger: o.Logger}); err != nil {

@@ -659,11 +659,11 @@ func TestOptionsRefused(t *testing.T) {
 	t.Parallel()
 	good := Options{URL: "http://127.0.0.1:1", Token: "t", DataDir: t.TempDir(), PamBinary: "/usr/bin/pam"}
 	for what, mod := range map[string]func(*Options){
-		"no token":     func(o *Options) { o.Token = "" },
-		"bad url":      func(o *Options) { o.URL = "ftp://x" },
-		"pty executor": func(o *Options) { o.Executor = "pty" },
-		"relative pam": func(o *Options) { o.PamBinary = "pam" },
-		"no data dir":  func(o *Options) { o.DataDir = "" },
+		"no token":         func(o *Options) { o.Token = "" },
+		"bad url":          func(o *Options) { o.URL = "ftp://x" },
+		"unknown executor": func(o *Options) { o.Executor = "screen" },
+		"relative pam":     func(o *Options) { o.PamBinary = "pam" },
+		"no data dir":      func(o *Options) { o.DataDir = "" },
 	} {
 		o := good
 		mod(&o)
