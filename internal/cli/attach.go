@@ -63,6 +63,33 @@ type attachEvent struct {
 	panic  any             // a goroutine panicked: restore, then re-panic
 }
 
+// takeLease opens the attach socket of a running run and waits for its
+// lease: what pam run attach and attach --local --write both do first.
+func takeLease(ctx context.Context, c *apiclient.Client, runID string, rows, cols int) (*wire.Run, *websocket.Conn, error) {
+	run, err := c.GetRun(ctx, runID)
+	if err != nil {
+		return nil, nil, err
+	}
+	if run.Status != wire.RunRunning {
+		return nil, nil, fmt.Errorf("run %s is %s: only a running run can be attached", run.ID, run.Status)
+	}
+	ws, err := dialTerminal(ctx, c, run.ID, "attach", url.Values{"rows": {strconv.Itoa(rows)}, "cols": {strconv.Itoa(cols)}})
+	if err != nil {
+		return nil, nil, err
+	}
+	ws.SetReadLimit(wire.MaxFrame)
+	first, err := readTermFrame(ctx, ws)
+	if err != nil {
+		ws.CloseNow()
+		return nil, nil, fmt.Errorf("attach socket: %w", err)
+	}
+	if first.Type != wire.WSLeaseAcquired {
+		ws.CloseNow()
+		return nil, nil, termFrameError(first)
+	}
+	return run, ws, nil
+}
+
 // attachRun relays in (raw) and out through the attach socket until the
 // user detaches with Ctrl-\, the run ends, the lease is taken away, the
 // server goes or ctx ends. The terminal is restored on each of these,
@@ -72,27 +99,12 @@ func attachRun(ctx context.Context, c *apiclient.Client, runID string, in *os.Fi
 	if in == nil || !term.IsTerminal(fd) {
 		return fmt.Errorf("pam run attach needs a terminal on stdin (use pam run watch to look, pam run keys to type)")
 	}
-	run, err := c.GetRun(ctx, runID)
-	if err != nil {
-		return err
-	}
-	if run.Status != wire.RunRunning {
-		return fmt.Errorf("run %s is %s: only a running run can be attached", run.ID, run.Status)
-	}
 	rows, cols := termRowsCols(fd)
-	ws, err := dialTerminal(ctx, c, run.ID, "attach", url.Values{"rows": {strconv.Itoa(rows)}, "cols": {strconv.Itoa(cols)}})
+	run, ws, err := takeLease(ctx, c, runID, rows, cols)
 	if err != nil {
 		return err
 	}
 	defer ws.CloseNow()
-	ws.SetReadLimit(wire.MaxFrame)
-	first, err := readTermFrame(ctx, ws)
-	if err != nil {
-		return fmt.Errorf("attach socket: %w", err)
-	}
-	if first.Type != wire.WSLeaseAcquired {
-		return termFrameError(first)
-	}
 	fmt.Fprintf(errw, "attached to run %s (session %s); detach with Ctrl-\\\n", run.ID, run.SessionName)
 
 	old, err := term.MakeRaw(fd)

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -57,27 +55,14 @@ func attachLocal(x *invocation, write bool) error {
 
 	var ws *websocket.Conn
 	if write {
-		c, _ := x.client()
-		run, err := c.GetRun(ctx, runID)
+		c, err := x.client()
 		if err != nil {
 			return err
 		}
-		if run.Status != wire.RunRunning {
-			return fmt.Errorf("run %s is %s: only a running run can be attached", run.ID, run.Status)
-		}
-		ws, err = dialTerminal(ctx, c, run.ID, "attach", url.Values{"rows": {strconv.Itoa(rows)}, "cols": {strconv.Itoa(cols)}})
-		if err != nil {
+		if _, ws, err = takeLease(ctx, c, runID, rows, cols); err != nil {
 			return err
 		}
 		defer ws.CloseNow()
-		ws.SetReadLimit(wire.MaxFrame)
-		first, err := readTermFrame(ctx, ws)
-		if err != nil {
-			return fmt.Errorf("attach socket: %w", err)
-		}
-		if first.Type != wire.WSLeaseAcquired {
-			return termFrameError(first)
-		}
 	}
 	hello := holder.Hello{Redraw: true}
 	if write {
