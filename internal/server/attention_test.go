@@ -66,7 +66,7 @@ func (w *fakeWorker) idle(d wire.Frame) {
 	w.send(wire.Frame{Type: wire.FrameRunState, RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
 }
 
-// The orchestrator's side of attention (contract §19) with a simulated
+// The orchestrator's side of attention (docs/architecture.md#attention) with a simulated
 // worker: run_state idle makes a running run idle; the first snapshot the
 // server caches is no evidence of change, a later different one clears it
 // (source pane); a needs_input signal (the hook's, over HTTP with the

@@ -22,8 +22,8 @@ import (
 	"pam/internal/wire"
 )
 
-// The dashboard's fleet actions, keyboard and notifications (contract
-// §15), run by TestDashboard on its one serve, worker and browser.
+// The dashboard's fleet actions, keyboard and notifications
+// (docs/architecture.md#web-dashboard), run by TestDashboard on its one serve, worker and browser.
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 

@@ -21,7 +21,7 @@ import (
 	"pam/internal/wire"
 )
 
-// The dashboard's live scenarios (contract §15, §19, §8): a run asking
+// The dashboard's live scenarios (docs/architecture.md#web-dashboard, #attention): a run asking
 // for input in the Inbox, a host going offline on the Fleet, serve
 // killed and started again under an open page, and the board and run
 // page on a 375×812 touch screen. TestDashboard runs them in its order,

@@ -31,14 +31,14 @@ import (
 	"pam/internal/wire"
 )
 
-// The dashboard's browser tests (contract §15): a real serve, worker and
+// The dashboard's browser tests (docs/architecture.md#web-dashboard): a real serve, worker and
 // tmux, driven through Debian's Chromium with chromedp. Screenshots of
 // every page, desktop and phone, go to $TEST_ARTIFACTS (or a temporary
 // folder the test logs).
 
 func TestMain(m *testing.M) { storetest.Main(m) }
 
-// Budgets of contract §15, in bytes on the wire (gzip).
+// The dashboard's budgets (docs/architecture.md#web-dashboard), in bytes on the wire (gzip).
 const (
 	firstPageBudget = 150 << 10
 	terminalBudget  = 350 << 10

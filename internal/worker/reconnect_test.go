@@ -13,7 +13,7 @@ import (
 )
 
 // Issue item "spooled signals are replayed before the worker resumes
-// heartbeats" (seed 030): signals spooled while the orchestrator could
+// heartbeats" (docs/architecture.md#spool-and-replay): signals spooled while the orchestrator could
 // not be reached are all posted, in order, after the worker registered
 // again and before it opens the uplink, whose first frame is a heartbeat;
 // so the orchestrator never judges the host's runs on the state it had

@@ -50,8 +50,8 @@ func (w *agent) replayLoop(ctx context.Context) {
 // sessions, the reports reconciliation sends over the uplink) from the
 // moment the host is back, so the signals written while it could not be
 // reached — a finished, a started — must be in before it hears from the
-// host again (seed 030: the spool is replayed before live heartbeats
-// resume). Bounded by connectReplayTimeout.
+// host again (the spool is replayed before live heartbeats resume:
+// docs/architecture.md#spool-and-replay). Bounded by connectReplayTimeout.
 func (w *agent) replayBeforeUplink(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, connectReplayTimeout)
 	defer cancel()
