@@ -256,7 +256,8 @@ func (d *dash) waitJS(ctx context.Context, dur time.Duration, what, js string) {
 	}
 	state := eval[string](d, ctx, `JSON.stringify({path: location.pathname, active: document.activeElement && (document.activeElement.className || document.activeElement.tagName),
 		mode: (document.querySelector('[data-testid=term-mode]') || {dataset: {}}).dataset.mode, conn: (document.querySelector('[data-testid=conn]') || {dataset: {}}).dataset.state,
-		buffer: window.__pamTerm ? window.__pamTerm.buffer.slice(-600) : null, toasts: [...document.querySelectorAll('.toast')].map((t) => t.textContent)})`)
+		buffer: window.__pamTerm ? window.__pamTerm.buffer.slice(-600) : null, toasts: [...document.querySelectorAll('.toast')].map((t) => t.textContent),
+		dialogs: [...document.querySelectorAll('dialog')].map((d) => d.open + ':' + d.className), ua: navigator.userActivation && [navigator.userActivation.isActive, navigator.userActivation.hasBeenActive], hasFocus: document.hasFocus()})`)
 	d.t.Fatalf("timed out after %s waiting for %s; the page: %s", dur, what, state)
 }
 

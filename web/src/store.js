@@ -359,9 +359,7 @@ function apply(e) {
   } else if (t.startsWith('host.') || t.startsWith('worker.')) {
     if (t === 'host.removed' && e.host_id) {
       pending.delete('host:' + e.host_id); // a refetch would only find it gone
-      const m = new Map(hosts.value);
-      m.delete(e.host_id);
-      hosts.value = m;
+      put('host', e.host_id, null);
     } else if (e.host_id) refetch('host', e.host_id);
   } else if (t.startsWith('project.')) {
     if (e.project_id) refetch('project', e.project_id);
@@ -370,6 +368,12 @@ function apply(e) {
 
 // Refetches are coalesced: many events about one run in a burst cost one GET.
 const pending = new Map(); // "kind:id" → true
+// ticket holds, per "kind:id", the newest writer: an action's put or the
+// latest refetch started. A refetch applies its answer only if it is still
+// the newest; one overtaken by a put (say a host removed by an action) or
+// by a later refetch is dropped instead of bringing back an older object.
+const ticket = new Map();
+let tickets = 0;
 let flushTimer = 0;
 
 function refetch(kind, id) {
@@ -384,16 +388,26 @@ async function flush() {
   await Promise.all(keys.map(async (k) => {
     const [kind, id] = k.split(':');
     const path = { run: `/runs/${id}`, host: `/hosts/${id}`, item: `/work-items/${id}`, project: `/projects/${id}` }[kind];
+    const mine = ++tickets;
+    ticket.set(k, mine);
+    let obj;
     try {
-      put(kind, id, await get(path));
+      obj = await get(path);
     } catch (e) {
-      if (e instanceof ApiError && e.status === 404) put(kind, id, null);
+      if (!(e instanceof ApiError && e.status === 404)) return;
+      obj = null;
     }
+    if (ticket.get(k) === mine) store(kind, id, obj);
   }));
 }
 
 /** put stores (or, with null, removes) one object fetched or returned by an action. */
 export function put(kind, id, obj) {
+  ticket.set(kind + ':' + id, ++tickets);
+  store(kind, id, obj);
+}
+
+function store(kind, id, obj) {
   const sig = kind === 'run' ? runs : kind === 'host' ? hosts : kind === 'item' ? items : projects;
   const before = sig.value.get(id);
   const m = new Map(sig.value);

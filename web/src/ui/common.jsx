@@ -91,11 +91,22 @@ export function Dialog({ title, onClose, children, wide, footer }) {
     // then closed but still rendered, and the app would think it open.
     // Whatever closed it, the owner hears of it.
     const onNativeClose = () => onClose();
+    // Escape is handled here first: Chrome's close watcher may ignore an
+    // Escape that comes without recent user activation (it then neither
+    // fires cancel nor closes), and the dialog would stay up.
+    const onKey = (e) => {
+      if (e.key !== 'Escape' || e.defaultPrevented) return;
+      e.preventDefault();
+      e.stopPropagation();
+      onClose();
+    };
     d.addEventListener('cancel', onCancel);
     d.addEventListener('close', onNativeClose);
+    d.addEventListener('keydown', onKey);
     return () => {
       d.removeEventListener('cancel', onCancel);
       d.removeEventListener('close', onNativeClose);
+      d.removeEventListener('keydown', onKey);
     };
   }, []);
   return (
