@@ -14,6 +14,7 @@ import (
 
 	"pam/internal/embeddb"
 	"pam/internal/eventually"
+	"pam/internal/holder"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
@@ -217,12 +218,13 @@ func TestFaultPartitionPastHostLost(t *testing.T) {
 }
 
 // 5. Kill the tmux server on the worker's socket: the runs fail
-// tmux_crash (or session_lost) and are requeued per policy.
+// tmux_crash (or session_lost) and are requeued per policy. With the pty
+// executor every run's holder is killed with SIGKILL instead: each run
+// fails session_lost, and its second attempt starts in the same
+// workspace past the dead holder's socket.
 func TestFaultTmuxServerKilled(t *testing.T) {
-	if usesPTY(nil) {
-		t.Skip("about the tmux server, which the pty executor has none of (a killed holder: internal/holder TestHolderKill9NoStaleSocket)")
-	}
 	t.Parallel()
+	pty := usesPTY(nil)
 	s, _ := newFaultSystem(t, "")
 	w := s.faultWorker("fault-tmux", s.url)
 	task := s.task()
@@ -231,7 +233,8 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 	// outlive the tmux server (an unseen first incarnation would run on
 	// beside the second).
 	prompt := fmt.Sprintf(`if [ "$PAM_ATTEMPT" = 1 ]; then sleep 600 & echo $$ $! > %s/$PAM_RUN_ID.pids; wait; else exit 0; fi`, g)
-	runs := []wire.Run{s.runShell(task.ID, prompt, map[string]any{"max_attempts": 2}), s.runShell(task.ID, prompt, map[string]any{"max_attempts": 2})}
+	extra := func() map[string]any { m := ownCwd(t); m["max_attempts"] = 2; return m }
+	runs := []wire.Run{s.runShell(task.ID, prompt, extra()), s.runShell(task.ID, prompt, extra())}
 	for _, r := range runs {
 		s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 		// "running" means the wrapper posted started, which it does as it
@@ -243,7 +246,17 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 			return len(strings.Fields(string(b))) == 2
 		})
 	}
-	if out, err := w.tmuxCmd("kill-server"); err != nil {
+	if pty {
+		for _, r := range runs {
+			n, ok := holder.Alive(holdersOf(w.opts.DataDir), r.SessionName)
+			if !ok || n.PID <= 0 {
+				t.Fatalf("no live holder for %s: %+v", r.SessionName, n)
+			}
+			if err := syscall.Kill(n.PID, syscall.SIGKILL); err != nil {
+				t.Fatalf("kill -9 holder %d: %v", n.PID, err)
+			}
+		}
+	} else if out, err := w.tmuxCmd("kill-server"); err != nil {
 		t.Fatalf("kill-server: %v %s", err, out)
 	}
 	tKill := time.Now()
@@ -257,7 +270,7 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 				why, _ = eventPayload(e)["failure_reason"].(string)
 			}
 		}
-		if got.Status != "exited" || (why != wire.FailTmuxCrash && why != wire.FailSessionLost) || countTopic(evs, "run.requeued") != 1 ||
+		if got.Status != "exited" || (why != wire.FailTmuxCrash && why != wire.FailSessionLost) || (pty && why != wire.FailSessionLost) || countTopic(evs, "run.requeued") != 1 ||
 			countTopic(evs, "run.finished") != 1 {
 			t.Fatalf("run %s attempt %d, failure %q; events %v", got.Status, got.Attempt, why, s.topics(r.ID))
 		}

@@ -32,7 +32,8 @@ func (w *agent) livenessLoop(ctx context.Context) {
 // (the session of a run that finished normally ends by itself after its
 // hold-open). When every live session vanished at once with the tmux
 // server, and there were several, the server crashed: tmux_crash. One
-// session alone cannot be told apart from a kill-session: session_lost.
+// session alone cannot be told apart from a kill-session: session_lost,
+// as is every vanished PTY holder (each session has its own).
 func (w *agent) checkLiveness(ctx context.Context) {
 	w.rs.judge.Lock()
 	defer w.rs.judge.Unlock()
@@ -76,7 +77,9 @@ func (w *agent) checkLiveness(ctx context.Context) {
 		return
 	}
 	state := wire.StateSessionLost
-	if len(list) == 0 && len(vanished) >= 2 && len(vanished) == live {
+	// Only tmux has a server whose death takes every session with it; PTY
+	// holders are one per session, and each lost one is a session lost.
+	if _, shared := w.tm.(tmuxExecutor); shared && len(list) == 0 && len(vanished) >= 2 && len(vanished) == live {
 		state = wire.StateTmuxCrash
 		w.report("tmux server gone with every session", "sessions", len(vanished))
 	}
