@@ -65,18 +65,25 @@ type ptyExecutor struct {
 	// from starting.
 	finished func(ctx context.Context, runID string, attempt int) bool
 
-	mu      sync.Mutex
-	screens map[string]*screen // by session name
+	// keepDead is how long a dead holder's events, log and locks stay
+	// for a look after the fact (PAM_WORKTREE_RETENTION, which keeps a
+	// finished run's worktree as long).
+	keepDead time.Duration
+
+	mu        sync.Mutex
+	screens   map[string]*screen // by session name
+	lastPrune time.Time          // when dead holders' files were last pruned
 }
 
 func newPTYExecutor(o Options, dir string, log *slog.Logger) *ptyExecutor {
 	return &ptyExecutor{
-		dir:     filepath.Join(dir, holdersDir),
-		argv:    []string{o.PamBinary, "exec", "hold", "--"},
-		env:     holderEnv(os.Getenv),
-		log:     log,
-		grace:   o.StopGrace,
-		screens: map[string]*screen{},
+		dir:      filepath.Join(dir, holdersDir),
+		argv:     []string{o.PamBinary, "exec", "hold", "--"},
+		env:      holderEnv(os.Getenv),
+		log:      log,
+		grace:    o.StopGrace,
+		keepDead: o.WorktreeRetention,
+		screens:  map[string]*screen{},
 	}
 }
 
@@ -205,6 +212,7 @@ func (e *ptyExecutor) ListSessions(context.Context) ([]tmux.Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	e.prune(time.Now())
 	var out []tmux.Session
 	for _, n := range notes {
 		name, err := tmux.ParseSessionName(n.Name)
@@ -221,6 +229,22 @@ func (e *ptyExecutor) ListSessions(context.Context) ([]tmux.Session, error) {
 		out = append(out, s)
 	}
 	return out, nil
+}
+
+// prune removes, at most once an hour, the files of holders dead for
+// longer than keepDead.
+func (e *ptyExecutor) prune(now time.Time) {
+	e.mu.Lock()
+	due := e.keepDead > 0 && now.Sub(e.lastPrune) >= time.Hour
+	if due {
+		e.lastPrune = now
+	}
+	e.mu.Unlock()
+	if due {
+		if n := holder.Prune(e.dir, e.keepDead, now); n > 0 {
+			e.log.Info("removed the files of long-dead holders", "count", n)
+		}
+	}
 }
 
 // Capture renders the session's screen model; a holder that is no
