@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -194,12 +196,28 @@ func isActive(s string) bool { return s == "pending" || s == "spawning" || s == 
 
 // TestUpQuickstart is the README's promise: `pam up`, then a shell run
 // started with the CLI ends exited with its output in `pam run logs`.
+// With the pty executor (PAM_EXECUTOR=pty) the tmux found first on PATH
+// is a trap that records any call: a machine without tmux runs it all.
 func TestUpQuickstart(t *testing.T) {
 	t.Parallel()
 	pamtest.Require(t, "postgres") // pam up runs the embedded database
 	data := pamtest.ShortDir(t, "pamu-")
 	tm := pamtest.NewTmux(t)
 	env := []string{"PAM_DATA_DIR=" + data, "PAM_CONFIG_DIR=" + data, tm.Env(), "PAM_PORT=0", "PAM_HOLD_OPEN=1s", "PAM_CAPTURE_INTERVAL=200ms"}
+	trapped := filepath.Join(data, "tmux-was-called")
+	if usesPTY(nil) {
+		bin := t.TempDir()
+		script := "#!/bin/sh\necho \"$@\" >> " + trapped + "\necho 'tmux: not installed' >&2\nexit 127\n"
+		if err := os.WriteFile(filepath.Join(bin, "tmux"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		env = append(env, "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+		t.Cleanup(func() {
+			if b, err := os.ReadFile(trapped); err == nil {
+				t.Errorf("the pty executor called tmux: %s", b)
+			}
+		})
+	}
 	out := pamtest.Start(t, "up", env, "up").Stdout
 	var url string
 	eventually.Wait(t, 90*time.Second, "pam up to start its worker", func() bool { return strings.Contains(out.String(), "worker:") })
