@@ -40,6 +40,11 @@ const (
 	FrameSize FrameType = 's'
 	// FrameExit is the holder's last frame: a JSON Exit.
 	FrameExit FrameType = 'x'
+	// FrameSkipped tells a reader whose hello asked to Skip that output
+	// was dropped because it fell PendingLimit behind: the total number
+	// of bytes dropped for it so far, a uint64. A size frame follows it,
+	// then new output.
+	FrameSkipped FrameType = 'k'
 )
 
 // Control requests.
@@ -88,6 +93,11 @@ type Hello struct {
 	Write bool `json:"write,omitempty"`
 	// Redraw asks for a repaint even without a size.
 	Redraw bool `json:"redraw,omitempty"`
+	// Skip asks, for a reader that falls PendingLimit behind, to have
+	// its pending output dropped (a FrameSkipped says so) rather than be
+	// released: a screen model that resynchronizes with a redraw, and
+	// must not miss what comes after.
+	Skip bool `json:"skip,omitempty"`
 }
 
 // Info is the holder's answer to a hello: who it is and the PTY's size.
@@ -185,7 +195,7 @@ func payloadLimit(t FrameType) (int, bool) {
 	switch t {
 	case FrameOutput, FrameInput:
 		return MaxPayload, true
-	case FrameResize, FrameControl, FrameHello, FrameInfo, FrameSize, FrameExit:
+	case FrameResize, FrameControl, FrameHello, FrameInfo, FrameSize, FrameExit, FrameSkipped:
 		return maxControl, true
 	}
 	return 0, false

@@ -189,6 +189,11 @@ type reader struct {
 	gone    bool          // dropped (h.mu)
 	// released: dropped for falling PendingLimit behind (h.mu)
 	released bool
+	// skip: past PendingLimit its pending output is dropped instead
+	// (Hello.Skip); skips counts how often, dropped how many bytes (h.mu).
+	skip    bool
+	skips   int
+	dropped int64
 }
 
 // Serve runs a holder until its program ends (or a kill, or ctx ends,

@@ -2,6 +2,7 @@ package holder
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -452,4 +453,71 @@ func TestHolderStalledReader(t *testing.T) {
 	if slow > 2*time.Second {
 		t.Fatalf("a write of the program took %s with a stopped reader: the program waited on it", slow)
 	}
+}
+
+// TestHolderSkipReader: a reader whose hello asks to Skip and that stops
+// reading during an 8 MiB flood is not released: its pending output is
+// dropped, it reads a skipped frame (with the count) and the size, then
+// the output after it, to the exit frame. A reader without Skip is
+// released as before.
+func TestHolderSkipReader(t *testing.T) {
+	f := newFixture(t)
+	const size = 8 << 20
+	report := filepath.Join(t.TempDir(), "report")
+	f.start(f.spec("pam-00000020", f.ws, "__flood", fmt.Sprint(size), "0", report))
+	skipper := f.dial("pam-00000020", Hello{Skip: true})
+	plain := f.dial("pam-00000020", Hello{})
+	n, err := ReadNote(f.dir, "pam-00000020")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitReady(t, report)
+	if err := syscall.Kill(n.ChildPID, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	// Neither reads until the program is done.
+	eventually.Wait(t, 30*time.Second, "the flood to end", func() bool { _, err := os.Stat(report); return err == nil })
+	var skips, skipped, out int
+	var sawSize, sawExit bool
+	for !sawExit {
+		fr, err := skipper.Next()
+		if err != nil {
+			t.Fatalf("the skipping reader's connection ended without an exit frame (%v); skips %d, output %d bytes; journal %+v", err, skips, out, f.events("pam-00000020"))
+		}
+		switch fr.Type {
+		case FrameSkipped:
+			if len(fr.Payload) != 8 {
+				t.Fatalf("skipped frame payload %d bytes", len(fr.Payload))
+			}
+			skips++
+			total := int(binary.BigEndian.Uint64(fr.Payload))
+			if total <= skipped {
+				t.Fatalf("skipped total %d after %d: not growing", total, skipped)
+			}
+			skipped = total
+			sawSize = false
+		case FrameSize:
+			sawSize = true
+		case FrameOutput:
+			if skips > 0 && !sawSize {
+				t.Fatal("output after a skipped frame before the size frame")
+			}
+			out += len(fr.Payload)
+		case FrameExit:
+			sawExit = true
+		}
+	}
+	if skips == 0 || skipped+out < size/2 {
+		t.Fatalf("a reader that did not read during %d bytes got %d bytes and %d skipped frames saying %d bytes dropped", size, out, skips, skipped)
+	}
+	if !f.hasEvent("pam-00000020", "reader_released") {
+		t.Fatalf("the reader without Skip was not released: %+v", f.events("pam-00000020"))
+	}
+	for _, e := range f.events("pam-00000020") {
+		if e.Event == "reader_released" && e.Reader == 1 {
+			t.Fatalf("the skipping reader was released: %+v", e)
+		}
+	}
+	_ = plain
+	t.Logf("skipping reader: %d skips, %d bytes skipped, %d read; journal %+v", skips, skipped, out, f.events("pam-00000020"))
 }

@@ -1,6 +1,7 @@
 package holder
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,16 @@ func (h *holder) broadcast(p []byte) {
 	frame := AppendFrame(nil, FrameOutput, p)
 	var released []int
 	for _, r := range h.readers {
+		if len(r.pending)+len(frame) > h.o.PendingLimit && r.skip {
+			// The count is the reader's total: a later skip may drop an
+			// earlier skipped frame not yet sent.
+			r.dropped += int64(len(r.pending))
+			var n [8]byte
+			binary.BigEndian.PutUint64(n[:], uint64(r.dropped))
+			r.pending = AppendFrame(r.pending[:0], FrameSkipped, n[:])
+			r.pending = AppendFrame(r.pending, FrameSize, SizePayload(h.rows, h.cols))
+			r.skips++
+		}
 		if len(r.pending)+len(frame) > h.o.PendingLimit {
 			r.released = true
 			h.dropLocked(r)
@@ -99,7 +110,7 @@ func (h *holder) serveConn(c net.Conn) {
 		return
 	}
 	sized := hello.Rows > 0 && hello.Cols > 0 && hello.Rows <= MaxDim && hello.Cols <= MaxDim
-	r := h.register(c, hello.Write)
+	r := h.register(c, hello)
 	if r == nil {
 		c.Close()
 		return
@@ -117,7 +128,7 @@ func (h *holder) serveConn(c net.Conn) {
 	}
 	why := h.readLoop(r)
 	h.mu.Lock()
-	released := r.released
+	released, skips := r.released, r.skips
 	h.dropLocked(r)
 	h.mu.Unlock()
 	<-writerDone
@@ -125,20 +136,23 @@ func (h *holder) serveConn(c net.Conn) {
 		if why == "" {
 			why = "closed"
 		}
+		if skips > 0 {
+			why += fmt.Sprintf(" (output skipped %d times)", skips)
+		}
 		h.event(Event{Event: "reader_closed", Reader: r.id, Detail: why})
 	}
 }
 
 // register adds a reader: its first frames are the info frame and, for
 // the first reader ever, the output kept since the start.
-func (h *holder) register(c net.Conn, write bool) *reader {
+func (h *holder) register(c net.Conn, hello Hello) *reader {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ending {
 		return nil
 	}
 	h.nextID++
-	r := &reader{id: h.nextID, conn: c, write: write, wake: make(chan struct{}, 1), quit: make(chan struct{})}
+	r := &reader{id: h.nextID, conn: c, write: hello.Write, skip: hello.Skip, wake: make(chan struct{}, 1), quit: make(chan struct{})}
 	info := Info{Name: h.o.Name, PID: os.Getpid(), ChildPID: h.cmd.Process.Pid, RunID: h.o.RunID,
 		Attempt: h.o.Attempt, Instance: h.o.Instance, Term: h.o.Term, Rows: h.rows, Cols: h.cols}
 	r.pending = jsonFrame(FrameInfo, info)

@@ -128,7 +128,7 @@ func TestRelays(t *testing.T) {
 	orch.send(wire.Frame{Type: wire.FrameAttachClose, AttachID: relay2})
 }
 
-func mustSession(t *testing.T, s string) tmux.SessionName {
+func mustSession(t testing.TB, s string) tmux.SessionName {
 	t.Helper()
 	n, err := tmux.ParseSessionName(s)
 	if err != nil {

@@ -1,10 +1,20 @@
 package worker
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"log/slog"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"pam/internal/eventually"
+	"pam/internal/pamtest"
+	"pam/internal/tmux"
+	"pam/internal/wire"
 
 	"github.com/charmbracelet/x/vt"
 )
@@ -68,4 +78,66 @@ func drain(b *testing.B, t *vt.Emulator) {
 		_ = t.InputPipe().(*io.PipeWriter).CloseWithError(io.EOF)
 		<-done
 	})
+}
+
+// BenchmarkScreenFlood is what a flood of scrolling output (4 MiB per
+// op, through a real holder) costs the worker's screen model: CPU of
+// this process per MiB, until the capture shows the flood's last line.
+// "budget" is the model as it runs (at most modelBudget per window, the
+// rest skipped); "every-byte" parses all of it, the naive baseline.
+//
+//	go test -run '^$' -bench ScreenFlood -benchtime 1x ./internal/worker
+func BenchmarkScreenFlood(b *testing.B) {
+	if testing.Short() {
+		b.Skip("builds pam")
+	}
+	pam := pamtest.Pam(b)
+	for _, c := range []struct {
+		name   string
+		budget int
+	}{{"budget", 0}, {"every-byte", 1 << 40}} {
+		b.Run(c.name, func(b *testing.B) {
+			e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(b.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+			e.modelBudget = c.budget
+			name := mustSession(b, "pam-"+runA[:8])
+			// Each line "NNNNNN" + 94 spaces; a line "end-K" after each op's flood.
+			script := `n=0; while read k; do i=0; while [ $i -lt 42 ]; do seq -f '%06g                                                                                              ' 1 1000; i=$((i+1)); done; echo "end-$k"; done`
+			err := e.NewSession(b.Context(), tmux.Spawn{Name: name, Cwd: b.TempDir(), RunID: runA, Attempt: 1, Instance: "5e5e5e5e-1111-4111-8111-111111111111",
+				Command: []string{"/bin/sh", "-c", script}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = e.KillSession(context.Background(), name) })
+			if _, err := e.screen(name.String(), false); err != nil {
+				b.Fatal(err)
+			}
+			var cpu time.Duration
+			b.ResetTimer()
+			for i := range b.N {
+				before := selfCPU()
+				if err := e.SendKeys(b.Context(), name, []wire.Key{{Text: fmt.Sprint(i)}, {Key: "Enter"}}); err != nil {
+					b.Fatal(err)
+				}
+				want := fmt.Sprintf("\nend-%d\n", i)
+				if !eventually.Within(5*time.Minute, func() bool {
+					c, _ := e.Capture(b.Context(), name)
+					return strings.Contains(c, want)
+				}) {
+					b.Fatal("the flood's end never showed in the capture")
+				}
+				cpu += selfCPU() - before
+			}
+			b.StopTimer()
+			mib := float64(b.N) * 42 * 1000 * 101 / (1 << 20)
+			b.ReportMetric(float64(cpu.Milliseconds())/mib, "cpu-ms/MiB")
+			b.ReportMetric(mib/b.Elapsed().Seconds(), "MiB/s")
+		})
+	}
+}
+
+// selfCPU is the CPU time this process has used, user and system.
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
+	"pam/internal/holder"
 	"pam/internal/pamtest"
 	"pam/internal/tmux"
 	"pam/internal/wire"
@@ -103,4 +104,61 @@ func TestPTYExecutor(t *testing.T) {
 	})
 	// The holder ends after its socket closes; holder.Start reaps it.
 	eventually.Wait(t, 10*time.Second, "the holder to be reaped", func() bool { return goleak.Find() == nil })
+}
+
+// TestPTYScreenFloodSkips: a session that floods (≈ 24 MiB of scrolling
+// lines) then waits: the model skips what scrolled by within its budget
+// (a fresh model, at least once) and the capture still ends on the
+// flood's last lines, as the program's terminal shows them.
+func TestPTYScreenFloodSkips(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pam")
+	}
+	pam := pamtest.Pam(t)
+	e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	name := mustSession(t, "pam-"+runA[:8])
+	flood := `i=0; line=$(printf '%0100d' 0); while [ $i -lt 2500 ]; do printf '%s\n' "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line"; i=$((i+1)); done; echo flood-tail-one; echo flood-tail-two; exec cat`
+	err := e.NewSession(t.Context(), tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runA, Attempt: 1, Instance: "5e5e5e5e-1111-4111-8111-111111111111",
+		Command: []string{"/bin/sh", "-c", flood}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.KillSession(t.Context(), name) })
+	sc, err := e.screen(name.String(), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last string
+	t.Cleanup(func() {
+		if t.Failed() {
+			sc.mu.Lock()
+			r := sc.resets
+			sc.mu.Unlock()
+			sc.qmu.Lock()
+			t.Logf("first screen ended %v resets %d queued %d eof %v; last capture:\n%q", sc.ended(), r, sc.qn, sc.eof, last)
+			sc.qmu.Unlock()
+			evs, _ := holder.ReadEvents(holder.EventsPath(e.dir, name.String()))
+			t.Logf("holder events: %+v", evs)
+		}
+	})
+	eventually.Wait(t, 60*time.Second, "the flood's last lines in the capture", func() bool {
+		c, _ := e.Capture(t.Context(), name)
+		last = c
+		lines := strings.Split(strings.TrimRight(c, "\n"), "\n")
+		n := len(lines)
+		return n >= 3 && strings.HasPrefix(lines[n-3], "0000") && lines[n-2] == "flood-tail-one" && lines[n-1] == "flood-tail-two"
+	})
+	sc.mu.Lock()
+	resets := sc.resets
+	sc.mu.Unlock()
+	if resets == 0 {
+		t.Error("the model parsed every byte of a 24 MiB flood: it never skipped")
+	}
+	evs, _ := holder.ReadEvents(holder.EventsPath(e.dir, name.String()))
+	for _, ev := range evs {
+		if ev.Event == "reader_released" {
+			t.Errorf("the model's reader fell 1 MiB behind and was released: %+v", ev)
+		}
+	}
+	t.Logf("model restarted %d times during the flood", resets)
 }
