@@ -10,6 +10,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -265,5 +266,49 @@ func TestRunsListAttentionFilter(t *testing.T) {
 	code, out := e.call("GET", "/api/v1/runs?attention=bored", nil)
 	if code != 400 || errorOf(t, out).Details["field"] != "attention" {
 		t.Fatalf("a bad attention: %d %s", code, out)
+	}
+}
+
+// TestPaneChangesOffTheReadPath: the database write a pane change makes
+// (last_output_at, attention) never holds up the uplink's next frame.
+// With the run's row locked by another transaction, a second snapshot
+// still reaches the pane cache at once; once the lock goes, the run's
+// attention is cleared by that change, source pane, and last_output_at
+// has moved.
+func TestPaneChangesOffTheReadPath(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-lock", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "$ ")
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+
+	ctx := t.Context()
+	tx, err := e.store.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	w.snapshot(d, "$ make\n")
+	w.snapshot(d, "$ make\nok\n")
+	// Read from the cache itself: any GET would wait for the locking
+	// transaction (Pam-Event-Seq waits for transactions in flight).
+	eventually.Wait(t, 5*time.Second, "the second snapshot in the pane cache while the run's row is locked", func() bool {
+		return e.fleet.Pane(r.ID).Capture == "$ make\nok\n"
+	})
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.waitAttention(r.ID, wire.AttentionNone)
+	if log := e.attentionLog(r.ID); len(log) == 0 || !strings.HasSuffix(log[len(log)-1], ">none/pane") {
+		t.Fatalf("attention log %v, want the last change to none by the pane", log)
+	}
+	var last time.Time
+	if err := e.store.Pool.QueryRow(ctx, `SELECT last_output_at FROM runs WHERE id = $1`, r.ID).Scan(&last); err != nil || time.Since(last) > time.Minute {
+		t.Fatalf("last_output_at %v (%v)", last, err)
 	}
 }

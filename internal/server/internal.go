@@ -164,6 +164,10 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 // sender to stop a stale incarnation and wake the dispatcher when a run's
 // status changed.
 func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Signal) (store.Ingest, error) {
+	if sig.Kind == wire.SignalNeedsInput {
+		// A pane change noted before it must not clear it after.
+		s.outputs.flushRun(ctx, runID)
+	}
 	res, err := s.store.IngestSignal(ctx, runID, hostID, sig)
 	if err != nil {
 		return res, err

@@ -76,6 +76,7 @@ type Server struct {
 	streamCtx context.Context
 	stopAll   context.CancelFunc
 	term      *terminal // pane and attach sockets, tickets, leases
+	outputs   *outputs  // pane changes, written off the uplinks' read path
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
@@ -104,6 +105,7 @@ func New(o Options) *Server {
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
 	s.term = newTerminal(s)
+	s.outputs = newOutputs(s)
 	s.routes()
 	return s
 }

@@ -239,16 +239,9 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 			// A snapshot that replaces an earlier one is a pane change and
 			// clears the run's attention. The first one this server caches
 			// (a new run, or the resend after a restart of serve) is not
-			// evidence of change: it only moves the hang timer.
-			var err error
-			if seq > 1 {
-				err = s.store.PaneChanged(ctx, f.RunID, *f.Attempt)
-			} else {
-				err = s.store.TouchOutput(ctx, f.RunID)
-			}
-			if err != nil {
-				s.log.Warn("record output", "run_id", f.RunID, "err", err)
-			}
+			// evidence of change: it only moves the hang timer. Written
+			// by the coalescer, not before the next frame is read.
+			s.outputs.note(f.RunID, *f.Attempt, seq > 1)
 		}
 
 	case wire.FrameSignal:
@@ -286,6 +279,8 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		}
 
 	case wire.FrameRunState:
+		// A pane change reported before this (idle) is written first.
+		s.outputs.flushRun(ctx, f.RunID)
 		_, changed, err := s.store.RunStateReport(ctx, u.host.ID, f)
 		if err != nil {
 			u.refuse(f, err)

@@ -2,10 +2,7 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
-
-	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
 	"pam/internal/wire"
@@ -42,25 +39,30 @@ func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to,
 	return out, changed, nil
 }
 
-// PaneChanged records that the pane of a run's attempt changed since the
-// snapshot before it: last_output_at moves (the hang timer, as
-// TouchOutput), and a run that waited for a person no longer does — the
-// screen moved, so whatever it waited for was answered or has moved on
-// (source pane). The common case, a run whose attention is none, costs
-// the one UPDATE that TouchOutput makes.
-func (s *Store) PaneChanged(ctx context.Context, runID string, attempt int) error {
-	var attention string
-	var current int
-	err := s.Pool.QueryRow(ctx, `UPDATE runs SET last_output_at = now() WHERE id = $1 RETURNING attention, attempt`, runID).Scan(&attention, &current)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil
-	}
+// TouchOutputs records that the panes of runs changed: last_output_at
+// moves (the hang timer), in one statement for all of them. It returns
+// the runs among them that wait for a person (attention not none), with
+// their current attempt: a pane change of that attempt clears it (the
+// caller's decision, SetAttention with source pane).
+func (s *Store) TouchOutputs(ctx context.Context, runIDs []string) (map[string]int, error) {
+	rows, err := s.Pool.Query(ctx, `UPDATE runs SET last_output_at = now() WHERE id = ANY($1::uuid[]) RETURNING id::text, attention, attempt`, runIDs)
 	if err != nil {
-		return fmt.Errorf("record output of run %s: %w", runID, translate(err))
+		return nil, fmt.Errorf("record output of %d runs: %w", len(runIDs), translate(err))
 	}
-	if attention == wire.AttentionNone || current != attempt {
-		return nil
+	defer rows.Close()
+	waiting := map[string]int{}
+	for rows.Next() {
+		var id, attention string
+		var attempt int
+		if err := rows.Scan(&id, &attention, &attempt); err != nil {
+			return nil, fmt.Errorf("record output: %w", translate(err))
+		}
+		if attention != wire.AttentionNone {
+			waiting[id] = attempt
+		}
 	}
-	_, _, err = s.SetAttention(ctx, runID, attempt, wire.AttentionNone, wire.AttentionSourcePane)
-	return err
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("record output of %d runs: %w", len(runIDs), translate(err))
+	}
+	return waiting, nil
 }

@@ -299,12 +299,6 @@ func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.Worke
 	return w, nil
 }
 
-// TouchOutput records that a run's pane changed (for the hang timer).
-func (s *Store) TouchOutput(ctx context.Context, runID string) error {
-	_, err := s.Pool.Exec(ctx, `UPDATE runs SET last_output_at = now() WHERE id = $1`, runID)
-	return translate(err)
-}
-
 // LastHost is the host of the run's latest offered attempt (for a run
 // that has since been requeued or withdrawn), or nil.
 func (s *Store) LastHost(ctx context.Context, runID string) (*string, error) {
