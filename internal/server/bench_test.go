@@ -7,9 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,6 +120,7 @@ func BenchmarkSignalIngest(b *testing.B) {
 			}
 			return nil
 		}
+		cpu := e.startCPU()
 		start := time.Now()
 		b.ResetTimer()
 		ingestParallel(b, func(client, i int) error {
@@ -123,11 +128,13 @@ func BenchmarkSignalIngest(b *testing.B) {
 			return post(runs[client+ingestClients*(i%(len(runs)/ingestClients))])
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "signals/s")
+		cpu.report(b)
 	})
 
 	b.Run("uplink", func(b *testing.B) {
 		e := newRunEnvB(b)
 		runs := e.ingestFleet()
+		cpu := e.startCPU()
 		start := time.Now()
 		b.ResetTimer()
 		var wg sync.WaitGroup
@@ -159,6 +166,7 @@ func BenchmarkSignalIngest(b *testing.B) {
 		}
 		wg.Wait()
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "signals/s")
+		cpu.report(b)
 	})
 
 	b.Run("plain-sql", func(b *testing.B) {
@@ -175,6 +183,7 @@ func BenchmarkSignalIngest(b *testing.B) {
 		for _, r := range runs {
 			hosts.Store(r.id, r.w.hostID)
 		}
+		cpu := e.startCPU()
 		start := time.Now()
 		b.ResetTimer()
 		ingestParallel(b, func(client, i int) error {
@@ -183,7 +192,87 @@ func BenchmarkSignalIngest(b *testing.B) {
 			return plainProgress(b.Context(), pool, r.id, host.(string), r.seq.Add(1))
 		})
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "signals/s")
+		cpu.report(b)
 	})
+}
+
+// cpuMeter measures the CPU a benchmark spends per signal, where the
+// profile of the ingest needs it: in this process (the server and its
+// clients) and in the database's backends (read from /proc; the metric
+// is left out where that cannot be read).
+type cpuMeter struct {
+	e       *runEnv
+	proc    time.Duration
+	db      map[int]time.Duration
+	batches uint64
+}
+
+func (e *runEnv) startCPU() *cpuMeter {
+	return &cpuMeter{e: e, proc: procCPU(), db: e.backendCPU(), batches: e.signalBatches()}
+}
+
+// signalBatches is how many signal batches the server committed so far.
+func (e *runEnv) signalBatches() uint64 {
+	mfs, _ := e.srv.Registry().Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == "pam_signal_batch_size" {
+			return mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	return 0
+}
+
+func (m *cpuMeter) report(b *testing.B) {
+	b.StopTimer()
+	n := float64(b.N)
+	if batches := m.e.signalBatches() - m.batches; batches > 0 {
+		b.ReportMetric(n/float64(batches), "signals/batch")
+	}
+	b.ReportMetric(float64((procCPU()-m.proc).Microseconds())/n, "proc-cpu-us/signal")
+	end := m.e.backendCPU()
+	if end == nil {
+		return
+	}
+	var db time.Duration
+	for pid, t := range end {
+		db += t - m.db[pid]
+	}
+	b.ReportMetric(float64(db.Microseconds())/n, "db-cpu-us/signal")
+}
+
+// procCPU is the CPU time this process has used.
+func procCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// backendCPU is the CPU time of each backend of the test's database, or
+// nil where /proc cannot tell.
+func (e *runEnv) backendCPU() map[int]time.Duration {
+	var pids []int
+	if err := e.store.Pool.QueryRow(context.Background(),
+		`SELECT array_agg(pid) FROM pg_stat_activity WHERE datname = current_database()`).Scan(&pids); err != nil {
+		return nil
+	}
+	out := map[int]time.Duration{}
+	for _, pid := range pids {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return nil
+		}
+		// utime and stime are fields 14 and 15, after the command in parentheses.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 13 {
+			return nil
+		}
+		ut, _ := strconv.ParseInt(f[11], 10, 64)
+		st, _ := strconv.ParseInt(f[12], 10, 64)
+		out[pid] = time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	}
+	return out
 }
 
 // ingestParallel runs b.N calls of post spread over ingestClients
