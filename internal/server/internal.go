@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 
 	"pam/internal/store"
 	"pam/internal/wire"
@@ -160,24 +161,41 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, status, wire.SignalResult{Result: res.Result})
 }
 
-// ingest is the one signal path of both transports: apply, then tell the
-// sender to stop a stale incarnation and wake the dispatcher when a run's
-// status changed.
+// ingest is the one signal path of both transports, for a sender that
+// waits for the answer: see ingestAsync.
 func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Signal) (store.Ingest, error) {
+	ch := make(chan store.SignalOut, 1)
+	s.ingestAsync(runID, hostID, sig, func(o store.SignalOut) { ch <- o })
+	select {
+	case o := <-ch:
+		return o.Ingest, o.Err
+	case <-ctx.Done():
+		return store.Ingest{}, ctx.Err() // the signal may still be applied: the sender retries
+	}
+}
+
+// ingestAsync hands a signal to the group commit
+// (docs/architecture.md#group-commit) and, once its transaction has
+// committed, tells the sender to stop a stale incarnation, wakes the
+// dispatcher when a run's status changed, and calls done (from the
+// batcher's goroutine: done must not block).
+func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, done func(store.SignalOut)) {
 	if sig.Kind == wire.SignalNeedsInput {
 		// A pane change noted before it must not clear it after.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		s.outputs.flushRun(ctx, runID)
+		cancel()
 	}
-	res, err := s.store.IngestSignal(ctx, runID, hostID, sig)
-	if err != nil {
-		return res, err
-	}
-	s.metrics.signals.WithLabelValues(sig.Kind, res.Result).Inc()
-	if res.StopSender {
-		_ = s.opts.Fleet.Send(hostID, wire.Frame{Type: wire.FrameRunStop, RunID: runID, Attempt: sig.Attempt, Force: true})
-	}
-	if res.StatusChange {
-		s.opts.Dispatcher.Wake()
-	}
-	return res, nil
+	s.signals.Submit(store.SignalIn{RunID: runID, Sender: hostID, Signal: sig}, func(o store.SignalOut) {
+		if o.Err == nil {
+			s.metrics.signals.WithLabelValues(sig.Kind, o.Result).Inc()
+			if o.StopSender {
+				_ = s.opts.Fleet.Send(hostID, wire.Frame{Type: wire.FrameRunStop, RunID: runID, Attempt: sig.Attempt, Force: true})
+			}
+			if o.StatusChange {
+				s.opts.Dispatcher.Wake()
+			}
+		}
+		done(o)
+	})
 }

@@ -48,6 +48,11 @@ type metrics struct {
 	duration *prometheus.HistogramVec
 	signals  *prometheus.CounterVec
 	uplinks  prometheus.Gauge
+	// signalBatch is the size of every group commit of signals
+	// (docs/architecture.md#group-commit); signalSplits counts the
+	// batches that failed and were applied one signal at a time.
+	signalBatch  prometheus.Histogram
+	signalSplits prometheus.Counter
 }
 
 func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
@@ -65,7 +70,16 @@ func newMetrics(s *Server) (*prometheus.Registry, *metrics) {
 		Name: "pam_signals_total", Help: "Run signals ingested, by kind and result.",
 	}, []string{"kind", "result"})
 	m.uplinks = prometheus.NewGauge(prometheus.GaugeOpts{Name: "pam_uplinks_connected", Help: "Connected worker uplinks."})
-	reg.MustRegister(m.requests, m.duration, m.signals, m.uplinks,
+	m.signalBatch = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "pam_signal_batch_size", Help: "Signals per group commit of the signal ingest.",
+		Buckets: prometheus.ExponentialBuckets(1, 2, 8),
+	})
+	m.signalSplits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "pam_signal_batch_splits_total", Help: "Signal batches that failed and were applied one signal per transaction.",
+	})
+	reg.MustRegister(m.requests, m.duration, m.signals, m.uplinks, m.signalBatch, m.signalSplits,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_signals_waiting", Help: "Signals queued for or in a group commit."},
+			func() float64 { return float64(s.signals.Waiting()) }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_sse_subscribers", Help: "Connected SSE subscribers."},
 			func() float64 {

@@ -63,6 +63,10 @@ type Options struct {
 	// LeaseTTL is PAM_LEASE_TTL (0 = 5m): an attach lease whose holder
 	// sent nothing and answered no ping for this long expires.
 	LeaseTTL time.Duration
+	// SignalLanes is how many signal batches commit at once (0: one per
+	// two cores, see store.BatcherOptions); a test sets 1 to see every
+	// signal in one sequence of batches (docs/architecture.md#group-commit).
+	SignalLanes int
 }
 
 // Server holds the handlers' dependencies.
@@ -77,6 +81,7 @@ type Server struct {
 	stopAll   context.CancelFunc
 	term      *terminal // pane and attach sockets, tickets, leases
 	outputs   *outputs  // pane changes, written off the uplinks' read path
+	signals   *store.SignalBatcher
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
@@ -104,6 +109,12 @@ func New(o Options) *Server {
 	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
+	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
+		s.metrics.signalBatch.Observe(float64(n))
+		if !together {
+			s.metrics.signalSplits.Inc()
+		}
+	}})
 	s.term = newTerminal(s)
 	s.outputs = newOutputs(s)
 	s.routes()
@@ -128,6 +139,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.stopAll()
 	if err := s.bg.closeAndWait(ctx); err != nil {
 		return fmt.Errorf("wait for the server's sockets and watchers: %w", err)
+	}
+	if err := s.signals.Wait(ctx); err != nil {
+		return fmt.Errorf("wait for the signal batches: %w", err)
 	}
 	return nil
 }

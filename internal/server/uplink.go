@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -56,7 +57,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 		defer close(writerDone)
 		s.uplinkWriter(ctx, ws, conn)
 	}()
-	u := &uplinkSession{s: s, host: host, conn: conn, cred: cred, known: map[string]bool{}}
+	u := &uplinkSession{s: s, host: host, conn: conn, cred: cred, known: map[string]bool{}, window: make(chan struct{}, uplinkSignalWindow)}
 	now := time.Now().UTC()
 	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
 	s.opts.Dispatcher.Wake()
@@ -76,6 +77,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 		}
 		u.handle(ctx, f)
 	}
+	u.signals.Wait() // their acks go nowhere now, but they are applied before the handler ends
 	conn.Close()
 	cancel()
 	<-writerDone
@@ -169,6 +171,11 @@ func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fle
 	}
 }
 
+// uplinkSignalWindow bounds the signals of one uplink waiting for their
+// commit: beyond it the connection is not read until one is acked (the
+// worker's writes wait in TCP).
+const uplinkSignalWindow = 64
+
 // uplinkSession handles the frames of one connection.
 type uplinkSession struct {
 	s     *Server
@@ -176,6 +183,11 @@ type uplinkSession struct {
 	conn  *fleet.Conn
 	cred  store.Credential // what the connection was admitted with
 	known map[string]bool  // runs this host may speak for (checked once)
+	// Signals are handed to the group commit and acked when it commits,
+	// while the next frames are read (docs/architecture.md#group-commit):
+	// window holds a slot per signal waiting, signals counts them.
+	window  chan struct{}
+	signals sync.WaitGroup
 }
 
 func (u *uplinkSession) send(f wire.Frame) {
@@ -189,6 +201,14 @@ func (u *uplinkSession) send(f wire.Frame) {
 
 func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 	s := u.s
+	switch f.Type {
+	case wire.FrameSignal, wire.FrameHeartbeat, wire.FrameLogChunk, wire.FrameWorkspaceReply, wire.FrameAttachOutput, wire.FrameAttachClosed:
+	default:
+		// Anything else about a run takes effect after the signals sent
+		// before it (a finished before a session_lost, a needs_input
+		// before the snapshot that clears it).
+		u.signals.Wait()
+	}
 	if !u.inScope(ctx, f) {
 		return
 	}
@@ -246,14 +266,21 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 
 	case wire.FrameSignal:
 		sig := wire.Signal{Kind: f.Kind, Attempt: f.Attempt, Seq: f.Seq, Source: f.Source, Payload: f.Payload, Timestamp: f.Timestamp}
-		ack := wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq}
-		res, err := s.ingest(ctx, f.RunID, u.host.ID, sig)
-		if err != nil {
-			u.send(u.signalAck(f, err))
+		select {
+		case u.window <- struct{}{}:
+		case <-ctx.Done():
 			return
 		}
-		ack.Result = res.Result
-		u.send(ack)
+		u.signals.Add(1)
+		s.ingestAsync(f.RunID, u.host.ID, sig, func(o store.SignalOut) {
+			defer u.signals.Done()
+			<-u.window
+			if o.Err != nil {
+				u.send(u.signalAck(f, o.Err))
+				return
+			}
+			u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Result: o.Result})
+		})
 
 	case wire.FrameLogChunk:
 		s.opts.Fleet.DeliverLog(u.host.ID, f)

@@ -48,16 +48,18 @@ func (s *Store) now() time.Time {
 // apply carries out decision d about run r inside tx: each step's guarded
 // write, then the events that journal it (with the run as it is after the
 // write), then what the decision records besides statuses. It returns the
-// run as it ends up. The caller holds r's row lock.
+// run as it ends up. The caller holds r's row lock. The writes whose
+// results are not read wait for the next statement when tx pipelines
+// (pipeline.go).
 func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decision) (wire.Run, error) {
 	if d.Processed != "" {
-		if _, err := tx.Exec(ctx, `INSERT INTO processed_signals (run_id, attempt, kind) VALUES ($1, $2, $3)`, r.ID, r.Attempt, d.Processed); err != nil {
+		if err := tx.execLater(ctx, `INSERT INTO processed_signals (run_id, attempt, kind) VALUES ($1, $2, $3)`, r.ID, r.Attempt, d.Processed); err != nil {
 			return r, fmt.Errorf("record signal %s of run %s: %w", d.Processed, r.ID, err)
 		}
 	}
 	if d.Refusal != nil {
 		// Counted always; journaled (in Steps) only the first time.
-		if _, err := tx.Exec(ctx, `INSERT INTO signal_refusals (run_id, attempt, kind, result) VALUES ($1, $2, $3, $4)
+		if err := tx.execLater(ctx, `INSERT INTO signal_refusals (run_id, attempt, kind, result) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (run_id, attempt, kind, result) DO UPDATE SET count = signal_refusals.count + 1, last_at = now()`,
 			r.ID, d.Refusal.Attempt, d.Refusal.Kind, d.Refusal.Result); err != nil {
 			return r, fmt.Errorf("count %s signal %s of run %s: %w", d.Refusal.Result, d.Refusal.Kind, r.ID, err)
@@ -82,14 +84,22 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 		}
 	}
 	if d.ProgressSeq > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE runs SET last_progress_seq = $2, updated_at = now() WHERE id = $1`, r.ID, d.ProgressSeq); err != nil {
-			return r, fmt.Errorf("record progress of run %s: %w", r.ID, err)
+		if err := recordProgress(ctx, tx, r.ID, d.ProgressSeq); err != nil {
+			return r, err
 		}
 	}
 	if d.CompleteSource != "" {
 		return s.complete(ctx, tx, r, d.CompleteSource)
 	}
 	return r, nil
+}
+
+// recordProgress records the run's last applied progress seq.
+func recordProgress(ctx context.Context, tx *Tx, runID string, seq int64) error {
+	if err := tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, updated_at = now() WHERE id = $1`, runID, seq); err != nil {
+		return fmt.Errorf("record progress of run %s: %w", runID, err)
+	}
+	return nil
 }
 
 // write makes one step's guarded status write and what goes with it in

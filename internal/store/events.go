@@ -24,12 +24,15 @@ type NewEvent struct {
 // order. Writers do not serialise for it (that would cost group commit);
 // readers do the work instead (SafeSeq). Journal makes sure the transaction
 // has its xid before it takes a seq, which is what SafeSeq's proof needs.
+// In a transaction that pipelines, the events wait for its next
+// statement and are inserted by one, in the order they were journaled
+// (pipeline.go).
 func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 	if len(evs) == 0 {
 		return nil
 	}
 	if !tx.Journaled {
-		if _, err := tx.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		if err := tx.execLater(ctx, "SELECT pg_current_xact_id()"); err != nil {
 			return fmt.Errorf("journal: %w", err)
 		}
 	}
@@ -41,7 +44,11 @@ func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 		if ev.Payload == nil {
 			payload = []byte("{}")
 		}
-		if _, err := tx.Exec(ctx,
+		if tx.later != nil {
+			tx.events.add(ev, payload)
+			continue
+		}
+		if _, err := tx.Tx.Exec(ctx,
 			`INSERT INTO events (topic, run_id, project_id, host_id, payload) VALUES ($1, $2, $3, $4, $5)`,
 			ev.Topic, nullUUID(ev.RunID), nullUUID(ev.ProjectID), nullUUID(ev.HostID), payload); err != nil {
 			return fmt.Errorf("journal %s: %w", ev.Topic, err)

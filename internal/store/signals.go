@@ -32,10 +32,8 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 		if err != nil {
 			return err
 		}
-		// A worker speaks only for runs offered to or placed on its host.
-		var known bool
-		if err := tx.QueryRow(ctx, `SELECT $2::uuid = host_id OR EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)
-			FROM runs WHERE id = $1`, r.ID, senderHost).Scan(&known); err != nil {
+		known, err := senderKnown(ctx, tx, r.ID, senderHost)
+		if err != nil {
 			return err
 		}
 		if !known {
@@ -45,6 +43,17 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 		return err
 	})
 	return res, err
+}
+
+// senderKnown reports whether runID was offered to or placed on host: a
+// worker speaks only for those runs.
+func senderKnown(ctx context.Context, tx *Tx, runID, host string) (bool, error) {
+	var known bool
+	if err := tx.QueryRow(ctx, `SELECT coalesce($2::uuid = host_id, false) OR EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)
+		FROM runs WHERE id = $1`, runID, host).Scan(&known); err != nil {
+		return false, fmt.Errorf("read the sender of run %s: %w", runID, err)
+	}
+	return known, nil
 }
 
 func validateSignal(sig wire.Signal) error {
@@ -75,8 +84,7 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 			return Ingest{}, err
 		}
 	}
-	d, err := lifecycle.IngestSignal(lifecycle.FromWire(r), lifecycle.Signal{Kind: sig.Kind, Source: sig.Source, Attempt: sig.Attempt,
-		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, facts, s.Policy, s.now())
+	d, err := s.decideSignal(r, sender, sig, facts)
 	if err != nil {
 		return Ingest{}, err
 	}
@@ -85,6 +93,13 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 		return Ingest{}, err
 	}
 	return Ingest{Result: d.Result, Run: out, StopSender: d.StopSender, StatusChange: d.Changed()}, nil
+}
+
+// decideSignal is the decision about sig (lifecycle.IngestSignal) from
+// the run and the facts read under its lock.
+func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts) (lifecycle.Decision, error) {
+	return lifecycle.IngestSignal(lifecycle.FromWire(r), lifecycle.Signal{Kind: sig.Kind, Source: sig.Source, Attempt: sig.Attempt,
+		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, f, s.Policy, s.now())
 }
 
 // signalFacts reads what the decision about a signal of kind at attempt

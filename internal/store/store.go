@@ -100,6 +100,11 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 type Tx struct {
 	pgx.Tx
 	Journaled bool
+	// later, when set, holds the writes whose results nobody reads until
+	// the next statement or the commit sends them in one round trip
+	// (pipeline.go); nil writes at once.
+	later  *pgx.Batch
+	events laterEvents
 }
 
 // InTx runs fn in a transaction, committing if it returns nil.
