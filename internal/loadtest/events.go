@@ -33,10 +33,18 @@ type subscriber struct {
 	seqs       []int64
 	lat        []int32 // µs, the generator's events
 	reconnects int
-	err        error // a refusal that ended it
 
 	last      atomic.Int64
 	connected atomic.Bool
+	refused   atomic.Pointer[error] // the refusal that ended it
+}
+
+// err is the refusal that ended the subscriber, if any.
+func (s *subscriber) err() error {
+	if e := s.refused.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // run streams until ctx ends or the server refuses the stream.
@@ -48,7 +56,7 @@ func (s *subscriber) run(ctx context.Context, after int64) {
 		}
 		var we *wire.Error
 		if errors.As(err, &we) {
-			s.err = err
+			s.refused.Store(&err)
 			return
 		}
 		s.reconnects++

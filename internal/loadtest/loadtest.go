@@ -217,8 +217,8 @@ func (l *load) run(ctx context.Context) (Result, error) {
 	}
 	if err := waitFor(ctx, 60*time.Second, "every subscriber to connect", func() (bool, error) {
 		for _, s := range subs {
-			if s.err != nil {
-				return false, s.err
+			if err := s.err(); err != nil {
+				return false, err
 			}
 			if !s.connected.Load() {
 				return false, nil
@@ -249,7 +249,7 @@ func (l *load) run(ctx context.Context) (Result, error) {
 		// Late subscribers are counted as losing what they lack.
 		_ = waitFor(ctx, 60*time.Second, "every subscriber to catch up", func() (bool, error) {
 			for _, s := range subs {
-				if s.last.Load() < lastSeq && s.err == nil {
+				if s.last.Load() < lastSeq && s.err() == nil {
 					return false, nil
 				}
 			}
@@ -259,8 +259,8 @@ func (l *load) run(ctx context.Context) (Result, error) {
 	stopLoad()
 	clients.Wait()
 	for _, s := range subs {
-		if s.err != nil {
-			return Result{}, s.err
+		if err := s.err(); err != nil {
+			return Result{}, err
 		}
 	}
 	v := check(subs, journal)

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) { pamtest.Main(m) }
 // started is left once it exits: its folder is gone and no process names
 // it.
 func TestBenchLoadSmall(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pam and drives a load for seconds")
+	}
 	if os.Getenv("PAM_EXECUTOR") != "pty" {
 		pamtest.Require(t, "tmux")
 	}

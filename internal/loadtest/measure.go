@@ -108,12 +108,12 @@ func (l *load) measureLoad(ctx, loadCtx context.Context) measured {
 		}
 	}
 	wg.Wait()
+	close(done)
+	samplerDone.Wait()
 	c1 := l.cpuNow(ctx)
 	m.cpu = cpuDelta{window: time.Since(t0), cpuTimes: cpuTimes{
 		serve: c1.serve - c0.serve, worker: c1.worker - c0.worker, workerChildren: c1.workerChildren - c0.workerChildren,
 		sess: c1.sess - c0.sess, postgres: c1.postgres - c0.postgres, self: c1.self - c0.self}}
-	close(done)
-	samplerDone.Wait()
 	m.serveEndRSS = rssBytes(l.serve.pid())
 	m.serveHWM = statusField(l.serve.pid(), "VmHWM:")
 	if m.err == nil && m.gen.sent.Load() == 0 {

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -161,7 +162,9 @@ type sessions struct {
 	executor   string
 	tmux       *tmux.Tmux
 	holdersDir string
-	server     int // last tmux server pid seen
+
+	mu     sync.Mutex
+	server int // last tmux server pid seen
 }
 
 func newSessions(executor, tmuxDir, workerData string) (*sessions, error) {
@@ -186,6 +189,8 @@ func (s *sessions) pids(ctx context.Context) []int {
 		}
 		return out
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if list, err := s.tmux.ListSessions(ctx); err == nil {
 		for _, l := range list {
 			if st, ok := readStat(l.PanePID); ok && st.ppid > 1 {
@@ -226,10 +231,7 @@ func (s *sessions) kill(ctx context.Context) error {
 		}
 		return nil
 	}
-	pids := s.pids(ctx)
-	if len(pids) == 0 && alive(s.server) {
-		pids = []int{s.server}
-	}
+	pids := s.pids(ctx) // the last server seen, when no session is left to name it
 	var errs []error
 	for _, pid := range pids {
 		errs = append(errs, endProcess(pid, syscall.SIGTERM, 5*time.Second))
