@@ -42,7 +42,7 @@ func Build(g GoBench, sources []Source) Table {
 	t := Table{Failed: slices.Clone(g.Failed)}
 	var rows []Row
 	for _, s := range specs {
-		rows = append(rows, fromBench(g, s))
+		rows = append(rows, fewSamples(fromBench(g, s)))
 	}
 	t.Sections = append(t.Sections, Section{Name: "go test -bench", Rows: rows})
 	for _, src := range sources {
@@ -51,7 +51,7 @@ func Build(g GoBench, sources []Source) Table {
 			if r.Baseline != nil && *r.Baseline != 0 {
 				r.Ratio = Ptr(r.Value / *r.Baseline)
 			}
-			sec.Rows = append(sec.Rows, r)
+			sec.Rows = append(sec.Rows, fewSamples(r))
 		}
 		t.Sections = append(t.Sections, sec)
 	}
@@ -146,6 +146,19 @@ func median(res []Bench, metric string) (v float64, n int, samples int64) {
 		return (vals[m-1] + vals[m]) / 2, len(vals), samples
 	}
 	return vals[m], len(vals), samples
+}
+
+// minP99Samples is how many samples a p99 needs to be more than the
+// largest of them.
+const minP99Samples = 100
+
+// fewSamples says so in the note of a p99 that stands on too few samples
+// to be one.
+func fewSamples(r Row) Row {
+	if strings.Contains(r.Stat, "p99") && !r.Missing && r.Samples > 0 && r.Samples < minP99Samples {
+		r.Note = joinNote(r.Note, fmt.Sprintf("only %d samples: a p99 needs %d or more to be more than their maximum", r.Samples, minP99Samples))
+	}
+	return r
 }
 
 func joinNote(parts ...string) string {

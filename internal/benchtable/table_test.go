@@ -64,7 +64,7 @@ func TestBuildFromRecordedOutput(t *testing.T) {
 		"attach round trip: p50":                     {2.16, 1.2, 1.8, "NO", 200, ""},
 		"attach round trip: p99":                     {4.34, 3.1, 1.4, "yes", 200, ""},
 		"POST /runs → CLI started: p50":              {18.5, 0, 0, "yes", 50, ""},
-		"POST /runs → CLI started: p99":              {55, 0, 0, "yes", 50, ""},
+		"POST /runs → CLI started: p99":              {55, 0, 0, "yes", 50, "only 50 samples"},
 		"dispatch latency, idle: p50":                {2.5, 0, 0, "—", 1200, "median of 3 runs"},
 		"dispatch latency, idle: p99":                {7, 0, 0, "—", 1200, "median of 3 runs"},
 		"SSE fan-out, 100 subscribers: events/s":     {4000, 0, 0, "yes", 500000, ""},
@@ -89,6 +89,9 @@ func TestBuildFromRecordedOutput(t *testing.T) {
 	}
 	if r := byLabel(t, tb, "capture CPU, 100 changing sessions at 1 Hz: control mode"); !r.Missing || !strings.Contains(r.Note, "skipped: BenchmarkCapture") || !strings.Contains(r.Note, "tmux not installed") {
 		t.Errorf("a skipped benchmark's row: missing %v, note %q", r.Missing, r.Note)
+	}
+	if r := byLabel(t, tb, "POST /runs → CLI started: p50"); strings.Contains(r.Note, "samples") {
+		t.Errorf("a p50 over 50 samples is noted as too few: %q", r.Note)
 	}
 	if met, missed, unmeasured := tb.Counts(); met != 7 || missed != 3 || unmeasured != 2 {
 		t.Errorf("goals %d met, %d missed, %d unmeasured; want 7, 3, 2", met, missed, unmeasured)
