@@ -154,10 +154,10 @@ func waitFor(ctx context.Context, d time.Duration, what string, cond func() (boo
 	}
 }
 
-// sessions finds what holds the worker's sessions: the pid of the tmux
-// server on the driver's private socket folder (the parent of a pane's
-// process: pam never runs kill-server, and the driver does not need to
-// run tmux for this), or the pids of the PTY holders.
+// sessions finds what holds the worker's sessions: the tmux server on the
+// driver's private socket folder — the parent of a pane's process, which
+// list-sessions names; package tmux has no kill-server and needs none,
+// the driver ends that server with a signal — or the PTY holders.
 type sessions struct {
 	executor   string
 	tmux       *tmux.Tmux
