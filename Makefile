@@ -8,7 +8,8 @@
 #   make lint     gofmt, go vet and staticcheck
 #   make cover    the suite's coverage, including the pam processes it starts
 #   make fuzz     every fuzz target for FUZZTIME each
-#   make bench    every benchmark for BENCHTIME each
+#   make bench    every benchmark for BENCHTIME each, the load drivers, and
+#                 one table of every figure (docs/bench.md)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -16,6 +17,13 @@ SHELL := /bin/bash
 GO        ?= go
 FUZZTIME  ?= 20s
 BENCHTIME ?= 1s
+# make bench: which benchmarks and packages, and the load drivers' flags
+# (e.g. LOAD_ARGS='--duration 5s --cached-runs 100' with BENCHTIME=1x for
+# a quick pass).
+BENCH     ?= .
+BENCHPKGS ?= ./...
+LOAD_ARGS ?=
+FLEET_ARGS ?=
 # Arguments for `pam up`, e.g. make up ARGS='--port 0'.
 ARGS      ?=
 
@@ -70,8 +78,11 @@ test-short: deps
 fuzz: deps
 	@GO='$(GO)' FUZZTIME='$(FUZZTIME)' bash scripts/fuzz.sh
 
+# The Go benchmarks one package at a time, then pam bench load and pam
+# bench fleet, printed as one table (scripts/bench.sh, docs/bench.md).
 bench: deps
-	$(GO) test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) -timeout 30m ./...
+	@GO='$(GO)' BENCHTIME='$(BENCHTIME)' BENCH='$(BENCH)' BENCHPKGS='$(BENCHPKGS)' \
+		LOAD_ARGS='$(LOAD_ARGS)' FLEET_ARGS='$(FLEET_ARGS)' bash scripts/bench.sh
 
 # gofmt, go vet and staticcheck (the version go.mod pins as a tool).
 lint:

@@ -71,6 +71,7 @@ var root = &command{
 		hostCmd,
 		eventsCmd,
 		doctorCmd,
+		benchCmd,
 		versionCmd,
 	},
 }
