@@ -27,6 +27,7 @@ var benchFleetCmd = &command{
 		fs.DurationVar(&o.SnapshotInterval, "snapshot-every", 0, "how often each fake session's screen changes (0: only the greeting's)")
 		fs.BoolVar(&o.UplinkSignals, "uplink-signals", false, "send the fake wrappers' signals on the uplink, not over HTTP")
 		fs.BoolVar(&o.NoRestart, "no-restart", false, "skip the reconnect storm (serve restart)")
+		fs.DurationVar(&o.Down, "down", 0, "how long serve stays stopped in the reconnect storm")
 		fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "bound of the whole simulation")
 		verbose := fs.Bool("v", false, "log progress to stderr")
 		asJSON := fs.Bool("json", false, `print {"figures":[...]} for the make bench table`)
@@ -41,7 +42,10 @@ var benchFleetCmd = &command{
 			if err != nil {
 				return fmt.Errorf("find the pam binary: %w", err)
 			}
-			o.Pam = self
+			o.Pam, o.Environ = self, x.env.Environ
+			if o.Environ == nil {
+				o.Environ = os.Environ()
+			}
 			if *verbose {
 				o.Logger = slog.New(slog.NewTextHandler(x.stderr, nil))
 			}

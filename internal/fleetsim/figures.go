@@ -105,7 +105,8 @@ func (r *Result) Rows() []Row {
 		x.Note = fmt.Sprintf("database %.1f core-%%", r.DBCPUHold)
 	})
 	add("serve RSS, peak", mib(r.ServeRSSPeak), "MiB", func(x *Row) {
-		x.Note = fmt.Sprintf("%.0f MiB at the end of the hold; sampled every 250 ms", mib(r.ServeRSSHold))
+		x.Note = fmt.Sprintf("%.0f MiB at the end of the hold (Go heap %.0f MiB, stacks %.0f MiB, %.0f goroutines, %.0f uplinks); sampled every 250 ms",
+			mib(r.ServeRSSHold), r.Runtime.HeapInuse/(1<<20), r.Runtime.StackInuse/(1<<20), r.Runtime.Goroutines, r.Runtime.Uplinks)
 	})
 	add("database connections", float64(r.DBBackendsMax), "connections", func(x *Row) {
 		x.Note = "most client backends of the embedded PostgreSQL seen"
@@ -115,7 +116,7 @@ func (r *Result) Rows() []Row {
 			x.Baseline, x.BaselineName = ptr(round(r.ServeRestart.Seconds())), ptr("serve restart alone")
 			x.Goal, x.Met = ptr("< 60 s"), ptr(r.SettleHosts == r.Workers && r.Settle < time.Minute)
 			x.Samples = ptr(r.SettleHosts)
-			x.Note = "serve stopped → every worker admitted again, with the worker's own backoff and jitter"
+			x.Note = fmt.Sprintf("serve stopped, down %s, started → every worker admitted again, with the worker's own backoff and jitter", dur(r.Down))
 		})
 	}
 	add("runs lost", float64(r.Lost), "runs", func(x *Row) {

@@ -59,10 +59,15 @@ type Options struct {
 	UplinkSignals bool
 	// NoRestart skips the reconnect storm.
 	NoRestart bool
+	// Down is how long serve stays stopped in the reconnect storm (an
+	// upgrade, a failover): the workers' backoff grows meanwhile.
+	Down time.Duration
 	// Timeout bounds the whole simulation; default 15m.
 	Timeout time.Duration
-	// ServeEnv is added to serve's environment (PAM_LOG_LEVEL=warn, say).
-	ServeEnv []string
+	// Environ is the environment serve starts with (PATH, HOME, TMPDIR),
+	// less its PAM_ settings; ServeEnv is added to it (PAM_LOG_LEVEL=warn,
+	// say).
+	Environ, ServeEnv []string
 	// Logger gets the simulation's progress; nil discards it.
 	Logger *slog.Logger
 }
@@ -130,12 +135,17 @@ type Result struct {
 	// DBBackendsMax is the most client backends (serve's connections to
 	// PostgreSQL) seen.
 	DBBackendsMax int
+	// Runtime is what serve's /metrics said at the end of the hold:
+	// goroutines, heap and stacks in use, uplinks connected.
+	Runtime serveMetrics
 
-	// Restarted says the reconnect storm ran: serve was stopped and
-	// started again on its data dir and port. ServeRestart is stop →
-	// listening again; Settle is stop → every worker admitted again
-	// (its heartbeat acked), SettleHosts how many were by then.
+	// Restarted says the reconnect storm ran: serve was stopped, kept
+	// down for Down, and started again on its data dir and port.
+	// ServeRestart is stop → listening again; Settle is stop → every
+	// worker admitted again (its heartbeat acked), SettleHosts how many
+	// were by then.
 	Restarted    bool
+	Down         time.Duration
 	ServeRestart time.Duration
 	Settle       time.Duration
 	SettleHosts  int
@@ -309,14 +319,14 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		HeartbeatInterval: o.HeartbeatInterval, Hold: o.Hold, SnapshotInterval: o.SnapshotInterval}
 	t0 := time.Now()
 	var spMu sync.Mutex
-	sp, err := startServe(ctx, o.Pam, dataDir, 0, o.ServeEnv, logFile)
+	sp, err := startServe(ctx, o.Pam, o.Environ, dataDir, 0, o.ServeEnv, logFile)
 	if err != nil {
 		return nil, err
 	}
 	current := func() *serveProc { spMu.Lock(); defer spMu.Unlock(); return sp }
 	defer func() { current().stop() }()
 	res.ServeStart = time.Since(t0)
-	log.Info("serve listening", "url", sp.url, "took", res.ServeStart.Round(time.Millisecond))
+	log.Info("serve listening", "url", sp.url, "pid", sp.pid(), "took", res.ServeStart.Round(time.Millisecond))
 
 	s := &sim{o: o, base: sp.url, admitted: map[*simWorker]time.Time{}, dispatched: map[string]*dispatchNote{}, anomalies: map[string]int64{}}
 
@@ -474,6 +484,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if u, ok := readProc(current().pid()); ok {
 		res.ServeRSSHold = u.rss
 	}
+	if res.Runtime, err = scrapeMetrics(ctx, op.HTTP, sp.url, sp.token); err != nil {
+		s.noteErr("serve metrics", err)
+	}
 	log.Info("hold done", "heartbeats_per_s", fmt.Sprintf("%.1f", res.HeartbeatRate), "serve_cpu_pct", fmt.Sprintf("%.1f", res.ServeCPUHold))
 
 	// The reconnect storm: serve stops (as for an upgrade) and starts
@@ -483,14 +496,18 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		port := current().port
 		k := time.Now()
 		current().stop()
-		np, err := startServe(ctx, o.Pam, dataDir, port, o.ServeEnv, logFile)
+		if err := sleep(ctx, o.Down); err != nil {
+			return res, err
+		}
+		np, err := startServe(ctx, o.Pam, o.Environ, dataDir, port, o.ServeEnv, logFile)
 		if err != nil {
 			return res, fmt.Errorf("restart serve: %w", err)
 		}
 		spMu.Lock()
 		sp = np
 		spMu.Unlock()
-		res.Restarted, res.ServeRestart = true, time.Since(k)
+		log.Info("serve restarted", "pid", np.pid())
+		res.Restarted, res.Down, res.ServeRestart = true, o.Down, time.Since(k)
 		n, err := waitFor(ctx, 3*time.Minute, func() (int, bool) { n := s.admittedSince(k); return n, n == o.Workers })
 		res.Settle, res.SettleHosts = time.Since(k), n
 		if err != nil {

@@ -2,6 +2,7 @@ package fleetsim_test
 
 import (
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -27,7 +28,7 @@ func TestSmallFleet(t *testing.T) {
 		t.Skip("runs pam serve")
 	}
 	res, err := fleetsim.Run(t.Context(), fleetsim.Options{
-		Pam: pamtest.Pam(t), Workers: 20, RunsPerWorker: 2,
+		Pam: pamtest.Pam(t), Environ: os.Environ(), Workers: 20, RunsPerWorker: 2,
 		// Short intervals, so that a short hold judges the heartbeat rate
 		// and every worker reconciles during it.
 		HeartbeatInterval: 500 * time.Millisecond, ReconcileInterval: time.Second, SnapshotInterval: 500 * time.Millisecond,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,9 +39,9 @@ type serveProc struct {
 // until it listens. Its stdout and stderr are appended to logw. The
 // process has a group of its own, so a terminal's Ctrl-C reaches only the
 // simulation, which then stops it in order (the database with it).
-func startServe(ctx context.Context, pam, dataDir string, port int, env []string, logw io.Writer) (*serveProc, error) {
+func startServe(ctx context.Context, pam string, environ []string, dataDir string, port int, env []string, logw io.Writer) (*serveProc, error) {
 	cmd := exec.Command(pam, "serve")
-	cmd.Env = append(servingEnv(), "PAM_DATA_DIR="+dataDir, "PAM_DATABASE_URL=", "PAM_BIND=127.0.0.1",
+	cmd.Env = append(servingEnv(environ), "PAM_DATA_DIR="+dataDir, "PAM_DATABASE_URL=", "PAM_BIND=127.0.0.1",
 		"PAM_PORT="+strconv.Itoa(port))
 	cmd.Env = append(cmd.Env, env...)
 	cmd.Stderr = logw
@@ -97,12 +98,11 @@ func startServe(ctx context.Context, pam, dataDir string, port int, env []string
 	return p, nil
 }
 
-// servingEnv is this process's environment without any PAM_ setting: the
-// operator's PAM_DATABASE_URL or PAM_PORT must not reach the serve of a
-// simulation.
-func servingEnv() []string {
+// servingEnv is environ without any PAM_ setting: the operator's
+// PAM_DATABASE_URL or PAM_PORT must not reach the serve of a simulation.
+func servingEnv(environ []string) []string {
 	var env []string
-	for _, kv := range os.Environ() {
+	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "PAM_") {
 			env = append(env, kv)
 		}
@@ -150,4 +150,40 @@ func postmasterPID(dataDir string) int {
 		return 0
 	}
 	return pid
+}
+
+// serveMetrics is what serve's /metrics says of its Go runtime and
+// uplinks: where its memory goes.
+type serveMetrics struct {
+	Goroutines, HeapInuse, StackInuse, Uplinks float64
+}
+
+// scrapeMetrics reads serve's /metrics with the operator token.
+func scrapeMetrics(ctx context.Context, c *http.Client, base, token string) (serveMetrics, error) {
+	var m serveMetrics
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/metrics", nil)
+	if err != nil {
+		return m, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := c.Do(req)
+	if err != nil {
+		return m, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return m, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	want := map[string]*float64{"go_goroutines": &m.Goroutines, "go_memstats_heap_inuse_bytes": &m.HeapInuse,
+		"go_memstats_stack_inuse_bytes": &m.StackInuse, "pam_uplinks_connected": &m.Uplinks}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if p := want[name]; ok && p != nil {
+			*p, _ = strconv.ParseFloat(strings.TrimSpace(val), 64)
+		}
+	}
+	return m, sc.Err()
 }
