@@ -115,6 +115,10 @@ type Result struct {
 	CreateRate      float64
 	DispatchRate    float64
 	DispatchLatency []time.Duration
+	// DispatchEvents is how many events the journal took while the runs
+	// were created, placed and started (every write of a run's status is
+	// journaled in its transaction): the database's write load.
+	DispatchEvents int
 	// SpreadMin and SpreadMax are the fewest and most runs on one host
 	// with the fleet half full (equal hosts).
 	SpreadMin, SpreadMax int
@@ -409,6 +413,10 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	// the rest (every host full).
 	posted := map[string]time.Time{}
 	var postedMu sync.Mutex
+	_, lastEvent, err := countEvents(ctx, op, 0)
+	if err != nil {
+		return res, err
+	}
 	cpu0, db0 := usage()
 	d0 := time.Now()
 	var creating, dispatching time.Duration
@@ -450,6 +458,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 	cpu1, db1 := usage()
 	wall := time.Since(d0)
+	if res.DispatchEvents, _, err = countEvents(ctx, op, lastEvent); err != nil {
+		return res, err
+	}
 	res.ServeCPUDispatch, res.DBCPUDispatch = percent(cpu1-cpu0, wall), percent(db1-db0, wall)
 	res.CreateRate = float64(res.Runs) / creating.Seconds()
 	res.DispatchRate = float64(res.Runs) / dispatching.Seconds()
@@ -578,6 +589,23 @@ func verify(ctx context.Context, op *apiclient.Client, s *sim, workers []*simWor
 		}
 	}
 	return nil
+}
+
+// countEvents pages through the journal after seq after and returns how
+// many events it holds and the last one's seq.
+func countEvents(ctx context.Context, op *apiclient.Client, after int64) (int, int64, error) {
+	n := 0
+	for {
+		evs, err := op.ListEvents(ctx, after, "", 1000)
+		if err != nil {
+			return n, after, fmt.Errorf("read the journal: %w", err)
+		}
+		if len(evs) == 0 {
+			return n, after, nil
+		}
+		n += len(evs)
+		after = evs[len(evs)-1].Seq
+	}
 }
 
 // parallel runs fn(i) for i in [0, n) on k goroutines; the first error
