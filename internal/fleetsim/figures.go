@@ -143,7 +143,7 @@ func (r *Result) Rows() []Row {
 // the anomalies and first errors, if any.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "%d workers × %d runs, heartbeat every %s\n\n", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval))
+	fmt.Fprintf(tw, "%d workers × %d runs, heartbeat every %s, %d snapshots sent\n\n", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval), r.SnapshotsSent)
 	fmt.Fprintln(tw, "STAT\tVALUE\tBASELINE\tGOAL\tMET\tNOTE")
 	for _, x := range r.Rows() {
 		base, goal, met := "", "", ""

@@ -143,6 +143,10 @@ type Result struct {
 	// goroutines, heap and stacks in use, uplinks connected.
 	Runtime serveMetrics
 
+	// SnapshotsSent counts the snapshot frames the workers sent: their
+	// greetings' and, with SnapshotInterval, their sessions' changes.
+	SnapshotsSent int64
+
 	// Restarted says the reconnect storm ran: serve was stopped, kept
 	// down for Down, and started again on its data dir and port.
 	// ServeRestart is stop → listening again; Settle is stop → every
@@ -170,7 +174,7 @@ type sim struct {
 	o    Options
 	base string // serve's URL (the port is kept across the restart)
 
-	heartbeatsSent, snapshotsSent                    atomic.Int64
+	snapshotsSent                                    atomic.Int64
 	refusals, protocolErrors, errorFrames            atomic.Int64
 	reconcileErrors, startedApplied, finishedApplied atomic.Int64
 
@@ -541,6 +545,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := verify(ctx, op, s, workers, posted, res); err != nil {
 		return res, err
 	}
+	res.SnapshotsSent = s.snapshotsSent.Load()
 	s.mu.Lock()
 	res.Anomalies = maps.Clone(s.anomalies)
 	res.Errors = slices.Clone(s.errs)

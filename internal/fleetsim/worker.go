@@ -226,7 +226,6 @@ func (w *simWorker) heartbeats(ctx context.Context, conn *websocket.Conn, broken
 			broken()
 			return
 		}
-		w.sim.heartbeatsSent.Add(1)
 		pctx, cancel := context.WithTimeout(ctx, pingTimeout)
 		err := conn.Ping(pctx)
 		cancel()
