@@ -29,7 +29,7 @@ var benchFleetCmd = &command{
 		fs.BoolVar(&o.NoRestart, "no-restart", false, "skip the reconnect storm (serve restart)")
 		fs.DurationVar(&o.Down, "down", 0, "how long serve stays stopped in the reconnect storm")
 		fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "bound of the whole simulation")
-		verbose := fs.Bool("v", false, "log progress to stderr")
+		quiet := fs.Bool("quiet", false, "do not log progress to stderr")
 		asJSON := fs.Bool("json", false, `print {"figures":[...]} for the make bench table`)
 		return func(x *invocation) error {
 			if o.Workers < 1 || o.RunsPerWorker < 1 {
@@ -46,7 +46,7 @@ var benchFleetCmd = &command{
 			if o.Environ == nil {
 				o.Environ = os.Environ()
 			}
-			if *verbose {
+			if !*quiet {
 				o.Logger = slog.New(slog.NewTextHandler(x.stderr, nil))
 			}
 			res, err := fleetsim.Run(x.ctx, o)
