@@ -293,8 +293,12 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	// Two descriptors per worker here (uplink, HTTP) and as many in serve,
 	// plus the wrappers' HTTP connections and the database's.
 	need := uint64(3*o.Workers + 512)
-	if limit, err := RaiseFileLimit(); err != nil || limit < need {
-		return nil, fmt.Errorf("fleetsim: %d workers need about %d open files, the limit is %d (%v): lower --workers or raise ulimit -n", o.Workers, need, limit, err)
+	limit, err := raiseFileLimit()
+	if err != nil {
+		return nil, fmt.Errorf("fleetsim: raise the open files limit: %w", err)
+	}
+	if limit < need {
+		return nil, fmt.Errorf("fleetsim: %d workers need about %d open files, the limit is %d: lower --workers or raise ulimit -Hn", o.Workers, need, limit)
 	}
 
 	tmp := os.TempDir()
@@ -683,10 +687,10 @@ func percent(cpu, wall time.Duration) float64 {
 	return 100 * cpu.Seconds() / wall.Seconds()
 }
 
-// RaiseFileLimit raises this process's soft limit of open files to the
+// raiseFileLimit raises this process's soft limit of open files to the
 // hard one and returns it: a simulated fleet holds a few descriptors per
 // worker. Serve raises its own (the Go runtime does at start).
-func RaiseFileLimit() (uint64, error) {
+func raiseFileLimit() (uint64, error) {
 	var l syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &l); err != nil {
 		return 0, err
