@@ -36,7 +36,11 @@ type Row struct {
 // s, and no run is lost or run twice.
 func (r *Result) Rows() []Row {
 	var rows []Row
+	phase := PhaseStarted // of the rows added next: none before it was reached
 	add := func(stat string, v float64, unit string, f func(*Row)) {
+		if r.Reached < phase {
+			return
+		}
 		row := Row{Figure: Figure, Stat: stat, Value: round(v), Unit: unit}
 		if f != nil {
 			f(&row)
@@ -46,7 +50,7 @@ func (r *Result) Rows() []Row {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
 
-	held := r.HostsConnected == r.Workers && r.Lost == 0
+	held := r.HostsConnected == r.Workers && r.Lost == 0 && r.Reached >= PhaseVerified
 	// A hold shorter than two intervals sees too few beats per worker
 	// for a rate: the figure is printed, not judged.
 	judgeHB := r.Hold >= 2*r.HeartbeatInterval
@@ -55,8 +59,9 @@ func (r *Result) Rows() []Row {
 		x.Goal = ptr(fmt.Sprintf("%d × %d runs at %s heartbeats", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval)))
 		x.Met = ptr(held && hbOK)
 		x.Samples = ptr(r.Runs)
-		x.Note = fmt.Sprintf("%d runs running; all connected in %s, serve first start %s", r.Runs, secs(r.ConnectTime), secs(r.ServeStart))
+		x.Note = fmt.Sprintf("%d runs asked for; connected in %s, serve first start %s", r.Runs, secs(r.ConnectTime), secs(r.ServeStart))
 	})
+	phase = PhaseHeld
 	add("heartbeats", r.HeartbeatRate, "heartbeats/s", func(x *Row) {
 		x.Baseline, x.BaselineName = ptr(round(r.HeartbeatOffered)), ptr("offered")
 		x.Goal = ptr("≥ 90 % of offered")
@@ -75,6 +80,7 @@ func (r *Result) Rows() []Row {
 			x.Note = "heartbeat sent → heartbeat_ack, during the hold"
 		})
 	}
+	phase = PhaseDispatched
 	add("dispatch rate", r.DispatchRate, "runs/s", func(x *Row) {
 		x.Baseline, x.BaselineName = ptr(round(r.CreateRate)), ptr("POST /runs rate")
 		x.Samples = ptr(r.Runs)
@@ -110,16 +116,22 @@ func (r *Result) Rows() []Row {
 	add("serve CPU, dispatching", r.ServeCPUDispatch, "core-%", func(x *Row) {
 		x.Note = fmt.Sprintf("database %.0f core-%%", r.DBCPUDispatch)
 	})
+	phase = PhaseHeld
 	add("serve CPU, holding", r.ServeCPUHold, "core-%", func(x *Row) {
 		x.Note = fmt.Sprintf("database %.1f core-%%", r.DBCPUHold)
 	})
+	phase = PhaseStarted
 	add("serve RSS, peak", mib(r.ServeRSSPeak), "MiB", func(x *Row) {
-		x.Note = fmt.Sprintf("%.0f MiB at the end of the hold (Go heap %.0f MiB, stacks %.0f MiB, %.0f goroutines, %.0f uplinks); sampled every 250 ms",
-			mib(r.ServeRSSHold), r.Runtime.HeapInuse/(1<<20), r.Runtime.StackInuse/(1<<20), r.Runtime.Goroutines, r.Runtime.Uplinks)
+		x.Note = "sampled every 250 ms"
+		if r.Reached >= PhaseHeld {
+			x.Note = fmt.Sprintf("%.0f MiB at the end of the hold (Go heap %.0f MiB, stacks %.0f MiB, %.0f goroutines, %.0f uplinks); ",
+				mib(r.ServeRSSHold), r.Runtime.HeapInuse/(1<<20), r.Runtime.StackInuse/(1<<20), r.Runtime.Goroutines, r.Runtime.Uplinks) + x.Note
+		}
 	})
 	add("database connections", float64(r.DBBackendsMax), "connections", func(x *Row) {
 		x.Note = "most client backends of the embedded PostgreSQL seen"
 	})
+	phase = PhaseRestarted
 	if r.Restarted {
 		add("reconnect storm settle", r.Settle.Seconds(), "s", func(x *Row) {
 			x.Baseline, x.BaselineName = ptr(round(r.ServeRestart.Seconds())), ptr("serve restart alone")
@@ -128,6 +140,7 @@ func (r *Result) Rows() []Row {
 			x.Note = fmt.Sprintf("serve stopped, down %s, started → every worker admitted again, with the worker's own backoff and jitter", dur(r.Down))
 		})
 	}
+	phase = PhaseVerified
 	add("runs lost", float64(r.Lost), "runs", func(x *Row) {
 		x.Goal, x.Met, x.Samples = ptr("0"), ptr(r.Lost == 0), ptr(r.Runs)
 		x.Note = "runs not read back exited 0 at attempt 1 after every session finished"

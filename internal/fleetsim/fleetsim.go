@@ -94,8 +94,25 @@ func (o *Options) defaults() {
 	}
 }
 
+// Phase is how far a simulation got: a result's figures hold for the
+// phases it reached.
+type Phase int
+
+// The phases, in order.
+const (
+	PhaseStarted    Phase = iota // serve listens
+	PhaseConnected               // every worker admitted
+	PhaseDispatched              // every run started
+	PhaseHeld                    // the hold is over
+	PhaseRestarted               // every worker back after the restart
+	PhaseVerified                // every run read back
+)
+
 // Result is what one simulation measured.
 type Result struct {
+	// Reached is the last phase completed.
+	Reached Phase
+
 	Workers, RunsPerWorker, Runs int
 	HeartbeatInterval            time.Duration
 	Hold                         time.Duration
@@ -341,6 +358,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	log.Info("serve listening", "url", sp.url, "pid", sp.pid(), "took", res.ServeStart.Round(time.Millisecond))
 
 	s := &sim{o: o, base: sp.url, admitted: map[*simWorker]time.Time{}, dispatched: map[string]*dispatchNote{}, anomalies: map[string]int64{}}
+	defer s.report(res) // what was counted, however far it got
 
 	// Serve's memory and connections, sampled throughout.
 	sampCtx, stopSampling := context.WithCancel(ctx)
@@ -415,6 +433,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("%d of %d workers connected: %w", n, o.Workers, err)
 	}
+	res.Reached = PhaseConnected
 	log.Info("fleet connected", "hosts", n, "took", res.ConnectTime.Round(time.Millisecond))
 
 	// Dispatch: half the runs (the spread of equal hosts half full), then
@@ -480,6 +499,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	}
 	s.mu.Unlock()
 	slices.Sort(res.DispatchLatency)
+	res.Reached = PhaseDispatched
 
 	// Hold: the full fleet at its heartbeat interval.
 	s.mu.Lock()
@@ -488,7 +508,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	cpu0, db0 = usage()
 	h0 := time.Now()
 	if err := sleep(ctx, o.Hold); err != nil {
-		return res, err
+		return res, fmt.Errorf("hold the fleet: %w", err)
 	}
 	held := time.Since(h0)
 	cpu1, db1 = usage()
@@ -500,6 +520,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	res.HeartbeatRate = float64(len(res.HeartbeatAck)) / held.Seconds()
 	res.HeartbeatOffered = float64(o.Workers) / o.HeartbeatInterval.Seconds()
 	res.ServeCPUHold, res.DBCPUHold = percent(cpu1-cpu0, held), percent(db1-db0, held)
+	res.Reached = PhaseHeld
 	if u, ok := readProc(current().pid()); ok {
 		res.ServeRSSHold = u.rss
 	}
@@ -516,7 +537,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		k := time.Now()
 		current().stop()
 		if err := sleep(ctx, o.Down); err != nil {
-			return res, err
+			return res, fmt.Errorf("keep serve down: %w", err)
 		}
 		np, err := startServe(ctx, o.Pam, o.Environ, dataDir, port, o.ServeEnv, logFile)
 		if err != nil {
@@ -532,6 +553,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("%d of %d workers back after the restart: %w", n, o.Workers, err)
 		}
+		res.Reached = PhaseRestarted
 		log.Info("reconnect storm settled", "hosts", n, "took", res.Settle.Round(time.Millisecond), "serve_restart", res.ServeRestart.Round(time.Millisecond))
 	}
 
@@ -549,6 +571,12 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := verify(ctx, op, s, workers, posted, res); err != nil {
 		return res, err
 	}
+	res.Reached = PhaseVerified
+	return res, nil
+}
+
+// report copies the counters into res.
+func (s *sim) report(res *Result) {
 	res.SnapshotsSent = s.snapshotsSent.Load()
 	s.mu.Lock()
 	res.Anomalies = maps.Clone(s.anomalies)
@@ -560,7 +588,6 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			res.Anomalies[k] = v
 		}
 	}
-	return res, nil
 }
 
 // verify reads every host's runs back from serve: each created run must

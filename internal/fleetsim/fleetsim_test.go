@@ -74,7 +74,7 @@ func TestSmallFleet(t *testing.T) {
 // Rows have the shape the make bench table reads (one object per figure,
 // every key present, null where there is nothing to say).
 func TestRowsShape(t *testing.T) {
-	res := &fleetsim.Result{Workers: 2, RunsPerWorker: 1, Runs: 2, HostsConnected: 2, SpreadMin: 1, SpreadMax: 1,
+	res := &fleetsim.Result{Reached: fleetsim.PhaseVerified, Workers: 2, RunsPerWorker: 1, Runs: 2, HostsConnected: 2, SpreadMin: 1, SpreadMax: 1,
 		HeartbeatInterval: time.Second, Hold: 2 * time.Second, Restarted: true, Settle: 3 * time.Second, SettleHosts: 2,
 		DispatchLatency: []time.Duration{time.Millisecond, 3 * time.Millisecond}}
 	b, err := json.Marshal(map[string]any{"figures": res.Rows()})
@@ -104,6 +104,13 @@ func TestRowsShape(t *testing.T) {
 	for _, s := range []string{"hosts held", "heartbeats", "dispatch rate", "dispatch spread", "reconnect storm settle", "runs lost", "runs duplicated"} {
 		if !slices.Contains(stats, s) {
 			t.Errorf("no %q row in %v", s, stats)
+		}
+	}
+	// A simulation that stopped early reports only what it measured.
+	res.Reached = fleetsim.PhaseConnected
+	for _, r := range res.Rows() {
+		if r.Stat == "dispatch rate" || r.Stat == "runs lost" || r.Stat == "heartbeats" {
+			t.Errorf("row %q of a simulation that never dispatched", r.Stat)
 		}
 	}
 	if p := fleetsim.Percentile(res.DispatchLatency, 0.99); p != 3*time.Millisecond {
