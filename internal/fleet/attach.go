@@ -153,7 +153,7 @@ func trySend(c *Conn, fr wire.Frame) error {
 	default:
 	}
 	select {
-	case c.Out <- fr:
+	case c.Out <- &fr:
 		return nil
 	case <-c.Done:
 		return ErrNotConnected

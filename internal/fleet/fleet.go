@@ -24,11 +24,13 @@ type Conn struct {
 	// InstanceID is the worker instance admitted on this connection
 	// (empty for one made by Attach).
 	InstanceID string
-	Out        chan wire.Frame // drained by the uplink's writer
-	Done       chan struct{}   // closed when the connection must end
-	once       sync.Once
-	gen        uint64 // the host's credential generation when admitted
-	reason     string // why Done was closed; read only after Done
+	// Out is drained by the uplink's writer. Pointers: a queue of
+	// sendQueue frames by value would cost 148 KiB per connected worker.
+	Out    chan *wire.Frame
+	Done   chan struct{} // closed when the connection must end
+	once   sync.Once
+	gen    uint64 // the host's credential generation when admitted
+	reason string // why Done was closed; read only after Done
 }
 
 // Close ends the connection (idempotent).
@@ -133,7 +135,7 @@ func (f *Fleet) Admit(hostID, instanceID string, gen uint64) (*Conn, error) {
 		f.mu.Unlock()
 		return nil, ErrNotRegistered
 	}
-	c := &Conn{HostID: hostID, InstanceID: instanceID, gen: gen, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
+	c := &Conn{HostID: hostID, InstanceID: instanceID, gen: gen, Out: make(chan *wire.Frame, sendQueue), Done: make(chan struct{})}
 	old := f.conns[hostID]
 	f.conns[hostID] = c
 	f.mu.Unlock()
@@ -189,7 +191,7 @@ func (f *Fleet) cred(hostID string) *hostCred {
 // connection of the same host, without the checks of Admit (which the
 // uplink uses); it is for tests of the fleet's plumbing.
 func (f *Fleet) Attach(hostID string) *Conn {
-	c := &Conn{HostID: hostID, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
+	c := &Conn{HostID: hostID, Out: make(chan *wire.Frame, sendQueue), Done: make(chan struct{})}
 	f.mu.Lock()
 	old := f.conns[hostID]
 	f.conns[hostID] = c
@@ -231,7 +233,7 @@ func (f *Fleet) Send(hostID string, fr wire.Frame) error {
 		return ErrNotConnected
 	}
 	select {
-	case c.Out <- fr:
+	case c.Out <- &fr:
 		return nil
 	case <-c.Done:
 		return ErrNotConnected

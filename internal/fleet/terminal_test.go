@@ -180,7 +180,7 @@ func TestAttachRoutes(t *testing.T) {
 	}
 	// Fill the queue: relay frames are refused, the uplink stays.
 	for len(c1.Out) < cap(c1.Out) {
-		c1.Out <- wire.Frame{Type: wire.FrameHeartbeatAck}
+		c1.Out <- &wire.Frame{Type: wire.FrameHeartbeatAck}
 	}
 	if err := r.Send(wire.Frame{Type: wire.FrameAttachInput}); err != ErrUplinkBusy {
 		t.Fatalf("send on a full queue: %v", err)

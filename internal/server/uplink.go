@@ -192,7 +192,7 @@ type uplinkSession struct {
 
 func (u *uplinkSession) send(f wire.Frame) {
 	select {
-	case u.conn.Out <- f:
+	case u.conn.Out <- &f:
 	case <-u.conn.Done:
 	default:
 		u.conn.Close() // hopelessly behind: reconnect and resync
