@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,13 +146,31 @@ func TestAttachLeaseExpiresAndRunEnds(t *testing.T) {
 	}
 	b := s.attach(r.ID, nil)
 	b.waitFrame(wire.WSLeaseAcquired, "")
-	// Kept alive by frames: it holds past the TTL.
-	for range 6 {
-		if err := b.send(wire.TermFrame{Type: wire.WSResize, Rows: 24, Cols: 80}); err != nil {
-			t.Fatal(err)
+	// Kept alive by frames: it holds past the TTL, and until the end of
+	// the run (the checks below take their time on a loaded machine).
+	keepAlive := make(chan struct{})
+	kept := make(chan struct{})
+	var sent atomic.Int32
+	go func() {
+		defer close(kept)
+		tick := time.NewTicker(300 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if err := b.send(wire.TermFrame{Type: wire.WSResize, Rows: 24, Cols: 80}); err != nil {
+				return
+			}
+			sent.Add(1)
+			select {
+			case <-keepAlive:
+				return
+			case <-tick.C:
+			}
 		}
-		time.Sleep(300 * time.Millisecond)
-	}
+	}()
+	stopKeepAlive := sync.OnceFunc(func() { close(keepAlive); <-kept })
+	defer stopKeepAlive()
+	// Seven frames 300 ms apart: well past the TTL.
+	eventually.Wait(t, 30*time.Second, "seven keep-alive frames", func() bool { return sent.Load() >= 7 })
 	if b.has(wire.WSError, wire.CodeLeaseExpired) {
 		t.Fatal("an active holder's lease expired")
 	}
@@ -163,6 +182,7 @@ func TestAttachLeaseExpiresAndRunEnds(t *testing.T) {
 	// The run ends: holder and waiting client both get run_ended.
 	w := s.attach(r.ID, nil)
 	w.waitFrame(wire.WSError, wire.CodeLeaseHeld)
+	stopKeepAlive()
 	s.must(202, "POST", "/api/v1/runs/"+r.ID+"/stop", nil, nil)
 	b.waitFrame(wire.WSError, wire.CodeRunEnded)
 	w.waitFrame(wire.WSError, wire.CodeRunEnded)
