@@ -230,7 +230,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		fail("encode dispatch: " + err.Error())
 		return
 	}
-	if err := datadir.WriteFileAtomic(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
+	if err := datadir.ReplaceFile(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
 		fail("write dispatch file: " + err.Error())
 		return
 	}
