@@ -13,8 +13,9 @@ import (
 
 // The attach socket's two byte paths. Input: the reader queues it, the
 // pump paces it onto the uplink. Output: the relay's sink appends it on
-// the uplink's reader (never blocking), the writer coalesces it into at
-// most one data frame per outputInterval.
+// the uplink's reader (never blocking), the writer sends it at once, or,
+// while output keeps coming, coalesces it into at most one data frame per
+// floodInterval.
 
 // queueInput hands input to the pump, waiting while too much is pending.
 func (c *attachClient) queueInput(b []byte) bool {
@@ -156,8 +157,9 @@ func (c *attachClient) end(code, message string) {
 }
 
 // writer is the socket's only writer: control frames as they come,
-// output coalesced to at most one data frame per outputInterval, and
-// on the end the final frame and the close.
+// output at once after a quiet spell and coalesced to at most one data
+// frame per floodInterval under a flood, and on the end the final frame
+// and the close.
 func (c *attachClient) writer() {
 	ctx := context.Background()
 	var last time.Time
@@ -177,7 +179,7 @@ func (c *attachClient) writer() {
 			if armed {
 				continue // the timer flushes it
 			}
-			if wait := outputInterval - time.Since(last); wait > 0 {
+			if wait := floodInterval - time.Since(last); wait > 0 {
 				timer.Reset(wait)
 				armed = true
 				continue
