@@ -185,6 +185,50 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	}
 }
 
+// Attach output is relayed while the frame before it on the uplink waits
+// for the database: here a snapshot whose write to the run's row is held
+// up by a lock on it. The snapshot is handled once the lock goes.
+func TestAttachOutputNotBehindDatabase(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-hol", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
+		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
+			t.Fatalf("want %s, got %+v %v", typ, f, err)
+		}
+	}
+	open := w.expect(wire.FrameAttachOpen)
+
+	tx, err := e.store.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Capture: "screen\n", Timestamp: &now})
+	w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("echo")})
+	f, err := readTerm(t, c, 10*time.Second)
+	if err != nil || f.Type != wire.WSData || string(f.Bytes) != "echo" {
+		t.Fatalf("attach output while the snapshot waits for the database: %+v %v", f, err)
+	}
+	lastOutput := func() (at time.Time) {
+		if err := e.store.Pool.QueryRow(t.Context(), `SELECT coalesce(last_output_at, 'epoch') FROM runs WHERE id = $1`, r.ID).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := lastOutput()
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Wait(t, 10*time.Second, "the snapshot's write once the lock is gone", func() bool { return lastOutput().After(before) })
+}
+
 // Tokens and tickets in a socket URL never reach the log, whether the
 // handshake is refused or accepted.
 func TestSocketCredentialsNotLogged(t *testing.T) {
