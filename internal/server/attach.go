@@ -91,6 +91,11 @@ type attachClient struct {
 	in         []byte
 	pumpStop   chan struct{}
 	pumpDone   chan struct{}
+	// The input's pace (a token bucket of inputRate bytes a second, per
+	// lease) and whether the pump holds a chunk it has not sent yet.
+	tokens   float64
+	refilled time.Time
+	pumping  bool
 }
 
 func (c *attachClient) touch()                { c.last.Store(time.Now().UnixNano()) }
@@ -293,6 +298,7 @@ func (c *attachClient) tryAcquire() bool {
 	stop, done := make(chan struct{}), make(chan struct{})
 	c.mu.Lock()
 	c.route, c.pumpStop, c.pumpDone = route, stop, done
+	c.tokens, c.refilled, c.pumping = inputRate, time.Now(), false
 	c.mu.Unlock()
 	go c.pump(route, stop, done)
 	return true

@@ -185,6 +185,52 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	}
 }
 
+// Keystrokes that go straight to the relay and input queued for the
+// pump (frames larger than a chunk, and whatever comes behind them)
+// reach the worker in the order they were typed.
+func TestAttachInputOrder(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-order", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
+		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
+			t.Fatalf("want %s, got %+v %v", typ, f, err)
+		}
+	}
+	open := w.expect(wire.FrameAttachOpen)
+	var inputs [][]byte
+	var want bytes.Buffer
+	for i := range 24 {
+		in := []byte{byte('a' + i)}
+		if i%3 == 1 {
+			in = bytes.Repeat([]byte{byte('a' + i)}, 40<<10)
+		}
+		inputs = append(inputs, in)
+		want.Write(in)
+	}
+	go func() {
+		for _, in := range inputs {
+			b, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: in})
+			if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
+				return
+			}
+		}
+	}()
+	var relayed bytes.Buffer
+	for relayed.Len() < want.Len() {
+		f := w.expect(wire.FrameAttachInput)
+		if f.AttachID != open.AttachID {
+			t.Fatalf("attach_input for %s", f.AttachID)
+		}
+		relayed.Write(f.Bytes)
+	}
+	if !bytes.Equal(relayed.Bytes(), want.Bytes()) {
+		t.Fatal("input relayed out of order")
+	}
+}
+
 // Attach output is relayed while the frame before it on the uplink waits
 // for the database: here a snapshot whose write to the run's row is held
 // up by a lock on it. The snapshot is handled once the lock goes.
