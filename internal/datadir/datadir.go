@@ -194,6 +194,20 @@ func holderPID(path string) string {
 // folder, fsync, rename, fsync of the folder. Readers see the old or the
 // new content, never a mix.
 func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	return writeFile(path, data, perm, true)
+}
+
+// ReplaceFile replaces path with data like WriteFileAtomic, readers
+// seeing the old or the new content, but without the fsyncs: for a file
+// that only matters while the host stays up (a run's dispatch file is
+// read by its wrapper moments later, and a host that loses power loses
+// the run's session with it), where the fsyncs are milliseconds on the
+// path that starts a run.
+func ReplaceFile(path string, data []byte, perm fs.FileMode) error {
+	return writeFile(path, data, perm, false)
+}
+
+func writeFile(path string, data []byte, perm fs.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -213,8 +227,10 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 	if _, err := f.Write(data); err != nil {
 		return err
 	}
-	if err := f.Sync(); err != nil {
-		return err
+	if durable {
+		if err := f.Sync(); err != nil {
+			return err
+		}
 	}
 	if err := f.Close(); err != nil {
 		return err
@@ -223,6 +239,9 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 		return err
 	}
 	ok = true
+	if !durable {
+		return nil
+	}
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -102,3 +102,31 @@ func TestLockExclusive(t *testing.T) {
 	}
 	l2.Unlock()
 }
+
+// ReplaceFile, like WriteFileAtomic, replaces a file whole with the mode
+// asked for and leaves no temp file behind.
+func TestReplaceFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "d.json")
+	if err := os.WriteFile(path, []byte("old content, longer than the new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, write := range []func(string, []byte, os.FileMode) error{ReplaceFile, WriteFileAtomic} {
+		if err := write(path, []byte("new\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(path)
+		if err != nil || string(got) != "new\n" {
+			t.Fatalf("after the write: %q (%v)", got, err)
+		}
+		if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+			t.Fatalf("after the write: %v (%v), want mode 0600", st, err)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 1 {
+			t.Fatalf("left behind: %v", entries)
+		}
+		if err := os.Chmod(path, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -140,11 +140,23 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	if err != nil {
 		d.logErr(ctx, "claim runs", err)
 	}
+	// The offers go down the uplinks before the sweep: a run's start does
+	// not wait for the timeouts of others, and an offer just made is
+	// never past its ack timeout.
+	d.push(ctx, offers)
 	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
 	if err != nil {
 		d.logErr(ctx, "sweep timeouts", err)
 	}
 	changed += n
+	if changed+len(offers) > 0 && d.o.OnChange != nil {
+		d.o.OnChange()
+	}
+	return len(offers) >= d.o.Batch
+}
+
+// push sends each offer's run_dispatch to its host.
+func (d *Dispatcher) push(ctx context.Context, offers []store.Offer) {
 	for _, o := range offers {
 		f, err := d.store.DispatchFrame(ctx, o)
 		if err == nil {
@@ -157,10 +169,6 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 		}
 		d.o.Logger.Debug("run offered", "run_id", o.Run.ID, "attempt", o.Run.Attempt, "host_id", o.HostID)
 	}
-	if changed+len(offers) > 0 && d.o.OnChange != nil {
-		d.o.OnChange()
-	}
-	return len(offers) >= d.o.Batch
 }
 
 func (d *Dispatcher) logErr(ctx context.Context, what string, err error) {

@@ -24,10 +24,12 @@ import (
 // a run ends with run_ended when the run leaves running.
 
 const (
-	// outputInterval spaces data frames: at most 10 per second per client
-	// (docs/api.md#websockets). The first output after a quiet spell goes at once, so a lone
-	// keystroke's echo is not delayed.
-	outputInterval = 100 * time.Millisecond
+	// floodInterval spaces data frames only while output keeps coming
+	// (docs/api.md#attach-and-the-lease): output goes at once when the
+	// previous frame left at least this long ago, so an echo is never held;
+	// a flood is coalesced into at most one frame per interval (100 a
+	// second, more than a browser draws).
+	floodInterval = 10 * time.Millisecond
 	// maxDataChunk is the raw size of one data frame; base64 keeps it
 	// under the 1 MiB frame bound.
 	maxDataChunk = 512 << 10
@@ -89,6 +91,11 @@ type attachClient struct {
 	in         []byte
 	pumpStop   chan struct{}
 	pumpDone   chan struct{}
+	// The input's pace (a token bucket of inputRate bytes a second, per
+	// lease) and whether the pump holds a chunk it has not sent yet.
+	tokens   float64
+	refilled time.Time
+	pumping  bool
 }
 
 func (c *attachClient) touch()                { c.last.Store(time.Now().UnixNano()) }
@@ -291,6 +298,7 @@ func (c *attachClient) tryAcquire() bool {
 	stop, done := make(chan struct{}), make(chan struct{})
 	c.mu.Lock()
 	c.route, c.pumpStop, c.pumpDone = route, stop, done
+	c.tokens, c.refilled, c.pumping = inputRate, time.Now(), false
 	c.mu.Unlock()
 	go c.pump(route, stop, done)
 	return true

@@ -11,15 +11,23 @@ import (
 	"pam/internal/wire"
 )
 
-// The attach socket's two byte paths. Input: the reader queues it, the
-// pump paces it onto the uplink. Output: the relay's sink appends it on
-// the uplink's reader (never blocking), the writer coalesces it into at
-// most one data frame per outputInterval.
+// The attach socket's two byte paths. Input: the reader sends it to the
+// relay itself when nothing waits before it and the pace allows (a
+// keystroke goes at once, with no goroutine between); otherwise it
+// queues it and the pump paces it onto the uplink. Output: the relay's
+// sink appends it on the uplink's reader (never blocking), the writer
+// sends it at once, or, while output keeps coming, coalesces it into at
+// most one data frame per floodInterval.
 
-// queueInput hands input to the pump, waiting while too much is pending.
+// queueInput hands input to the relay: directly when it can go now
+// (sendNow), else to the pump, waiting while too much is pending.
 func (c *attachClient) queueInput(b []byte) bool {
 	for {
 		c.mu.Lock()
+		if c.sendNow(b) {
+			c.mu.Unlock()
+			return true
+		}
 		if len(c.in) < maxPendingInput {
 			c.in = append(c.in, b...)
 			c.mu.Unlock()
@@ -35,11 +43,40 @@ func (c *attachClient) queueInput(b []byte) bool {
 	}
 }
 
-// pump sends pending input to the relay as attach_input frames, paced to
+// sendNow sends b as one attach_input frame if nothing is queued or held
+// by the pump before it, it fits one chunk, the pace has room for it and
+// the host's uplink is not busy; it reports whether it did. The caller
+// holds mu. Sending never blocks (the route's queue is a channel tried
+// without waiting).
+func (c *attachClient) sendNow(b []byte) bool {
+	if c.route == nil || c.pumping || len(c.in) > 0 || len(b) > inputChunk || c.route.Backlog() > uplinkSoftBacklog {
+		return false
+	}
+	if c.refill(time.Now()); c.tokens < float64(len(b)) {
+		return false
+	}
+	if c.route.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: b}) != nil {
+		return false // the pump retries, or finds the uplink gone
+	}
+	c.tokens -= float64(len(b))
+	return true
+}
+
+// refill adds the tokens earned since the last refill (mu held).
+func (c *attachClient) refill(now time.Time) {
+	c.tokens = min(float64(inputRate), c.tokens+now.Sub(c.refilled).Seconds()*inputRate)
+	c.refilled = now
+}
+
+// pump sends queued input to the relay as attach_input frames, paced to
 // inputRate and held back while the host's uplink is busy.
 func (c *attachClient) pump(route *fleet.AttachRoute, stop <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
-	tokens, refilled := float64(inputRate), time.Now()
+	defer func() {
+		c.mu.Lock()
+		c.pumping = false
+		c.mu.Unlock()
+	}()
 	wait := func(d time.Duration) bool {
 		t := time.NewTimer(d)
 		defer t.Stop()
@@ -62,26 +99,26 @@ func (c *attachClient) pump(route *fleet.AttachRoute, stop <-chan struct{}, done
 		for {
 			c.mu.Lock()
 			n := min(len(c.in), inputChunk)
+			if n == 0 {
+				c.pumping = false
+				c.mu.Unlock()
+				break
+			}
 			chunk := append([]byte(nil), c.in[:n]...)
 			c.in = c.in[n:]
 			if len(c.in) == 0 {
 				c.in = nil
 			}
+			c.pumping = true
+			// Tokens may go below zero: the wait pays the debt back.
+			c.refill(time.Now())
+			c.tokens -= float64(n)
+			short := -c.tokens
 			c.mu.Unlock()
-			if n == 0 {
-				break
-			}
 			signal(c.drained)
-			now := time.Now()
-			tokens = min(float64(inputRate), tokens+now.Sub(refilled).Seconds()*inputRate)
-			refilled = now
-			if short := float64(n) - tokens; short > 0 {
-				if !wait(time.Duration(short / inputRate * float64(time.Second))) {
-					return
-				}
-				tokens, refilled = float64(n), time.Now()
+			if short > 0 && !wait(time.Duration(short/inputRate*float64(time.Second))) {
+				return
 			}
-			tokens -= float64(n)
 			for {
 				if route.Backlog() <= uplinkSoftBacklog {
 					err := route.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: chunk})
@@ -156,8 +193,9 @@ func (c *attachClient) end(code, message string) {
 }
 
 // writer is the socket's only writer: control frames as they come,
-// output coalesced to at most one data frame per outputInterval, and
-// on the end the final frame and the close.
+// output at once after a quiet spell and coalesced to at most one data
+// frame per floodInterval under a flood, and on the end the final frame
+// and the close.
 func (c *attachClient) writer() {
 	ctx := context.Background()
 	var last time.Time
@@ -177,7 +215,7 @@ func (c *attachClient) writer() {
 			if armed {
 				continue // the timer flushes it
 			}
-			if wait := outputInterval - time.Since(last); wait > 0 {
+			if wait := floodInterval - time.Since(last); wait > 0 {
 				timer.Reset(wait)
 				armed = true
 				continue

@@ -63,8 +63,8 @@ func readTerm(t testing.TB, c *websocket.Conn, d time.Duration) (wire.TermFrame,
 }
 
 // The attach relay through a simulated worker: attach_open names the
-// run's session; output is coalesced to at most 10 data frames a second
-// and arrives whole and in order; input is paced into bounded
+// run's session; a flood of output is coalesced to at most one data frame
+// per floodInterval and arrives whole and in order; input is paced into bounded
 // attach_input frames; another host cannot forge output; a relay the
 // worker ends closes the socket with relay_closed and is journaled.
 func TestAttachRelayThroughUplink(t *testing.T) {
@@ -86,7 +86,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	}
 
 	// 200 output frames over a second: the client gets them all, in
-	// order, in at most ~10 data frames a second.
+	// order, in at most one data frame per floodInterval.
 	var want bytes.Buffer
 	firstSent := time.Now()
 	go func() {
@@ -116,14 +116,14 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Fatalf("output differs (forged bytes: %v)", bytes.Contains(got.Bytes(), []byte("FORGED")))
 	}
-	// The server sends data frames at least outputInterval (100 ms)
-	// apart, the first no earlier than the first chunk: n frames cannot
-	// all have arrived before firstSent + (n-1)×100 ms. Receive times
-	// alone prove nothing either way (a loaded reader sees frames bunched
-	// up), so the bound is on the count against the whole span.
+	// The server sends data frames at least floodInterval apart, the
+	// first no earlier than the first chunk: n frames cannot all have
+	// arrived before firstSent + (n-1)×floodInterval. Receive times alone
+	// prove nothing either way (a loaded reader sees frames bunched up),
+	// so the bound is on the count against the whole span.
 	n := len(times)
-	if span := times[n-1].Sub(firstSent); n > 1+int(span/(100*time.Millisecond)) {
-		t.Errorf("%d data frames within %s of the first output: more than one per 100 ms", n, span)
+	if span := times[n-1].Sub(firstSent); n > 1+int(span/server.FloodInterval) {
+		t.Errorf("%d data frames within %s of the first output: more than one per %s", n, span, server.FloodInterval)
 	}
 	if n >= 200 {
 		t.Errorf("%d data frames for 200 outputs: not coalesced", n)
@@ -183,6 +183,96 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	if !strings.Contains(waitEvents(), "run.started run.lease_acquired run.lease_released") {
 		t.Fatalf("events %s", waitEvents())
 	}
+}
+
+// Keystrokes that go straight to the relay and input queued for the
+// pump (frames larger than a chunk, and whatever comes behind them)
+// reach the worker in the order they were typed.
+func TestAttachInputOrder(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-order", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
+		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
+			t.Fatalf("want %s, got %+v %v", typ, f, err)
+		}
+	}
+	open := w.expect(wire.FrameAttachOpen)
+	var inputs [][]byte
+	var want bytes.Buffer
+	for i := range 24 {
+		in := []byte{byte('a' + i)}
+		if i%3 == 1 {
+			in = bytes.Repeat([]byte{byte('a' + i)}, 40<<10)
+		}
+		inputs = append(inputs, in)
+		want.Write(in)
+	}
+	go func() {
+		for _, in := range inputs {
+			b, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: in})
+			if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
+				return
+			}
+		}
+	}()
+	var relayed bytes.Buffer
+	for relayed.Len() < want.Len() {
+		f := w.expect(wire.FrameAttachInput)
+		if f.AttachID != open.AttachID {
+			t.Fatalf("attach_input for %s", f.AttachID)
+		}
+		relayed.Write(f.Bytes)
+	}
+	if !bytes.Equal(relayed.Bytes(), want.Bytes()) {
+		t.Fatal("input relayed out of order")
+	}
+}
+
+// Attach output is relayed while the frame before it on the uplink waits
+// for the database: here a snapshot whose write to the run's row is held
+// up by a lock on it. The snapshot is handled once the lock goes.
+func TestAttachOutputNotBehindDatabase(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-hol", 4, "shell")
+	r := e.runningRun(w)
+	c := e.dialAttach(r.ID)
+	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
+		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
+			t.Fatalf("want %s, got %+v %v", typ, f, err)
+		}
+	}
+	open := w.expect(wire.FrameAttachOpen)
+
+	tx, err := e.store.Pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(t.Context(), `SELECT 1 FROM runs WHERE id = $1 FOR UPDATE`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Capture: "screen\n", Timestamp: &now})
+	w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("echo")})
+	f, err := readTerm(t, c, 10*time.Second)
+	if err != nil || f.Type != wire.WSData || string(f.Bytes) != "echo" {
+		t.Fatalf("attach output while the snapshot waits for the database: %+v %v", f, err)
+	}
+	lastOutput := func() (at time.Time) {
+		if err := e.store.Pool.QueryRow(t.Context(), `SELECT coalesce(last_output_at, 'epoch') FROM runs WHERE id = $1`, r.ID).Scan(&at); err != nil {
+			t.Fatal(err)
+		}
+		return at
+	}
+	before := lastOutput()
+	if err := tx.Rollback(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Wait(t, 10*time.Second, "the snapshot's write once the lock is gone", func() bool { return lastOutput().After(before) })
 }
 
 // Tokens and tickets in a socket URL never reach the log, whether the

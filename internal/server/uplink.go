@@ -21,6 +21,10 @@ import (
 // heartbeat that admits it (a worker sends it at once).
 const admitTimeout = 30 * time.Second
 
+// uplinkHandleQueue bounds the frames read from an uplink and not yet
+// handled; past it the reader waits, and TCP pushes back on the worker.
+const uplinkHandleQueue = 32
+
 // uplink serves WS /api/internal/worker/uplink: one resident connection per
 // worker carrying heartbeats, dispatch, snapshots, signals and logs (docs/architecture.md#internal-api).
 // A connection is admitted by its first frame, a heartbeat of the instance
@@ -61,22 +65,52 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
 	s.opts.Dispatcher.Wake()
+	// Attach output goes to its socket from the reader itself, so that a
+	// keystroke's echo never waits behind a frame whose handling writes to
+	// the database (a snapshot, a signal, a heartbeat). Every other frame,
+	// and every answer to a bad one, is handled in arrival order by one
+	// goroutine, which takes no frame once the connection has ended.
+	jobs := make(chan func(), uplinkHandleQueue)
+	handlerDone := make(chan struct{})
+	go func() {
+		defer close(handlerDone)
+		for job := range jobs {
+			if !u.ended() {
+				job()
+			}
+		}
+	}()
 	for {
 		_, data, err := ws.Read(ctx)
 		if err != nil || u.ended() {
 			break
 		}
 		f, err := wire.DecodeFrame(data)
-		if err != nil {
-			u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
-			continue
+		switch {
+		case err != nil:
+			jobs <- func() {
+				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
+			}
+		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
+			if err := f.Validate(); err != nil {
+				jobs <- func() { u.refuseInvalid(f, err) }
+				continue
+			}
+			// To the attach socket whose relay this host opened; anything
+			// else (a relay already let go, or another host's) is dropped.
+			s.opts.Fleet.DeliverAttach(u.host.ID, f)
+		default:
+			jobs <- func() {
+				if err := f.Validate(); err != nil {
+					u.refuseInvalid(f, err)
+					return
+				}
+				u.handle(ctx, f)
+			}
 		}
-		if err := f.Validate(); err != nil {
-			u.refuseInvalid(f, err)
-			continue
-		}
-		u.handle(ctx, f)
 	}
+	close(jobs)
+	<-handlerDone
 	u.signals.Wait() // their acks go nowhere now, but they are applied before the handler ends
 	conn.Close()
 	cancel()
@@ -316,11 +350,6 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		if changed {
 			s.opts.Dispatcher.Wake()
 		}
-
-	case wire.FrameAttachOutput, wire.FrameAttachClosed:
-		// To the attach socket whose relay this host opened; anything
-		// else (a relay already let go, or another host's) is dropped.
-		s.opts.Fleet.DeliverAttach(u.host.ID, f)
 
 	default:
 		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})

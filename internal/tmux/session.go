@@ -65,6 +65,11 @@ type Spawn struct {
 // session open itself after the CLI exits, so a pane whose process has
 // gone means the wrapper died or finished holding, and the session
 // disappears with it. Liveness is therefore "does the session exist".
+//
+// A session of that name already there is ErrSessionExists, and then
+// nothing of the invocation after the hardening has run: tmux ends a
+// sequence at its first failing command, so the options are never set on
+// the session that was there.
 func (t *Tmux) NewSession(ctx context.Context, s Spawn) error {
 	if err := s.Name.check(); err != nil {
 		return err

@@ -28,6 +28,8 @@ var (
 	ErrNoSession = errors.New("no such session")
 	// errNoServer: no tmux server listens on the socket.
 	errNoServer = errors.New("no tmux server running")
+	// ErrSessionExists: NewSession found a session of that name.
+	ErrSessionExists = errors.New("session already exists")
 )
 
 // Options configures how tmux is run. The zero value runs "tmux" from
@@ -199,6 +201,8 @@ func classify(e *Error) error {
 		// The last session is going and the server with it.
 		strings.Contains(s, "no current target"):
 		return fmt.Errorf("%w: %w", ErrNoSession, e)
+	case strings.Contains(s, "duplicate session"):
+		return fmt.Errorf("%w: %w", ErrSessionExists, e)
 	}
 	return e
 }

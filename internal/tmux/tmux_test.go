@@ -114,9 +114,16 @@ func TestNewSessionRefusals(t *testing.T) {
 	if got, _ := s.raw("display-message", "-p", "-t", "=pam-0123abcd:", "#{window_name}"); strings.TrimSpace(got) != "run" {
 		t.Errorf("window name = %q, want run", got)
 	}
-	// A second session of the same name fails.
-	if err := s.tm.NewSession(c, ok); err == nil {
-		t.Error("duplicate session accepted")
+	// A second session of the same name fails with ErrSessionExists and
+	// leaves the options of the first alone (the spawn path then stops
+	// the earlier incarnation and creates again).
+	again := ok
+	again.Attempt = 2
+	if err := s.tm.NewSession(c, again); !errors.Is(err, ErrSessionExists) {
+		t.Errorf("duplicate session: %v, want ErrSessionExists", err)
+	}
+	if list, err := s.tm.ListSessions(c); err != nil || len(list) != 1 || list[0].Attempt != 1 {
+		t.Errorf("sessions after the duplicate: %+v, %v", list, err)
 	}
 }
 

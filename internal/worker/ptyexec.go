@@ -147,6 +147,11 @@ func (e *ptyExecutor) NewSession(ctx context.Context, s tmux.Spawn) error {
 		},
 	}
 	_, err := holder.Start(ctx, spec)
+	if errors.Is(err, holder.ErrHeld) && e.nameHeld(s.Name) {
+		// The name's own holder: an earlier incarnation, which the
+		// worker stops before it creates again, as with tmux.
+		return fmt.Errorf("new session %s: %w (%w)", s.Name, tmux.ErrSessionExists, err)
+	}
 	if errors.Is(err, holder.ErrHeld) && e.freeWorkspace(ctx, s) {
 		_, err = holder.Start(ctx, spec)
 	}
@@ -157,6 +162,12 @@ func (e *ptyExecutor) NewSession(ctx context.Context, s tmux.Spawn) error {
 		e.log.Warn("read a new holder", "session", s.Name.String(), "err", err)
 	}
 	return nil
+}
+
+// nameHeld reports whether a live holder has the session's name.
+func (e *ptyExecutor) nameHeld(name tmux.SessionName) bool {
+	_, live := holder.Alive(e.dir, name.String())
+	return live
 }
 
 // freeWorkspace ends the session that holds s's workspace when its run

@@ -1,6 +1,8 @@
 package worker
 
 import (
+	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -104,6 +106,40 @@ func TestPTYExecutor(t *testing.T) {
 	})
 	// The holder ends after its socket closes; holder.Start reaps it.
 	eventually.Wait(t, 10*time.Second, "the holder to be reaped", func() bool { return goleak.Find() == nil })
+}
+
+// A name a live holder has is tmux.ErrSessionExists, as with tmux: the
+// spawn then stops the earlier incarnation and creates again.
+func TestPTYExecutorNameTaken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds pam")
+	}
+	pam := pamtest.Pam(t)
+	e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	name := mustSession(t, "pam-"+runA[:8])
+	const instance = "5e5e5e5e-1111-4111-8111-111111111111"
+	sp := tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runA, Attempt: 1, Instance: instance, Command: []string{"/bin/sleep", "300"}}
+	if err := e.NewSession(t.Context(), sp); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.KillSession(context.Background(), name) })
+	sp.Attempt = 2
+	if err := e.NewSession(t.Context(), sp); !errors.Is(err, tmux.ErrSessionExists) {
+		t.Fatalf("a second session of the name: %v, want ErrSessionExists", err)
+	}
+	if err := e.Stop(t.Context(), name, time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.NewSession(t.Context(), sp); err != nil {
+		t.Fatalf("after the stop: %v", err)
+	}
+	if list, err := e.ListSessions(t.Context()); err != nil || len(list) != 1 || list[0].Attempt != 2 {
+		t.Fatalf("sessions = %+v, %v", list, err)
+	}
+	if err := e.Stop(t.Context(), name, time.Second, true); err != nil {
+		t.Fatal(err)
+	}
+	eventually.Wait(t, 10*time.Second, "the holders to be reaped", func() bool { return goleak.Find() == nil })
 }
 
 // TestPTYScreenFloodSkips: a session that floods (≈ 24 MiB of scrolling

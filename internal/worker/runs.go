@@ -230,32 +230,24 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		fail("encode dispatch: " + err.Error())
 		return
 	}
-	if err := datadir.WriteFileAtomic(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
+	if err := datadir.ReplaceFile(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
 		fail("write dispatch file: " + err.Error())
 		return
 	}
-	// Kill-before-respawn: a session of this instance holding this name
-	// can only be an earlier incarnation of this run (the name derives
-	// from its id). One of another instance is never touched.
-	list, err := w.tm.ListSessions(ctx)
-	if err != nil {
-		fail("list sessions: " + err.Error())
-		return
-	}
-	for _, s := range list {
-		if s.Name == r.name && !w.mine(s) {
-			fail(fmt.Sprintf("session %s belongs to another pam instance (%q); left alone", r.name, s.Instance))
-			return
-		}
-	}
-	if err := w.tm.Stop(ctx, r.name, w.o.StopGrace, false); err != nil {
-		fail("stop the previous session: " + err.Error())
-		return
-	}
-	err = w.tm.NewSession(ctx, tmux.Spawn{
+	// One tmux call when the name is free, as it is for almost every run;
+	// a session holding it is replaced (replaceSession), then created again.
+	sp := tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
 		Instance: w.instanceID, Command: w.command(r.id),
-	})
+	}
+	err = w.tm.NewSession(ctx, sp)
+	if errors.Is(err, tmux.ErrSessionExists) {
+		if detail := w.replaceSession(ctx, r.name); detail != "" {
+			fail(detail)
+			return
+		}
+		err = w.tm.NewSession(ctx, sp)
+	}
 	if err != nil {
 		fail(err.Error())
 		return
@@ -268,6 +260,27 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 	}
 	w.mu.Unlock()
 	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+}
+
+// replaceSession is kill-before-respawn, for a spawn that found its
+// session name taken: a session of this instance holding the name can
+// only be an earlier incarnation of this run (the name derives from its
+// id), and is stopped; one of another instance is never touched. It
+// returns why the spawn fails, or "".
+func (w *agent) replaceSession(ctx context.Context, name tmux.SessionName) string {
+	list, err := w.tm.ListSessions(ctx)
+	if err != nil {
+		return "list sessions: " + err.Error()
+	}
+	for _, s := range list {
+		if s.Name == name && !w.mine(s) {
+			return fmt.Sprintf("session %s belongs to another pam instance (%q); left alone", name, s.Instance)
+		}
+	}
+	if err := w.tm.Stop(ctx, name, w.o.StopGrace, false); err != nil {
+		return "stop the previous session: " + err.Error()
+	}
+	return ""
 }
 
 // command is the session's foreground command: pam exec run, pointed at

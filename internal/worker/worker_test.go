@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -355,6 +356,43 @@ func TestRespawnNewerAttempt(t *testing.T) {
 	if !ok || s2.Attempt != 2 || s2.PanePID == s1.PanePID {
 		t.Errorf("sessions: before %+v, after %+v", s1, s2)
 	}
+}
+
+// The same with the pty executor: its NewSession says the name is taken
+// (tmux.ErrSessionExists) as tmux does, and the spawn replaces the
+// earlier incarnation.
+func TestRespawnNewerAttemptPTY(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("builds pam")
+	}
+	orch := newFakeOrch(t)
+	h := newHarnessFor(t, orch, "pty")
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	h.spawnRun(runA, 1)
+	s1, _ := h.session(runA)
+	from := orch.mark()
+	orch.send(h.dispatchFrame(runA, 2))
+	if ack, _ := orch.wait(from, "the ack", isType(wire.FrameRunDispatchAck, runA)); !*ack.Accepted {
+		t.Fatalf("ack = %+v", ack)
+	}
+	orch.wait(from, "a snapshot of attempt 2", func(f wire.Frame) bool {
+		return f.Type == wire.FrameSnapshot && f.RunID == runA && *f.Attempt == 2 && strings.Contains(f.Capture, "fake pam:")
+	})
+	s2, ok := h.session(runA)
+	if !ok || s2.Attempt != 2 || s2.PanePID == s1.PanePID {
+		t.Errorf("sessions: before %+v, after %+v", s1, s2)
+	}
+	if n := orch.count(from, isType(wire.FrameRunState, runA)); n != 0 {
+		t.Errorf("%d run_state frames: the respawn failed", n)
+	}
+	// The process that starts a holder exits late under the race
+	// detector; the package's leak check must not find it waited for.
+	eventually.Wait(t, 10*time.Second, "the holders' starters to be reaped", func() bool {
+		buf := make([]byte, 1<<20)
+		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "pam/internal/holder.Start")
+	})
 }
 
 func TestSpawnFailureReported(t *testing.T) {
