@@ -4,7 +4,14 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"syscall"
 )
+
+// controlProcAttr has the kernel kill the control client when the worker
+// dies, so that it never outlives it (docs/architecture.md#capture-by-control-mode).
+func controlProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
 
 // groupAlive reports whether process group g has a member that is not a
 // zombie. Zombies are skipped because a host whose init does not reap

@@ -2,6 +2,8 @@
 
 package tmux
 
+import "syscall"
+
 // groupAlive reports whether process group g still has a member.
 func groupAlive(g int) bool { return killable(g) }
 
@@ -10,3 +12,7 @@ func groupAlive(g int) bool { return killable(g) }
 // for the caller's own controlling terminal. The pane's own process group
 // is still signalled.
 func foregroundGroup(pid int) int { return 0 }
+
+// controlProcAttr: elsewhere a control client whose worker died stays
+// until the next worker's start sweeps it away (Capturer.Start).
+func controlProcAttr() *syscall.SysProcAttr { return nil }
