@@ -41,7 +41,9 @@ func (s snapshot) frame(runID string) wire.Frame {
 
 // captureLoop is the single ticker of every session's capture-pane poll.
 // A pane is captured when due; a changed capture is stored, logged and
-// uplinked. After IdleAfter without change a pane's interval doubles,
+// uplinked. With tmux, the captures go through one control-mode client
+// and a pane whose change mark says it cannot have changed is not
+// captured at all (docs/architecture.md#capture-by-control-mode). After IdleAfter without change a pane's interval doubles,
 // up to idleFactor × CaptureInterval; any change (or input) resets it.
 // The same quiet spell marks the run idle (run_state idle, once per
 // spell, docs/architecture.md#attention); the orchestrator clears it on
@@ -70,48 +72,95 @@ type due struct {
 func (w *agent) captureDue(ctx context.Context, base time.Duration) {
 	now := time.Now()
 	var list []due
+	var live []tmux.SessionName
 	w.mu.Lock()
 	for _, r := range w.runs {
+		if r.state != stateLive {
+			continue
+		}
+		live = append(live, r.name)
 		// Half a tick of slack, so a pane due just after this tick is not
 		// left for a whole extra one.
-		if r.state == stateLive && !r.next.After(now.Add(base/2)) {
+		if !r.next.After(now.Add(base / 2)) {
 			list = append(list, due{r, r.gen, r.attempt, r.name})
 		}
 	}
 	w.mu.Unlock()
+	bc, batched := w.tm.(batchCapturer)
+	if !batched {
+		for _, d := range list {
+			if ctx.Err() != nil {
+				return
+			}
+			out, err := w.tm.Capture(ctx, d.name)
+			w.captured(d, base, out, err)
+		}
+		return
+	}
+	if len(list) == 0 {
+		return
+	}
+	// One round: the change marks of every live pane, then one batch of
+	// captures of the due panes that may have changed. A pane that cannot
+	// have changed counts as captured unchanged.
+	bc.refresh(ctx, live)
+	var todo []due
+	var names []tmux.SessionName
 	for _, d := range list {
+		if bc.mayHaveChanged(d.name) {
+			todo = append(todo, d)
+			names = append(names, d.name)
+			continue
+		}
+		w.schedule(d, base, false, time.Now())
+	}
+	if len(names) == 0 {
+		return
+	}
+	for i, c := range bc.captureAll(ctx, names) {
 		if ctx.Err() != nil {
 			return
 		}
-		out, err := w.tm.Capture(ctx, d.name)
-		if errors.Is(err, tmux.ErrNoSession) {
-			// The liveness check decides what it means (and reports it).
-			w.pokeLiveness()
-			continue
-		}
-		if err != nil {
-			w.log.Warn("capture", "run_id", d.r.id, "err", err)
-			continue
-		}
-		at := time.Now()
-		changed := w.record(d.r.id, d.attempt, out, at)
-		idle := false
-		w.mu.Lock()
-		if d.r.gen == d.gen {
-			if changed {
-				d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
-			} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
-				d.r.interval = min(d.r.interval*2, idleFactor*base)
-				if !d.r.idleSent && !d.r.ended {
-					d.r.idleSent, idle = true, true
-				}
+		w.captured(todo[i], base, c.Text, c.Err)
+	}
+}
+
+// captured takes one capture of a due pane: a changed screen is recorded
+// and uplinked, and the pane's next capture scheduled.
+func (w *agent) captured(d due, base time.Duration, out string, err error) {
+	if errors.Is(err, tmux.ErrNoSession) {
+		// The liveness check decides what it means (and reports it).
+		w.pokeLiveness()
+		return
+	}
+	if err != nil {
+		w.log.Warn("capture", "run_id", d.r.id, "err", err)
+		return
+	}
+	at := time.Now()
+	w.schedule(d, base, w.record(d.r.id, d.attempt, out, at), at)
+}
+
+// schedule sets a pane's next capture after one at at: at full speed
+// after a change, ever slower while it stays the same past IdleAfter,
+// which also reports the run idle once per quiet spell.
+func (w *agent) schedule(d due, base time.Duration, changed bool, at time.Time) {
+	idle := false
+	w.mu.Lock()
+	if d.r.gen == d.gen {
+		if changed {
+			d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
+		} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
+			d.r.interval = min(d.r.interval*2, idleFactor*base)
+			if !d.r.idleSent && !d.r.ended {
+				d.r.idleSent, idle = true, true
 			}
-			d.r.next = at.Add(d.r.interval)
 		}
-		w.mu.Unlock()
-		if idle {
-			w.reportIdle(d, at)
-		}
+		d.r.next = at.Add(d.r.interval)
+	}
+	w.mu.Unlock()
+	if idle {
+		w.reportIdle(d, at)
 	}
 }
 

@@ -340,6 +340,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return err
 	}
+	// The capture's control client connects now, before this worker
+	// starts or stops any session (docs/architecture.md#capture-by-control-mode);
+	// captures go by exec until it is up (the failure is logged there).
+	if bc, ok := tm.(batchCapturer); ok {
+		_ = bc.start(ctx)
+	}
 	w.startReconcile(ctx)
 
 	var loops sync.WaitGroup
@@ -350,6 +356,9 @@ func Run(ctx context.Context, o Options) error {
 	loops.Go(func() { w.replayLoop(ctx) })
 	loops.Wait()
 	w.ops.Wait()
+	if bc, ok := tm.(batchCapturer); ok {
+		bc.close()
+	}
 	w.log.Info("worker stopped; sessions left running", "sessions", w.count())
 	return nil
 }
