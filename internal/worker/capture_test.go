@@ -4,8 +4,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -99,5 +102,66 @@ func TestIdleReportedOncePerSpell(t *testing.T) {
 	orch.wait(keysAt, "run_state idle after the input", isIdle)
 	if n := orch.count(ackAt, isIdle); n != 2 {
 		t.Fatalf("two quiet spells reported %d times", n)
+	}
+}
+
+// controlClient is the pid of the worker's capture control client (tmux
+// list-clients), 0 when there is none.
+func (h *harness) controlClient() int {
+	cmd := exec.Command("tmux", "-L", tmux.Socket, "list-clients", "-F", "#{client_control_mode} #{client_pid}")
+	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+h.tmuxDir)
+	out, _ := cmd.Output()
+	for line := range strings.SplitSeq(string(out), "\n") {
+		if pid, ok := strings.CutPrefix(line, "1 "); ok {
+			n, _ := strconv.Atoi(pid)
+			return n
+		}
+	}
+	return 0
+}
+
+// The capture's control client killed (SIGKILL) loses no snapshot: the
+// captures go by exec at once, and a new client is started after the
+// backoff, through which they go on (docs/architecture.md#capture-by-control-mode).
+func TestCaptureControlClientKilled(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.start()
+	h.spawnRun(runA, 1)
+	var pid int
+	eventually.Wait(t, 10*time.Second, "the control client", func() bool { pid = h.controlClient(); return pid != 0 })
+	if n := strings.Count(strings.Join(h.tmuxCalls(), "\n"), "capture-pane"); n != 0 {
+		t.Fatalf("%d capture-pane execs with the control client up", n)
+	}
+	calls := len(h.tmuxCalls())
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	typed := func(text string) {
+		t.Helper()
+		from := orch.mark()
+		orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: text}}})
+		orch.wait(from, "a snapshot showing "+text, func(f wire.Frame) bool {
+			return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, text)
+		})
+	}
+	typed("after-the-kill")
+	var again int
+	eventually.Wait(t, 10*time.Second, "a new control client", func() bool {
+		again = h.controlClient()
+		return again != 0 && again != pid
+	})
+	after := strings.Join(h.tmuxCalls()[calls:], "\n")
+	if !strings.Contains(after, "capture-pane -p -e -t =pam-0a0a0a0a:") {
+		t.Errorf("no capture by exec while the control client was down:\n%s", after)
+	}
+	if !strings.Contains(after, "-C ") {
+		t.Errorf("no new control client started:\n%s", after)
+	}
+	execs := strings.Count(strings.Join(h.tmuxCalls(), "\n"), "capture-pane")
+	typed("through-the-new-client")
+	if n := strings.Count(strings.Join(h.tmuxCalls(), "\n"), "capture-pane"); n != execs {
+		t.Errorf("%d more capture-pane execs with the new control client up", n-execs)
 	}
 }
