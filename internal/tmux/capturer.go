@@ -169,6 +169,51 @@ func (c *Capturer) Refresh(ctx context.Context, live []SessionName) {
 	c.mu.Unlock()
 }
 
+// RefreshPanes reads the change marks of names alone, one
+// display-message each, in one batch: for a few watched panes several
+// times a second, where a list-panes -a of every pane would cost the
+// server far more (each pane's line costs it about 15 µs). It starts no
+// control client: without one it reports false, and the marks stay
+// unknown.
+func (c *Capturer) RefreshPanes(ctx context.Context, names []SessionName) bool {
+	c.mu.Lock()
+	c.marks = nil
+	ctl := c.ctl
+	c.mu.Unlock()
+	if ctl == nil {
+		return false
+	}
+	cmds := make([][]string, 0, len(names))
+	for _, n := range names {
+		if n.check() == nil {
+			cmds = append(cmds, []string{"display-message", "-p", "-t", n.target(), markFormat})
+		}
+	}
+	marks := map[SessionName]paneMark{}
+	for _, r := range ctl.runAll(ctx, cmds) {
+		switch {
+		case r.err == nil:
+			// display-message formats a missing target with no session:
+			// parseMarks keeps only lines naming a pam session.
+			for n, m := range parseMarks(string(r.out)) {
+				marks[n] = m
+			}
+		case errors.Is(r.err, errControlClosed):
+			c.lost(ctl, r.err)
+			return false
+		case ctx.Err() != nil:
+			return false
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctl != ctl {
+		return false
+	}
+	c.marks = marks
+	return true
+}
+
 // startLocked starts a control client; on failure it sets the backoff.
 func (c *Capturer) startLocked(ctx context.Context) error {
 	c.sweepLocked(ctx)
