@@ -76,6 +76,8 @@ type Server struct {
 	streamCtx context.Context
 	stopAll   context.CancelFunc
 	term      *terminal // pane and attach sockets, tickets, leases
+	// paneWatch: when each watched run's worker was last told (pane.go).
+	paneWatch paneWatches
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
