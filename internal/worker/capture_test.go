@@ -165,3 +165,54 @@ func TestCaptureControlClientKilled(t *testing.T) {
 		t.Errorf("%d more capture-pane execs with the new control client up", n-execs)
 	}
 }
+
+// A watched pane (pane_watch, docs/architecture.md#capture-by-control-mode)
+// is refreshed by the watched rounds, without waiting for the capture
+// interval: here that interval is an hour, so every snapshot of the
+// watched run comes from them, and the unwatched run gets none.
+func TestWatchedPaneRefreshed(t *testing.T) {
+	t.Parallel()
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.CaptureInterval = time.Hour
+	h.start()
+	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	from := orch.mark()
+	orch.send(h.dispatchFrame(runA, 1))
+	orch.send(h.dispatchFrame(runB, 1))
+	for _, id := range []string{runA, runB} {
+		ack, _ := orch.wait(from, "run_dispatch_ack", isType(wire.FrameRunDispatchAck, id))
+		if ack.Accepted == nil || !*ack.Accepted {
+			t.Fatalf("dispatch of %s refused: %q", id, ack.Reason)
+		}
+	}
+	snapshotOf := func(runID, text string) func(wire.Frame) bool {
+		return func(f wire.Frame) bool {
+			return f.Type == wire.FrameSnapshot && f.RunID == runID && strings.Contains(f.Capture, text)
+		}
+	}
+	// pane_watch is for a live session: sent again until the session is.
+	eventually.Wait(t, 10*time.Second, "a snapshot of the watched run", func() bool {
+		orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: runA, Attempt: wire.IntPtr(1)})
+		return orch.count(from, snapshotOf(runA, "fake pam:")) > 0
+	})
+	keysAt := orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "watched-typing"}}})
+	orch.wait(keysAt, "a snapshot with the typing", snapshotOf(runA, "watched-typing"))
+	if _, ok := h.session(runB); !ok {
+		t.Fatal("run B has no session")
+	}
+	if n := orch.count(from, isType(wire.FrameSnapshot, runB)); n != 0 {
+		t.Fatalf("%d snapshots of the unwatched run within the capture interval", n)
+	}
+	// A pane_watch naming another attempt, or a run this worker does not
+	// have, is ignored.
+	orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: runB, Attempt: wire.IntPtr(2)})
+	orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: "0c0c0c0c-3333-4333-8333-333333333333", Attempt: wire.IntPtr(1)})
+	keysAt = orch.mark()
+	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "more-typing"}}})
+	orch.wait(keysAt, "a snapshot with more typing", snapshotOf(runA, "more-typing"))
+	if n := orch.count(from, isType(wire.FrameSnapshot, runB)); n != 0 {
+		t.Fatalf("%d snapshots of run B after a pane_watch of another attempt", n)
+	}
+}

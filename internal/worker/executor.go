@@ -57,6 +57,9 @@ type batchCapturer interface {
 	// refresh reads the change marks of the live sessions, once per
 	// round.
 	refresh(ctx context.Context, live []tmux.SessionName)
+	// refreshPanes reads the change marks of a few sessions only (the
+	// watched ones); false when it cannot.
+	refreshPanes(ctx context.Context, names []tmux.SessionName) bool
 	// mayHaveChanged is false only for a pane known unchanged since its
 	// last capture.
 	mayHaveChanged(name tmux.SessionName) bool
@@ -94,6 +97,10 @@ func (e controlExecutor) start(ctx context.Context) error { return e.cap.Start(c
 
 func (e controlExecutor) refresh(ctx context.Context, live []tmux.SessionName) {
 	e.cap.Refresh(ctx, live)
+}
+
+func (e controlExecutor) refreshPanes(ctx context.Context, names []tmux.SessionName) bool {
+	return e.cap.RefreshPanes(ctx, names)
 }
 
 func (e controlExecutor) mayHaveChanged(name tmux.SessionName) bool {
