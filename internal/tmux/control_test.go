@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -318,5 +319,33 @@ func TestCapturerFallbackAndRestart(t *testing.T) {
 	}
 	if st := cp.Stats(); st.Control != control+2 || st.Starts != 3 || st.Lost != 2 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A control client left attached to the helper session (a worker that
+// died where the kernel could not kill its client with it) is killed
+// when the next Capturer starts.
+func TestCapturerSweepsLeftoverClient(t *testing.T) {
+	t.Parallel()
+	s := newServer(t)
+	name := mustName(t, "pam-0123abcd")
+	s.spawn(name, runA, "/bin/sh", "-c", "exec sleep 600")
+	old, err := s.tm.startControl(ctx(t), HelperSession(instA), "sleep")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Kill()
+	cp := s.tm.NewCapturer(CapturerOptions{Instance: instA})
+	defer cp.Close()
+	if err := cp.Start(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the leftover control client is still there")
+	}
+	if out, _ := s.raw("list-clients", "-F", "#{client_pid}"); out != strconv.Itoa(cp.ControlPID())+"\n" {
+		t.Errorf("clients %q, want only the new control client %d", out, cp.ControlPID())
 	}
 }
