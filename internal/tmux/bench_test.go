@@ -127,7 +127,8 @@ const (
 // client and the server from /proc), in percent of one core. The panes'
 // own programs are sleep(1); their lines come from this process, written
 // to the panes' terminals twice a second each, so that nothing else forks
-// meanwhile. Writing and reading those lines costs this process and the
+// meanwhile, on screens filled first (50 lines of 80–130 coloured
+// columns): the steady state, and what an agent's screen looks like. Writing and reading those lines costs this process and the
 // server the same with or without captures, so each op alternates a
 // second with a round of captures and a second without any: core-% is
 // the CPU of the first kind less that of the second (what capturing
@@ -159,6 +160,22 @@ func BenchmarkCapture(b *testing.B) {
 	pidText, _ := s.raw("display-message", "-p", "#{pid}")
 	serverPID, _ := strconv.Atoi(strings.TrimSpace(pidText))
 	ttys := paneTTYs(b, s, names)
+	// The steady state of a pane printing a line a second: a full screen.
+	for k, f := range ttys {
+		for i := range Height {
+			fmt.Fprintf(f, "\033[3%dmsession %03d line %06d %s\033[0m\n", i%8, k, i, strings.Repeat("=", 60+i%50))
+		}
+	}
+	for {
+		out, err := tm.Capture(c, names[len(names)-1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if strings.Count(out, "line ") >= Height-1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	stop := writeLines(ttys)
 	defer stop()
 

@@ -161,7 +161,7 @@ func (c *Capturer) Refresh(ctx context.Context, live []SessionName) {
 		}
 		return
 	}
-	marks := parseMarks(string(out))
+	marks := parseMarks(out)
 	c.mu.Lock()
 	if c.ctl == ctl {
 		c.marks = marks
@@ -195,7 +195,7 @@ func (c *Capturer) RefreshPanes(ctx context.Context, names []SessionName) bool {
 		case r.err == nil:
 			// display-message formats a missing target with no session:
 			// parseMarks keeps only lines naming a pam session.
-			for n, m := range parseMarks(string(r.out)) {
+			for n, m := range parseMarks(r.out) {
 				marks[n] = m
 			}
 		case errors.Is(r.err, errControlClosed):
@@ -352,7 +352,7 @@ func (c *Capturer) CaptureAll(ctx context.Context, names []SessionName) []Captur
 			i := idx[k]
 			switch {
 			case r.err == nil:
-				res[i].Text = string(r.out)
+				res[i].Text = r.out
 				c.captured(names[i], marks[names[i]], at, &c.stats.Control)
 			case gone(r.err):
 				res[i].Err = fmt.Errorf("capture %s: %w", names[i], ErrNoSession)

@@ -102,6 +102,7 @@ func (t *Tmux) startControl(ctx context.Context, helper, sleep string) (*control
 		inW.Close()
 		return nil, fmt.Errorf("control client: %w", err)
 	}
+	growPipe(outW)
 	cmd.Stdin, cmd.Stdout = inR, outW
 	cmd.ExtraFiles = []*os.File{inW} // its input never ends while it lives
 	c := &control{cmd: cmd, stdin: inW, timeout: t.timeout, stderr: &boundedBuffer{max: 4 << 10},
@@ -129,7 +130,7 @@ func (t *Tmux) startControl(ctx context.Context, helper, sleep string) (*control
 		if !ev.failed {
 			return c, nil
 		}
-		failure = classify(&Error{Args: args, Stderr: string(ev.body) + c.stderr.String(), Err: errControlClosed})
+		failure = classify(&Error{Args: args, Stderr: ev.body + c.stderr.String(), Err: errControlClosed})
 	case <-c.done:
 		c.Kill()
 		msg := c.stderr.String()
@@ -215,7 +216,7 @@ func (c *control) read(stdout *os.File, n int, started chan<- controlEvent) {
 
 // run sends one command (each argument quoted for tmux's parser) and
 // returns its output, as runAll does for one.
-func (c *control) run(ctx context.Context, args ...string) ([]byte, error) {
+func (c *control) run(ctx context.Context, args ...string) (string, error) {
 	r := c.runAll(ctx, [][]string{args})
 	return r[0].out, r[0].err
 }
@@ -223,7 +224,7 @@ func (c *control) run(ctx context.Context, args ...string) ([]byte, error) {
 // reply is the answer to one command of runAll.
 type reply struct {
 	// out is the command's output, each line ending in "\n".
-	out []byte
+	out string
 	// err is a command tmux refused: an *Error holding its message,
 	// classified like an exec's (ErrNoSession for a missing target); or
 	// errControlClosed when the client went (or did not answer within
@@ -316,7 +317,7 @@ func fillReplies(replies []reply, cmds [][]string, b *batch, missing error) []re
 		case ev.overflow:
 			replies[i].err = &Error{Args: cmds[i], Err: fmt.Errorf("control mode: reply larger than %d bytes or a line longer than %d", maxControlBody, maxControlLine)}
 		case ev.failed:
-			replies[i].err = classify(&Error{Args: cmds[i], Stderr: string(ev.body), Err: errors.New("tmux refused the command")})
+			replies[i].err = classify(&Error{Args: cmds[i], Stderr: ev.body, Err: errors.New("tmux refused the command")})
 		default:
 			replies[i].out = ev.body
 		}
@@ -391,7 +392,7 @@ func (c *control) helperPID(ctx context.Context, helper string) int {
 	if err != nil {
 		return 0
 	}
-	name, pid, ok := strings.Cut(strings.TrimSpace(string(out)), " ")
+	name, pid, ok := strings.Cut(strings.TrimSpace(out), " ")
 	if !ok || name != helper {
 		return 0
 	}

@@ -57,7 +57,7 @@ func FuzzControlModeStream(f *testing.F) {
 				if len(ev.body) > maxBody {
 					t.Fatalf("reply of %d bytes past the bound %d", len(ev.body), maxBody)
 				}
-				for l := range strings.SplitSeq(strings.TrimSuffix(string(ev.body), "\n"), "\n") {
+				for l := range strings.SplitSeq(strings.TrimSuffix(ev.body, "\n"), "\n") {
 					if len(l) > maxLine {
 						t.Fatalf("reply line of %d bytes past the bound %d", len(l), maxLine)
 					}
@@ -155,7 +155,7 @@ func FuzzControlModeReplies(f *testing.F) {
 		}
 		for i, w := range wants {
 			g := got[i]
-			if string(g.body) != w.body || g.number != w.number || g.flags != w.flags || g.failed != w.failed || g.overflow {
+			if g.body != w.body || g.number != w.number || g.flags != w.flags || g.failed != w.failed || g.overflow {
 				t.Fatalf("reply %d = %+v, want %+v", i, g, w)
 			}
 		}

@@ -70,7 +70,7 @@ func TestControlCaptureEqualsExec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != want {
+		if got != want {
 			t.Fatalf("capture %d through control mode differs from exec:\ncontrol %q\nexec    %q", i, got, want)
 		}
 	}
@@ -93,7 +93,7 @@ func TestControlCaptureEqualsExec(t *testing.T) {
 	if _, err := ctl.run(ctx(t), "no-such-command"); err == nil {
 		t.Fatal("an unknown command succeeded")
 	}
-	if got, err := ctl.run(ctx(t), "display-message", "-p", "-t", name.target(), "#{session_name}"); err != nil || string(got) != name.String()+"\n" {
+	if got, err := ctl.run(ctx(t), "display-message", "-p", "-t", name.target(), "#{session_name}"); err != nil || got != name.String()+"\n" {
 		t.Fatalf("reply after an error = %q, %v", got, err)
 	}
 }

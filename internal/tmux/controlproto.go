@@ -61,7 +61,7 @@ type controlEvent struct {
 	failed bool
 	// body is a reply's output: each line with its "\n", exactly as
 	// `tmux capture-pane -p` would have written it to a pipe.
-	body []byte
+	body string
 	// overflow: a line of the reply passed maxControlLine or the reply
 	// passed maxControlBody; body is incomplete.
 	overflow bool
@@ -78,21 +78,25 @@ type controlReader struct {
 	r       *bufio.Reader
 	maxLine int
 	maxBody int
-	line    []byte // the current line, reused
+	line    []byte       // the current line when it spans reads, reused
+	body    bytes.Buffer // the current reply's output, reused
 }
 
 func newControlReader(r io.Reader) *controlReader {
 	return &controlReader{r: bufio.NewReaderSize(r, 64<<10), maxLine: maxControlLine, maxBody: maxControlBody}
 }
 
-// readLine returns the next line without its "\n". long reports that the
-// line passed maxLine: what is returned is its first maxLine bytes. A
-// last line without "\n" is not a line: the client was cut off while
-// writing it, and io.EOF is returned.
+// readLine returns the next line without its "\n", valid until the next
+// call. long reports that the line passed maxLine: what is returned is
+// its first maxLine bytes. A last line without "\n" is not a line: the
+// client was cut off while writing it, and io.EOF is returned.
 func (p *controlReader) readLine() (line []byte, long bool, err error) {
+	chunk, err := p.r.ReadSlice('\n')
+	if err == nil && len(chunk) <= p.maxLine+1 {
+		return chunk[:len(chunk)-1], false, nil // the usual case: no copy
+	}
 	p.line = p.line[:0]
 	for {
-		chunk, err := p.r.ReadSlice('\n')
 		if room := p.maxLine - len(p.line); room > 0 {
 			c := chunk
 			if n := len(c); n > 0 && c[n-1] == '\n' && err == nil {
@@ -109,7 +113,7 @@ func (p *controlReader) readLine() (line []byte, long bool, err error) {
 		case err == nil:
 			return p.line, long, nil
 		case errors.Is(err, bufio.ErrBufferFull):
-			continue
+			chunk, err = p.r.ReadSlice('\n')
 		case errors.Is(err, io.EOF):
 			return nil, false, io.EOF
 		default:
@@ -148,7 +152,8 @@ func (p *controlReader) next() (controlEvent, error) {
 // repeats guard.
 func (p *controlReader) block(guard string, number uint64, flags int) (controlEvent, error) {
 	ev := controlEvent{kind: ctlReply, number: number, flags: flags}
-	end, fail := "%end "+guard, "%error "+guard
+	end, fail := []byte("%end "+guard), []byte("%error "+guard)
+	p.body.Reset()
 	for {
 		line, long, err := p.readLine()
 		if errors.Is(err, io.EOF) {
@@ -157,24 +162,20 @@ func (p *controlReader) block(guard string, number uint64, flags int) (controlEv
 		if err != nil {
 			return controlEvent{}, err
 		}
-		if !long {
-			switch string(line) {
-			case end:
-				return ev, nil
-			case fail:
-				ev.failed = true
-				return ev, nil
-			}
+		if !long && (bytes.Equal(line, end) || bytes.Equal(line, fail)) {
+			ev.failed = bytes.Equal(line, fail)
+			ev.body = p.body.String()
+			return ev, nil
 		}
 		if long {
 			ev.overflow = true
 		}
-		if ev.overflow || len(ev.body)+len(line)+1 > p.maxBody {
+		if ev.overflow || p.body.Len()+len(line)+1 > p.maxBody {
 			ev.overflow = true
 			continue
 		}
-		ev.body = append(ev.body, line...)
-		ev.body = append(ev.body, '\n')
+		p.body.Write(line)
+		p.body.WriteByte('\n')
 	}
 }
 
