@@ -134,6 +134,9 @@ const (
 // the CPU of the first kind less that of the second (what capturing
 // adds), gross-core-% and baseline-core-% are the two; alternating keeps
 // a machine whose load drifts from skewing one against the other.
+// Each kind is divided by its own wall time: a round that overruns its
+// second (exec-per-poll on a busy machine) makes a longer one, and fewer
+// captures/s, which is what it would do to the worker's loop too.
 // captures/s is per second with a round; cpu-µs/capture is core-% per
 // capture.
 func BenchmarkCapture(b *testing.B) {
@@ -234,23 +237,25 @@ func BenchmarkCapture(b *testing.B) {
 	})
 }
 
-// cpuMeasure is the CPU of the seconds with a round of captures (busy)
-// and of those without (idle), and the captures made.
+// cpuMeasure is the CPU and wall time of the seconds with a round of
+// captures (busy: from the round's start to the next tick, longer than
+// a second when the round overran it) and of those without (idle), and
+// the captures made.
 type cpuMeasure struct {
-	busy, idle time.Duration
-	seconds    int // of each kind
-	captures   int
+	busy, idle         time.Duration
+	busyWall, idleWall time.Duration
+	captures           int
 }
 
 // report reports the figures of BenchmarkCapture.
 func (m cpuMeasure) report(b *testing.B) {
-	pct := func(d time.Duration) float64 { return 100 * d.Seconds() / float64(m.seconds) }
-	gross, baseline := pct(m.busy), pct(m.idle)
+	gross := 100 * m.busy.Seconds() / m.busyWall.Seconds()
+	baseline := 100 * m.idle.Seconds() / m.idleWall.Seconds()
 	net := gross - baseline
 	b.ReportMetric(net, "core-%")
 	b.ReportMetric(gross, "gross-core-%")
 	b.ReportMetric(baseline, "baseline-core-%")
-	perSecond := float64(m.captures) / float64(m.seconds)
+	perSecond := float64(m.captures) / m.busyWall.Seconds()
 	b.ReportMetric(perSecond, "captures/s")
 	if perSecond > 0 {
 		// One percent of a core is 10,000 µs of CPU per second.
@@ -261,7 +266,7 @@ func (m cpuMeasure) report(b *testing.B) {
 // measureCPU runs, per op, benchRounds pairs of seconds: one without
 // captures, then one that starts with a round. It adds up the CPU this
 // process, its reaped children, the tmux server and the control client
-// (ctlPID, if any) used in each kind of second.
+// (ctlPID, if any) used in each kind of second, and their wall times.
 func measureCPU(ctx context.Context, ops, serverPID, ctlPID int, round func(context.Context) (int, error)) (cpuMeasure, error) {
 	cpu := func() time.Duration {
 		d := rusage(syscall.RUSAGE_SELF) + rusage(syscall.RUSAGE_CHILDREN) + procCPU(serverPID)
@@ -273,20 +278,21 @@ func measureCPU(ctx context.Context, ops, serverPID, ctlPID int, round func(cont
 	var m cpuMeasure
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	last := cpu()
+	last, lastAt := cpu(), time.Now()
 	for range ops * benchRounds {
 		<-tick.C // a second without captures
-		now := cpu()
+		now, nowAt := cpu(), time.Now()
 		m.idle += now - last
+		m.idleWall += nowAt.Sub(lastAt)
 		n, err := round(ctx)
 		if err != nil {
 			return m, err
 		}
 		m.captures += n
-		<-tick.C // the rest of the second with them
-		last = cpu()
+		<-tick.C // the rest of the second with them (none left if it overran)
+		last, lastAt = cpu(), time.Now()
 		m.busy += last - now
-		m.seconds++
+		m.busyWall += lastAt.Sub(nowAt)
 	}
 	return m, nil
 }
