@@ -185,33 +185,29 @@ func (w *agent) captureWatched(ctx context.Context, base time.Duration) bool {
 		return false
 	}
 	now := time.Now()
-	var list []due
+	var todo []due
 	var names []tmux.SessionName
+	watched := false
 	w.mu.Lock()
 	for _, r := range w.runs {
 		if r.state != stateLive || !r.watchedUntil.After(now) {
 			continue
 		}
-		list = append(list, due{r, r.gen, r.attempt, r.name})
-		names = append(names, r.name)
+		watched = true
+		if now.Sub(r.lastCapture) >= hotGap {
+			todo = append(todo, due{r, r.gen, r.attempt, r.name})
+			names = append(names, r.name)
+		}
 	}
 	w.mu.Unlock()
-	if len(list) == 0 {
-		return false
+	if len(todo) == 0 {
+		return watched
 	}
 	if !bc.refreshPanes(ctx, names) {
 		return true // no control client: the regular rounds go on alone
 	}
-	var todo []due
 	names = names[:0]
-	w.mu.Lock()
-	for _, d := range list {
-		if now.Sub(d.r.lastCapture) >= hotGap {
-			todo = append(todo, d)
-		}
-	}
-	w.mu.Unlock()
-	list = todo[:0]
+	list := todo[:0]
 	for _, d := range todo {
 		if bc.mayHaveChanged(d.name) {
 			list = append(list, d)
