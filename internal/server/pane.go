@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/coder/websocket"
@@ -53,6 +54,11 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 		cancel()
 		<-pingDone
 	}()
+	// The run's worker refreshes a watched pane faster than its capture
+	// interval; it is told so now and again while this socket is open.
+	s.watchPane(ctx, run.ID)
+	watch := time.NewTicker(wire.PaneWatchRefresh)
+	defer watch.Stop()
 	for {
 		select {
 		case <-ctx.Done():
@@ -60,6 +66,9 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 				_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
 			}
 			return
+		case <-watch.C:
+			s.watchPane(ctx, run.ID)
+			continue
 		case <-sub.Ready():
 		}
 		snap := sub.Next()
@@ -70,6 +79,47 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 			return
 		}
 	}
+}
+
+// paneWatches remembers when each run's worker was last sent pane_watch,
+// so that many viewers of one run send it once per refresh, not once
+// each.
+type paneWatches struct {
+	mu   sync.Mutex
+	sent map[string]time.Time
+}
+
+// watchPane sends pane_watch to the host of a running run
+// (docs/architecture.md#capture-by-control-mode), unless it went there
+// within half a refresh. A run without a connected host is skipped: the
+// next refresh tries again.
+func (s *Server) watchPane(ctx context.Context, runID string) {
+	now := time.Now()
+	s.paneWatch.mu.Lock()
+	last, ok := s.paneWatch.sent[runID]
+	s.paneWatch.mu.Unlock()
+	if ok && now.Sub(last) < wire.PaneWatchRefresh/2 {
+		return
+	}
+	run, err := s.store.GetRun(ctx, runID)
+	if err != nil || run.Status != wire.RunRunning || run.HostID == nil {
+		return
+	}
+	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FramePaneWatch, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt)}); err != nil {
+		s.log.Debug("pane_watch not sent", "run_id", run.ID, "err", err)
+		return
+	}
+	s.paneWatch.mu.Lock()
+	defer s.paneWatch.mu.Unlock()
+	if s.paneWatch.sent == nil {
+		s.paneWatch.sent = map[string]time.Time{}
+	}
+	for id, at := range s.paneWatch.sent {
+		if now.Sub(at) > wire.PaneWatchTTL {
+			delete(s.paneWatch.sent, id)
+		}
+	}
+	s.paneWatch.sent[runID] = now
 }
 
 // writeFrame writes one text frame within wsWriteTimeout.

@@ -82,6 +82,8 @@ type Server struct {
 	term      *terminal // pane and attach sockets, tickets, leases
 	outputs   *outputs  // pane changes, written off the uplinks' read path
 	signals   *store.SignalBatcher
+	// paneWatch: when each watched run's worker was last told (pane.go).
+	paneWatch paneWatches
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections

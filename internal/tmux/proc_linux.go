@@ -4,7 +4,23 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"syscall"
 )
+
+// growPipe makes the control client's output pipe hold a whole round of
+// captures (100 full screens are about 1 MiB): the server then writes a
+// round in a few large writes and this process reads it in a few large
+// reads, instead of both waking for every 64 KiB. Best effort: the
+// kernel caps it (fs.pipe-max-size).
+func growPipe(f *os.File) {
+	_, _, _ = syscall.Syscall(syscall.SYS_FCNTL, f.Fd(), syscall.F_SETPIPE_SZ, 1<<20)
+}
+
+// controlProcAttr has the kernel kill the control client when the worker
+// dies, so that it never outlives it (docs/architecture.md#capture-by-control-mode).
+func controlProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
 
 // groupAlive reports whether process group g has a member that is not a
 // zombie. Zombies are skipped because a host whose init does not reap

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/user"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -50,6 +51,11 @@ type Tmux struct {
 	bin     string
 	env     []string
 	timeout time.Duration
+	// quiet keeps every invocation of this Tmux (shared) from running
+	// while a control client connects (exclusive): tmux 3.3 crashes when
+	// a control client is notified of anything before it has finished
+	// connecting (docs/architecture.md#capture-by-control-mode).
+	quiet sync.RWMutex
 }
 
 // New resolves the tmux binary and prepares the clean environment every
@@ -174,7 +180,10 @@ func (t *Tmux) run(ctx context.Context, cmds ...[]string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
 	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	t.quiet.RLock()
+	err := cmd.Run()
+	t.quiet.RUnlock()
+	if err != nil {
 		if ctx.Err() != nil {
 			err = fmt.Errorf("%w (%w)", err, ctx.Err())
 		}

@@ -81,6 +81,7 @@ var frameChecks = map[string]frameRule{
 	FrameAttachClose:  {"attach_id", checkAttachClose},
 	FrameLogRequest:   {"request_id run_id offset", checkLogRequest},
 	FrameError:        {"code message run_id", checkError},
+	FramePaneWatch:    {"run_id attempt", checkRunAttempt},
 	// Worker → orchestrator.
 	FrameHeartbeat:      {"host_id instance_id timestamp", checkHeartbeat},
 	FrameRunDispatchAck: {"run_id attempt accepted reason", checkRunDispatchAck},

@@ -39,6 +39,7 @@ func validFrames() map[string]Frame {
 		FrameAttachClose:  {Type: FrameAttachClose, AttachID: tAttach},
 		FrameLogRequest:   {Type: FrameLogRequest, RequestID: tRequest, RunID: tRun, Offset: i64(0)},
 		FrameError:        {Type: FrameError, Code: CodeMalformedFrame, Message: "run_state: state \"x\" is not one of …", RunID: tRun},
+		FramePaneWatch:    {Type: FramePaneWatch, RunID: tRun, Attempt: IntPtr(1)},
 
 		FrameHeartbeat:      {Type: FrameHeartbeat, HostID: tHost, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now},
 		FrameRunDispatchAck: {Type: FrameRunDispatchAck, RunID: tRun, Attempt: IntPtr(1), Accepted: yes(), Reason: ""},

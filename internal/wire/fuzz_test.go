@@ -31,6 +31,7 @@ var (
 		FrameAttachClose:    "attach_id",
 		FrameLogRequest:     "request_id run_id offset",
 		FrameError:          "code message run_id",
+		FramePaneWatch:      "run_id attempt",
 		FrameHeartbeat:      "host_id instance_id timestamp",
 		FrameRunDispatchAck: "run_id attempt accepted reason",
 		FrameSnapshot:       "run_id attempt capture timestamp",

@@ -55,6 +55,7 @@ func TestWireFieldsNeverOmitted(t *testing.T) {
 		FrameAttachClose:    "attach_id",
 		FrameLogRequest:     "request_id run_id offset",
 		FrameError:          "code message",
+		FramePaneWatch:      "run_id attempt",
 		FrameHeartbeat:      "host_id instance_id timestamp",
 		FrameRunDispatchAck: "run_id attempt accepted reason",
 		FrameSnapshot:       "run_id attempt capture timestamp",

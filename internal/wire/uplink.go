@@ -23,6 +23,19 @@ const (
 	FrameAttachClose  = "attach_close"
 	FrameLogRequest   = "log_request"
 	FrameError        = "error"
+	// FramePaneWatch: a viewer watches the run's pane (pane/ws); the
+	// worker refreshes it faster than PAM_CAPTURE_INTERVAL for
+	// PaneWatchTTL (docs/architecture.md#capture-by-control-mode).
+	FramePaneWatch = "pane_watch"
+)
+
+// A watched pane's refresh: the server repeats pane_watch every
+// PaneWatchRefresh while a viewer's socket is open, and the worker keeps
+// the pane watched for PaneWatchTTL after the last one, so that no
+// "unwatch" is needed and a worker that reconnects catches up by itself.
+const (
+	PaneWatchRefresh = 10 * time.Second
+	PaneWatchTTL     = 3 * PaneWatchRefresh
 )
 
 // Worker → orchestrator:
@@ -148,6 +161,7 @@ var frameCarries = map[string][]string{
 	FrameAttachClose:    {"attach_id"},
 	FrameLogRequest:     {"request_id", "run_id", "offset"},
 	FrameError:          {"code", "message"},
+	FramePaneWatch:      {"run_id", "attempt"},
 	FrameHeartbeat:      {"host_id", "instance_id", "timestamp"},
 	FrameRunDispatchAck: {"run_id", "attempt", "accepted", "reason"},
 	FrameSnapshot:       {"run_id", "attempt", "capture", "timestamp"},

@@ -17,12 +17,14 @@ const (
 	relay2 = "aaaaaaaa-0000-4000-8000-000000000002"
 )
 
-// tmuxClients lists the tmux clients attached on the private socket.
+// tmuxClients lists the tmux clients attached on the private socket,
+// but for the worker's control-mode client, which captures the panes
+// (docs/architecture.md#capture-by-control-mode) and is no relay.
 func (h *harness) tmuxClients() string {
-	cmd := exec.Command("tmux", "-L", tmux.Socket, "list-clients", "-F", "#{session_name}")
+	cmd := exec.Command("tmux", "-L", tmux.Socket, "list-clients", "-F", "#{?client_control_mode,,#{session_name}}")
 	cmd.Env = append(os.Environ(), "TMUX_TMPDIR="+h.tmuxDir)
 	out, _ := cmd.Output()
-	return strings.TrimSpace(string(out))
+	return strings.Join(strings.Fields(string(out)), "\n")
 }
 
 func (h *harness) windowWidth(session string) string {

@@ -39,24 +39,58 @@ func (s snapshot) frame(runID string) wire.Frame {
 	return wire.Frame{Type: wire.FrameSnapshot, RunID: runID, Attempt: wire.IntPtr(s.attempt), Capture: s.capture, Timestamp: &at}
 }
 
+// Watched panes (docs/architecture.md#capture-by-control-mode): while a
+// viewer watches a run's pane (pane_watch), its change mark is read every
+// hotInterval, and it is captured when it may have changed, at most once
+// per hotGap: output is captured within hotGap + hotInterval (100 ms),
+// and a watched pane costs at most 1/hotGap (13) captures a second.
+const (
+	hotInterval = 25 * time.Millisecond
+	hotGap      = 75 * time.Millisecond
+)
+
 // captureLoop is the single ticker of every session's capture-pane poll.
 // A pane is captured when due; a changed capture is stored, logged and
-// uplinked. After IdleAfter without change a pane's interval doubles,
-// up to idleFactor × CaptureInterval; any change (or input) resets it.
-// The same quiet spell marks the run idle (run_state idle, once per
-// spell, docs/architecture.md#attention); the orchestrator clears it on
-// the next change.
+// uplinked. With tmux, the captures go through one control-mode client,
+// and a pane whose change mark says it cannot have changed is not
+// captured at all (docs/architecture.md#capture-by-control-mode). After
+// IdleAfter without change a pane's interval doubles, up to idleFactor ×
+// CaptureInterval; any change (or input) resets it. The same quiet spell
+// marks the run idle (run_state idle, once per spell,
+// docs/architecture.md#attention); the orchestrator clears it on the
+// next change. A second ticker runs while some pane is watched.
 func (w *agent) captureLoop(ctx context.Context) {
 	base := w.o.CaptureInterval
 	t := time.NewTicker(base)
 	defer t.Stop()
+	var hot *time.Ticker
+	var hotC <-chan time.Time
+	defer func() {
+		if hot != nil {
+			hot.Stop()
+		}
+	}()
 	for {
+		watching := false
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+			w.captureDue(ctx, base)
+			continue
+		case <-w.hotWake:
+			watching = true
+		case <-hotC:
+			watching = w.captureWatched(ctx, base)
 		}
-		w.captureDue(ctx, base)
+		switch {
+		case watching && hot == nil && base > hotGap:
+			hot = time.NewTicker(hotInterval)
+			hotC = hot.C
+		case !watching && hot != nil:
+			hot.Stop()
+			hot, hotC = nil, nil
+		}
 	}
 }
 
@@ -70,48 +104,185 @@ type due struct {
 func (w *agent) captureDue(ctx context.Context, base time.Duration) {
 	now := time.Now()
 	var list []due
+	var live []tmux.SessionName
 	w.mu.Lock()
 	for _, r := range w.runs {
+		if r.state != stateLive {
+			continue
+		}
+		live = append(live, r.name)
 		// Half a tick of slack, so a pane due just after this tick is not
 		// left for a whole extra one.
-		if r.state == stateLive && !r.next.After(now.Add(base/2)) {
+		if !r.next.After(now.Add(base / 2)) {
 			list = append(list, due{r, r.gen, r.attempt, r.name})
 		}
 	}
 	w.mu.Unlock()
+	bc, batched := w.tm.(batchCapturer)
+	if !batched {
+		for _, d := range list {
+			if ctx.Err() != nil {
+				return
+			}
+			out, err := w.tm.Capture(ctx, d.name)
+			w.captured(d, base, out, err)
+		}
+		return
+	}
+	if len(list) == 0 {
+		return
+	}
+	// One round: the change marks of every live pane, then one batch of
+	// captures of the due panes that may have changed. A pane that cannot
+	// have changed counts as captured unchanged.
+	bc.refresh(ctx, live)
+	var todo []due
+	var names []tmux.SessionName
 	for _, d := range list {
+		if bc.mayHaveChanged(d.name) {
+			todo = append(todo, d)
+			names = append(names, d.name)
+			continue
+		}
+		w.schedule(d, base, false, time.Now())
+	}
+	if len(names) == 0 {
+		return
+	}
+	for i, c := range bc.captureAll(ctx, names) {
 		if ctx.Err() != nil {
 			return
 		}
-		out, err := w.tm.Capture(ctx, d.name)
-		if errors.Is(err, tmux.ErrNoSession) {
-			// The liveness check decides what it means (and reports it).
+		w.captured(todo[i], base, c.Text, c.Err)
+	}
+}
+
+// captured takes one capture of a due pane: a changed screen is recorded
+// and uplinked, and the pane's next capture scheduled.
+func (w *agent) captured(d due, base time.Duration, out string, err error) {
+	if errors.Is(err, tmux.ErrNoSession) {
+		// The liveness check decides what it means (and reports it).
+		w.pokeLiveness()
+		return
+	}
+	if err != nil {
+		w.log.Warn("capture", "run_id", d.r.id, "err", err)
+		return
+	}
+	at := time.Now()
+	w.schedule(d, base, w.record(d.r.id, d.attempt, out, at), at)
+	w.setLastCapture(d, at)
+}
+
+// captureWatched is one round of the watched panes: the change marks of
+// those watched now, then one batch of captures of those that may have
+// changed and were not captured within hotGap. A changed screen counts
+// as a change of the regular schedule; an unchanged one leaves it be.
+// It reports whether any pane is still watched.
+func (w *agent) captureWatched(ctx context.Context, base time.Duration) bool {
+	bc, ok := w.tm.(batchCapturer)
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	var todo []due
+	var names []tmux.SessionName
+	watched := false
+	w.mu.Lock()
+	for _, r := range w.runs {
+		if r.state != stateLive || !r.watchedUntil.After(now) {
+			continue
+		}
+		watched = true
+		if now.Sub(r.lastCapture) >= hotGap {
+			todo = append(todo, due{r, r.gen, r.attempt, r.name})
+			names = append(names, r.name)
+		}
+	}
+	w.mu.Unlock()
+	if len(todo) == 0 {
+		return watched
+	}
+	if !bc.refreshPanes(ctx, names) {
+		return true // no control client: the regular rounds go on alone
+	}
+	names = names[:0]
+	list := todo[:0]
+	for _, d := range todo {
+		if bc.mayHaveChanged(d.name) {
+			list = append(list, d)
+			names = append(names, d.name)
+		}
+	}
+	for i, c := range bc.captureAll(ctx, names) {
+		if ctx.Err() != nil {
+			return true
+		}
+		d := list[i]
+		if errors.Is(c.Err, tmux.ErrNoSession) {
 			w.pokeLiveness()
 			continue
 		}
-		if err != nil {
-			w.log.Warn("capture", "run_id", d.r.id, "err", err)
+		if c.Err != nil {
+			w.log.Warn("capture", "run_id", d.r.id, "err", c.Err)
 			continue
 		}
 		at := time.Now()
-		changed := w.record(d.r.id, d.attempt, out, at)
-		idle := false
-		w.mu.Lock()
-		if d.r.gen == d.gen {
-			if changed {
-				d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
-			} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
-				d.r.interval = min(d.r.interval*2, idleFactor*base)
-				if !d.r.idleSent && !d.r.ended {
-					d.r.idleSent, idle = true, true
-				}
+		if w.record(d.r.id, d.attempt, c.Text, at) {
+			w.schedule(d, base, true, at)
+		}
+		w.setLastCapture(d, at)
+	}
+	return true
+}
+
+func (w *agent) setLastCapture(d due, at time.Time) {
+	w.mu.Lock()
+	if d.r.gen == d.gen {
+		d.r.lastCapture = at
+	}
+	w.mu.Unlock()
+}
+
+// watchPane marks a run's pane watched for PaneWatchTTL (pane_watch),
+// and wakes the capture loop to start its watched rounds.
+func (w *agent) watchPane(f wire.Frame) {
+	w.mu.Lock()
+	r := w.runs[f.RunID]
+	ok := r != nil && r.state == stateLive && f.Attempt != nil && *f.Attempt == r.attempt
+	if ok {
+		r.watchedUntil = time.Now().Add(wire.PaneWatchTTL)
+	}
+	w.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case w.hotWake <- struct{}{}:
+	default:
+	}
+}
+
+// schedule sets a pane's next capture after one at at: at full speed
+// after a change, ever slower while it stays the same past IdleAfter,
+// which also reports the run idle once per quiet spell.
+func (w *agent) schedule(d due, base time.Duration, changed bool, at time.Time) {
+	idle := false
+	w.mu.Lock()
+	if d.r.gen == d.gen {
+		if changed {
+			d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
+		} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
+			d.r.interval = min(d.r.interval*2, idleFactor*base)
+			if !d.r.idleSent && !d.r.ended {
+				d.r.idleSent, idle = true, true
 			}
-			d.r.next = at.Add(d.r.interval)
 		}
-		w.mu.Unlock()
-		if idle {
-			w.reportIdle(d, at)
-		}
+		d.r.next = at.Add(d.r.interval)
+	}
+	w.mu.Unlock()
+	if idle {
+		w.reportIdle(d, at)
 	}
 }
 

@@ -47,6 +47,28 @@ type executor interface {
 	Attach(name tmux.SessionName, rows, cols int) (attachment, error)
 }
 
+// batchCapturer is what an executor offers when it can tell cheaply
+// which panes may have changed since their last capture, and capture
+// several at once: the tmux executor, through one control-mode client
+// (docs/architecture.md#capture-by-control-mode).
+type batchCapturer interface {
+	// start connects before the worker starts any session of its own.
+	start(ctx context.Context) error
+	// refresh reads the change marks of the live sessions, once per
+	// round.
+	refresh(ctx context.Context, live []tmux.SessionName)
+	// refreshPanes reads the change marks of a few sessions only (the
+	// watched ones); false when it cannot.
+	refreshPanes(ctx context.Context, names []tmux.SessionName) bool
+	// mayHaveChanged is false only for a pane known unchanged since its
+	// last capture.
+	mayHaveChanged(name tmux.SessionName) bool
+	// captureAll captures the panes of names, in order.
+	captureAll(ctx context.Context, names []tmux.SessionName) []tmux.Captured
+	// close lets its resources go when the worker stops.
+	close()
+}
+
 // attachment is one interactive terminal on a session: Read is its
 // output, Write its input. Close detaches; it never ends the session.
 type attachment interface {
@@ -58,6 +80,42 @@ type attachment interface {
 // tmuxExecutor is the tmux executor: package tmux, plus attach clients
 // run on a PTY.
 type tmuxExecutor struct{ *tmux.Tmux }
+
+// controlExecutor is the tmux executor of a running worker: captures go
+// through a tmux.Capturer (one control-mode client, exec while it is
+// down); everything else is tmuxExecutor's.
+type controlExecutor struct {
+	tmuxExecutor
+	cap *tmux.Capturer
+}
+
+func (e controlExecutor) Capture(ctx context.Context, name tmux.SessionName) (string, error) {
+	return e.cap.Capture(ctx, name)
+}
+
+func (e controlExecutor) start(ctx context.Context) error { return e.cap.Start(ctx) }
+
+func (e controlExecutor) refresh(ctx context.Context, live []tmux.SessionName) {
+	e.cap.Refresh(ctx, live)
+}
+
+func (e controlExecutor) refreshPanes(ctx context.Context, names []tmux.SessionName) bool {
+	return e.cap.RefreshPanes(ctx, names)
+}
+
+func (e controlExecutor) mayHaveChanged(name tmux.SessionName) bool {
+	return e.cap.MayHaveChanged(name)
+}
+
+func (e controlExecutor) captureAll(ctx context.Context, names []tmux.SessionName) []tmux.Captured {
+	return e.cap.CaptureAll(ctx, names)
+}
+
+func (e controlExecutor) close() { e.cap.Close() }
+
+// sharedServer: every session lives in one tmux server, and dies with
+// it (liveness tells tmux_crash from session_lost by it).
+func (tmuxExecutor) sharedServer() bool { return true }
 
 // Attach runs `tmux attach-session` on a PTY sized to the remote
 // terminal (tmux sizes the window to its latest client).

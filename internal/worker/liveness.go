@@ -79,7 +79,7 @@ func (w *agent) checkLiveness(ctx context.Context) {
 	state := wire.StateSessionLost
 	// Only tmux has a server whose death takes every session with it; PTY
 	// holders are one per session, and each lost one is a session lost.
-	if _, shared := w.tm.(tmuxExecutor); shared && len(list) == 0 && len(vanished) >= 2 && len(vanished) == live {
+	if s, ok := w.tm.(interface{ sharedServer() bool }); ok && s.sharedServer() && len(list) == 0 && len(vanished) >= 2 && len(vanished) == live {
 		state = wire.StateTmuxCrash
 		w.report("tmux server gone with every session", "sessions", len(vanished))
 	}

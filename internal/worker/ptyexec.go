@@ -49,7 +49,11 @@ func newExecutor(o Options, dir, instanceID string) (executor, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tmuxExecutor{t}, nil
+	// The control client is a local service: it is restarted on the
+	// uplink's backoff bounds.
+	return controlExecutor{tmuxExecutor{t}, t.NewCapturer(tmux.CapturerOptions{
+		Instance: instanceID, Logger: o.Logger, BackoffMin: o.BackoffMin, BackoffMax: o.BackoffMax,
+	})}, nil
 }
 
 // ptyExecutor runs sessions as holders.

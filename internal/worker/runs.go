@@ -37,6 +37,8 @@ func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 		w.stop(ctx, f)
 	case wire.FrameSendKeys:
 		w.sendKeys(ctx, f)
+	case wire.FramePaneWatch:
+		w.watchPane(f)
 	case wire.FrameLogRequest:
 		w.ops.Go(func() { w.serveLog(conn, f) })
 	case wire.FrameWorkspaceRequest:

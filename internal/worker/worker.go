@@ -221,6 +221,9 @@ type agent struct {
 
 	ops sync.WaitGroup // spawn, stop, log and relay goroutines
 
+	// hotWake wakes the capture loop when a pane becomes watched.
+	hotWake chan struct{}
+
 	relays relaySet // interactive attach relays (attach.go)
 
 	ws *workspace.Manager // the runs' git worktrees (workspaces.go)
@@ -253,6 +256,10 @@ type run struct {
 	next       time.Time
 	interval   time.Duration
 	lastChange time.Time
+	// lastCapture is when the pane was last captured; watchedUntil, until
+	// when a viewer watches it (pane_watch), which captures it faster.
+	lastCapture  time.Time
+	watchedUntil time.Time
 	// idleSent: run_state idle went up for the pane's current quiet
 	// spell; a change or input starts a new one.
 	idleSent bool
@@ -312,7 +319,7 @@ func Run(ctx context.Context, o Options) error {
 	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
 	w := &agent{
 		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
-		runs: map[string]*run{}, snaps: snaps,
+		runs: map[string]*run{}, snaps: snaps, hotWake: make(chan struct{}, 1),
 	}
 	if p, ok := tm.(*ptyExecutor); ok {
 		p.finished = w.attemptOver
@@ -340,6 +347,12 @@ func Run(ctx context.Context, o Options) error {
 		}
 		return err
 	}
+	// The capture's control client connects now, before this worker
+	// starts or stops any session (docs/architecture.md#capture-by-control-mode);
+	// captures go by exec until it is up (the failure is logged there).
+	if bc, ok := tm.(batchCapturer); ok {
+		_ = bc.start(ctx)
+	}
 	w.startReconcile(ctx)
 
 	var loops sync.WaitGroup
@@ -350,6 +363,9 @@ func Run(ctx context.Context, o Options) error {
 	loops.Go(func() { w.replayLoop(ctx) })
 	loops.Wait()
 	w.ops.Wait()
+	if bc, ok := tm.(batchCapturer); ok {
+		bc.close()
+	}
 	w.log.Info("worker stopped; sessions left running", "sessions", w.count())
 	return nil
 }
