@@ -26,10 +26,10 @@ import (
 const (
 	// floodInterval spaces data frames only while output keeps coming
 	// (docs/api.md#attach-and-the-lease): output goes at once when the
-	// previous frame left at least this long ago, so an echo is never held;
-	// a flood is coalesced into at most one frame per interval (100 a
-	// second, more than a browser draws).
-	floodInterval = 10 * time.Millisecond
+	// previous frame left at least this long ago, so the echo of a key
+	// typed after a pause is never held; a flood is coalesced into at
+	// most one frame per interval, the contract's 10 frames a second.
+	floodInterval = 100 * time.Millisecond
 	// maxDataChunk is the raw size of one data frame; base64 keeps it
 	// under the 1 MiB frame bound.
 	maxDataChunk = 512 << 10
