@@ -24,11 +24,10 @@ import (
 // a run ends with run_ended when the run leaves running.
 
 const (
-	// floodInterval spaces data frames only while output keeps coming
-	// (docs/api.md#attach-and-the-lease): output goes at once when the
-	// previous frame left at least this long ago, so the echo of a key
-	// typed after a pause is never held; a flood is coalesced into at
-	// most one frame per interval, the contract's 10 frames a second.
+	// floodInterval spaces data frames while output keeps coming
+	// (framePacer, docs/api.md#attach-and-the-lease): a flood is
+	// coalesced into at most one frame per interval, the contract's 10
+	// frames a second, and output after a quiet spell goes at once.
 	floodInterval = 100 * time.Millisecond
 	// maxDataChunk is the raw size of one data frame; base64 keeps it
 	// under the 1 MiB frame bound.

@@ -193,15 +193,19 @@ func (c *attachClient) end(code, message string) {
 }
 
 // writer is the socket's only writer: control frames as they come,
-// output at once after a quiet spell and coalesced to at most one data
-// frame per floodInterval under a flood, and on the end the final frame
-// and the close.
+// output as the pacer allows (at once when the socket was quiet, at most
+// 10 data frames in any second), and on the end the final frame and the
+// close.
 func (c *attachClient) writer() {
 	ctx := context.Background()
-	var last time.Time
+	var pace framePacer
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	flush := func() {
+		pace.sent(time.Now())
+		c.flushOutput(ctx)
+	}
 	for {
 		select {
 		case <-c.done:
@@ -215,19 +219,65 @@ func (c *attachClient) writer() {
 			if armed {
 				continue // the timer flushes it
 			}
-			if wait := floodInterval - time.Since(last); wait > 0 {
+			if wait := pace.wait(time.Now()); wait > 0 {
 				timer.Reset(wait)
 				armed = true
 				continue
 			}
-			last = time.Now()
-			c.flushOutput(ctx)
+			flush()
 		case <-timer.C:
 			armed = false
-			last = time.Now()
-			c.flushOutput(ctx)
+			if wait := pace.wait(time.Now()); wait > 0 {
+				timer.Reset(wait)
+				armed = true
+				continue
+			}
+			flush()
 		}
 	}
+}
+
+// framePacer spaces an attach client's data frames: never more than
+// framesPerSecond in any second (the contract's bound), and, once a few
+// went out within the second (a flood), at least floodInterval apart so
+// that a flood is drawn evenly. Output after a quiet spell — the echo of
+// a key, even right after a status-line redraw — goes at once.
+type framePacer struct {
+	times [framesPerSecond]time.Time // the last sends, a ring
+	next  int                        // where the next send is written: the oldest
+	last  time.Time
+}
+
+const (
+	// framesPerSecond bounds the data frames of one attach client in any
+	// second.
+	framesPerSecond = 10
+	// quietFrames is how many frames within a second still go at once.
+	quietFrames = framesPerSecond / 2
+)
+
+// wait is how long a frame ready at now must wait.
+func (p *framePacer) wait(now time.Time) time.Duration {
+	inWindow := 0
+	for _, t := range p.times {
+		if !t.IsZero() && now.Sub(t) < time.Second {
+			inWindow++
+		}
+	}
+	if inWindow >= framesPerSecond {
+		return p.times[p.next].Add(time.Second).Sub(now)
+	}
+	if inWindow < quietFrames {
+		return 0
+	}
+	return max(0, p.last.Add(floodInterval).Sub(now))
+}
+
+// sent records a frame sent at now.
+func (p *framePacer) sent(now time.Time) {
+	p.times[p.next] = now
+	p.next = (p.next + 1) % framesPerSecond
+	p.last = now
 }
 
 // flushOutput writes one data frame of pending output; what is left is

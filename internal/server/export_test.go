@@ -1,5 +1,5 @@
 package server
 
-// FloodInterval is the attach writer's spacing of data frames under a
-// flood, for the tests of package server_test.
-const FloodInterval = floodInterval
+// FramesPerSecond bounds an attach client's data frames in any second,
+// for the tests of package server_test.
+const FramesPerSecond = framesPerSecond

@@ -63,8 +63,8 @@ func readTerm(t testing.TB, c *websocket.Conn, d time.Duration) (wire.TermFrame,
 }
 
 // The attach relay through a simulated worker: attach_open names the
-// run's session; a flood of output is coalesced to at most one data frame
-// per floodInterval and arrives whole and in order; input is paced into bounded
+// run's session; a flood of output is coalesced to at most 10 data frames
+// a second and arrives whole and in order; input is paced into bounded
 // attach_input frames; another host cannot forge output; a relay the
 // worker ends closes the socket with relay_closed and is journaled.
 func TestAttachRelayThroughUplink(t *testing.T) {
@@ -86,7 +86,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	}
 
 	// 200 output frames over a second: the client gets them all, in
-	// order, in at most one data frame per floodInterval.
+	// order, in at most 10 data frames a second.
 	var want bytes.Buffer
 	firstSent := time.Now()
 	go func() {
@@ -116,14 +116,15 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	if !bytes.Equal(got.Bytes(), want.Bytes()) {
 		t.Fatalf("output differs (forged bytes: %v)", bytes.Contains(got.Bytes(), []byte("FORGED")))
 	}
-	// The server sends data frames at least floodInterval apart, the
-	// first no earlier than the first chunk: n frames cannot all have
-	// arrived before firstSent + (n-1)×floodInterval. Receive times alone
-	// prove nothing either way (a loaded reader sees frames bunched up),
-	// so the bound is on the count against the whole span.
+	// The server sends at most FramesPerSecond data frames in any
+	// second, the first no earlier than the first chunk: n frames cannot
+	// all have arrived within less than (n/FramesPerSecond - 1) seconds of
+	// firstSent. Receive times alone prove nothing either way (a loaded
+	// reader sees frames bunched up), so the bound is on the count
+	// against the whole span.
 	n := len(times)
-	if span := times[n-1].Sub(firstSent); n > 1+int(span/server.FloodInterval) {
-		t.Errorf("%d data frames within %s of the first output: more than one per %s", n, span, server.FloodInterval)
+	if span := times[n-1].Sub(firstSent); n > server.FramesPerSecond*(1+int(span/time.Second)) {
+		t.Errorf("%d data frames within %s of the first output: more than %d a second", n, span, server.FramesPerSecond)
 	}
 	if n >= 200 {
 		t.Errorf("%d data frames for 200 outputs: not coalesced", n)
