@@ -81,7 +81,16 @@ func (s *system) cliAttachArgs(t *testing.T, args []string, env ...string) *cliA
 
 func (a *cliAttach) waitOutput(want string) {
 	a.t.Helper()
-	eventually.Wait(a.t, 20*time.Second, "pam run attach to show "+want, func() bool { return strings.Contains(a.out.String(), want) })
+	if eventually.Within(20*time.Second, func() bool { return strings.Contains(a.out.String(), want) }) {
+		return
+	}
+	state := "still running"
+	select {
+	case <-a.exited:
+		state = "exited " + a.cmd.ProcessState.String()
+	default:
+	}
+	a.t.Fatalf("pam %s did not show %q within 20s (%s); its output: %q", strings.Join(a.cmd.Args[1:], " "), want, state, tail(a.out.String(), 600))
 }
 
 func (a *cliAttach) mode() *unix.Termios {

@@ -141,8 +141,8 @@ func keyboard(t *testing.T, d *dash) {
 	d.goTo(d.ctx, "/fleet")
 	d.waitJS(d.ctx, 5*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 	d.do(d.ctx, chromedp.KeyEvent("?"))
-	d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
-		&& [...document.querySelectorAll('dialog .shortcuts tr')].some((r) => r.textContent.startsWith('j / k'))`)
+	d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
+		&& [...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('j / k'))`)
 	d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
 	d.waitJS(d.ctx, 5*time.Second, "the shortcuts closed", `!document.querySelector('dialog .shortcuts')`)
 

@@ -730,7 +730,7 @@ func TestDashboard(t *testing.T) {
 		d.goTo(d.ctx, "/fleet")
 		// Shortcuts: ? opens the list, g i goes to the inbox.
 		d.do(d.ctx, chromedp.KeyEvent("?"))
-		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog .shortcuts')`)
+		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog[open] .shortcuts')`)
 		d.shot(d.ctx, "desktop-shortcuts")
 		d.do(d.ctx, chromedp.KeyEvent(kb.Escape), chromedp.KeyEvent("gi"))
 		d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)

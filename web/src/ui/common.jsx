@@ -1,6 +1,6 @@
 // Small shared pieces: badges, relative times, dialogs, toasts, menus.
 import { signal } from '@preact/signals';
-import { useEffect, useRef } from 'preact/hooks';
+import { useLayoutEffect, useRef } from 'preact/hooks';
 import { now } from '../store.js';
 import { Icon } from './icons.jsx';
 
@@ -81,7 +81,9 @@ export async function attempt(fn, okText) {
  */
 export function Dialog({ title, onClose, children, wide, footer }) {
   const ref = useRef(null);
-  useEffect(() => {
+  // Opened and listening as the dialog is rendered, not after the next
+  // paint: an Escape pressed at once must find it open.
+  useLayoutEffect(() => {
     const d = ref.current;
     if (d && !d.open) d.showModal();
     const onCancel = (e) => { e.preventDefault(); onClose(); };
