@@ -7,28 +7,18 @@ import (
 	"strconv"
 	"text/tabwriter"
 	"time"
+
+	"pam/internal/benchtable"
 )
 
 // Figure is the name of every row a simulation reports; the stat tells
 // the rows apart.
 const Figure = "simulated fleet"
 
-// Row is one figure as `pam bench fleet --json` prints it, in the shape
-// `pam bench load` prints too, so that the `make bench` table merges both
-// with the Go benchmarks' figures. Null fields are absent from the
-// measurement (no baseline, no goal).
-type Row struct {
-	Figure       string   `json:"figure"`
-	Stat         string   `json:"stat"`
-	Value        float64  `json:"value"`
-	Unit         string   `json:"unit"`
-	Baseline     *float64 `json:"baseline"`
-	BaselineName *string  `json:"baseline_name"`
-	Goal         *string  `json:"goal"`
-	Met          *bool    `json:"met"`
-	Samples      *int     `json:"samples"`
-	Note         string   `json:"note"`
-}
+// Row is one figure as `pam bench fleet --json` prints it: the row of
+// `pam bench load` too, so that the `make bench` table merges both with
+// the Go benchmarks' figures.
+type Row = benchtable.Row
 
 // Rows turns a result into figure rows. Goals are the issue's: one serve
 // holds the whole fleet at its heartbeat interval, dispatch spreads
@@ -56,19 +46,19 @@ func (r *Result) Rows() []Row {
 	judgeHB := r.Hold >= 2*r.HeartbeatInterval
 	hbOK := !judgeHB || r.HeartbeatRate >= 0.9*r.HeartbeatOffered
 	add("hosts held", float64(r.HostsConnected), "hosts", func(x *Row) {
-		x.Goal = ptr(fmt.Sprintf("%d × %d runs at %s heartbeats", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval)))
-		x.Met = ptr(held && hbOK)
-		x.Samples = ptr(r.Runs)
+		x.Goal = fmt.Sprintf("%d × %d runs at %s heartbeats", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval))
+		x.Met = benchtable.Ptr(held && hbOK)
+		x.Samples = int64(r.Runs)
 		x.Note = fmt.Sprintf("%d runs asked for; connected in %s, serve first start %s", r.Runs, secs(r.ConnectTime), secs(r.ServeStart))
 	})
 	phase = PhaseHeld
 	add("heartbeats", r.HeartbeatRate, "heartbeats/s", func(x *Row) {
-		x.Baseline, x.BaselineName = ptr(round(r.HeartbeatOffered)), ptr("offered")
-		x.Goal = ptr("≥ 90 % of offered")
+		x.Baseline, x.BaselineName = benchtable.Ptr(round(r.HeartbeatOffered)), "offered"
+		x.Goal = "≥ 90 % of offered"
 		if judgeHB {
-			x.Met = ptr(hbOK)
+			x.Met = benchtable.Ptr(hbOK)
 		}
-		x.Samples = ptr(len(r.HeartbeatAck))
+		x.Samples = int64(len(r.HeartbeatAck))
 		x.Note = fmt.Sprintf("acked during a %s hold, every %s per worker", dur(r.Hold), dur(r.HeartbeatInterval))
 	})
 	for _, q := range []struct {
@@ -76,18 +66,18 @@ func (r *Result) Rows() []Row {
 		q    float64
 	}{{"heartbeat ack p50", 0.5}, {"heartbeat ack p99", 0.99}} {
 		add(q.stat, ms(Percentile(r.HeartbeatAck, q.q)), "ms", func(x *Row) {
-			x.Samples = ptr(len(r.HeartbeatAck))
+			x.Samples = int64(len(r.HeartbeatAck))
 			x.Note = "heartbeat sent → heartbeat_ack, during the hold"
 		})
 	}
 	phase = PhaseDispatched
 	add("dispatch rate", r.DispatchRate, "runs/s", func(x *Row) {
-		x.Baseline, x.BaselineName = ptr(round(r.CreateRate)), ptr("POST /runs rate")
-		x.Samples = ptr(r.Runs)
+		x.Baseline, x.BaselineName = benchtable.Ptr(round(r.CreateRate)), "POST /runs rate"
+		x.Samples = int64(r.Runs)
 		x.Note = "first POST /runs of a batch → started of its last run (half the runs, then the rest)"
 	})
 	add("journal writes, dispatching", float64(r.DispatchEvents)/max(1, float64(r.Runs)), "events/run", func(x *Row) {
-		x.Samples = ptr(r.DispatchEvents)
+		x.Samples = int64(r.DispatchEvents)
 		x.Note = fmt.Sprintf("%d events journaled while the runs were created, placed and started", r.DispatchEvents)
 	})
 	for _, q := range []struct {
@@ -95,7 +85,7 @@ func (r *Result) Rows() []Row {
 		q    float64
 	}{{"dispatch p50", 0.5}, {"dispatch p99", 0.99}} {
 		add(q.stat, ms(Percentile(r.DispatchLatency, q.q)), "ms", func(x *Row) {
-			x.Samples = ptr(len(r.DispatchLatency))
+			x.Samples = int64(len(r.DispatchLatency))
 			x.Note = "POST /runs → run_dispatch at the worker, while every run is being created"
 		})
 	}
@@ -106,11 +96,11 @@ func (r *Result) Rows() []Row {
 	add("dispatch spread", spread, "×", func(x *Row) {
 		// Half full is a run per host at least only from 2 runs per
 		// worker up; below that the ratio says nothing.
-		x.Goal = ptr("≤ 2×")
+		x.Goal = "≤ 2×"
 		if r.RunsPerWorker >= 2 {
-			x.Met = ptr(r.SpreadMin > 0 && spread <= 2)
+			x.Met = benchtable.Ptr(r.SpreadMin > 0 && spread <= 2)
 		}
-		x.Samples = ptr(r.Workers)
+		x.Samples = int64(r.Workers)
 		x.Note = fmt.Sprintf("most / fewest runs on one equal host, fleet half full: %d / %d", r.SpreadMax, r.SpreadMin)
 	})
 	add("serve CPU, dispatching", r.ServeCPUDispatch, "core-%", func(x *Row) {
@@ -134,19 +124,19 @@ func (r *Result) Rows() []Row {
 	phase = PhaseRestarted
 	if r.Restarted {
 		add("reconnect storm settle", r.Settle.Seconds(), "s", func(x *Row) {
-			x.Baseline, x.BaselineName = ptr(round(r.ServeRestart.Seconds())), ptr("serve restart alone")
-			x.Goal, x.Met = ptr("< 60 s"), ptr(r.SettleHosts == r.Workers && r.Settle < time.Minute)
-			x.Samples = ptr(r.SettleHosts)
+			x.Baseline, x.BaselineName = benchtable.Ptr(round(r.ServeRestart.Seconds())), "serve restart alone"
+			x.Goal, x.Met = "< 60 s", benchtable.Ptr(r.SettleHosts == r.Workers && r.Settle < time.Minute)
+			x.Samples = int64(r.SettleHosts)
 			x.Note = fmt.Sprintf("serve stopped, down %s, started → every worker admitted again, with the worker's own backoff and jitter", dur(r.Down))
 		})
 	}
 	phase = PhaseVerified
 	add("runs lost", float64(r.Lost), "runs", func(x *Row) {
-		x.Goal, x.Met, x.Samples = ptr("0"), ptr(r.Lost == 0), ptr(r.Runs)
+		x.Goal, x.Met, x.Samples = "0", benchtable.Ptr(r.Lost == 0), int64(r.Runs)
 		x.Note = "runs not read back exited 0 at attempt 1 after every session finished"
 	})
 	add("runs duplicated", float64(r.Duplicates), "runs", func(x *Row) {
-		x.Goal, x.Met, x.Samples = ptr("0"), ptr(r.Duplicates == 0), ptr(r.Runs)
+		x.Goal, x.Met, x.Samples = "0", benchtable.Ptr(r.Duplicates == 0), int64(r.Runs)
 		x.Note = "runs offered to two hosts or at a second attempt"
 	})
 	return rows
@@ -161,11 +151,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	for _, x := range r.Rows() {
 		base, goal, met := "", "", ""
 		if x.Baseline != nil {
-			base = num(*x.Baseline) + " (" + *x.BaselineName + ")"
+			base = num(*x.Baseline) + " (" + x.BaselineName + ")"
 		}
-		if x.Goal != nil {
-			goal = *x.Goal
-		}
+		goal = x.Goal
 		if x.Met != nil {
 			met = map[bool]string{true: "yes", false: "NO"}[*x.Met]
 		}
@@ -193,8 +181,6 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	return nil
 }
-
-func ptr[T any](v T) *T { return &v }
 
 // round keeps three decimals: figures, not noise.
 func round(v float64) float64 {

@@ -66,7 +66,7 @@ func TestSmallFleet(t *testing.T) {
 	}
 	for _, r := range res.Rows() {
 		if r.Met != nil && !*r.Met {
-			t.Errorf("goal not met: %s = %v %s (%s): %s", r.Stat, r.Value, r.Unit, *r.Goal, r.Note)
+			t.Errorf("goal not met: %s = %v %s (%s): %s", r.Stat, r.Value, r.Unit, r.Goal, r.Note)
 		}
 	}
 }
