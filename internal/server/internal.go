@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"time"
 
 	"pam/internal/store"
 	"pam/internal/wire"
@@ -182,7 +181,7 @@ func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Sign
 func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, done func(store.SignalOut)) {
 	if sig.Kind == wire.SignalNeedsInput {
 		// A pane change noted before it must not clear it after.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), outputWriteTimeout)
 		s.outputs.flushRun(ctx, runID)
 		cancel()
 	}

@@ -14,6 +14,10 @@ import (
 // one per snapshot on the uplink's read path.
 const outputFlush = 250 * time.Millisecond
 
+// outputWriteTimeout bounds one write of the coalescer: it serves every
+// uplink, so no one request's context may cancel it.
+const outputWriteTimeout = 10 * time.Second
+
 // outputs coalesces the pane changes the uplinks report: the snapshot
 // case of an uplink notes the run and goes on to its next frame, and a
 // goroutine writes every run noted since the last flush in one statement
@@ -59,7 +63,9 @@ func (o *outputs) note(runID string, attempt int, changed bool) {
 		o.mu.Lock()
 		o.running = false
 		o.mu.Unlock()
-		o.flushRun(context.Background(), runID)
+		ctx, cancel := context.WithTimeout(context.Background(), outputWriteTimeout)
+		defer cancel()
+		o.flushRun(ctx, runID)
 	}
 }
 
@@ -84,7 +90,7 @@ func (o *outputs) loop() {
 		}
 		o.mu.Unlock()
 		if len(batch) > 0 {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), outputWriteTimeout)
 			o.write(ctx, batch)
 			cancel()
 		}
