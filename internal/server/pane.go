@@ -94,25 +94,18 @@ type paneWatches struct {
 // within half a refresh. A run without a connected host is skipped: the
 // next refresh tries again.
 func (s *Server) watchPane(ctx context.Context, runID string) {
+	// The send is reserved before it is made, so that two viewers opening
+	// at once send one pane_watch, not two; a send that does not happen
+	// gives the reservation back.
 	now := time.Now()
 	s.paneWatch.mu.Lock()
-	last, ok := s.paneWatch.sent[runID]
-	s.paneWatch.mu.Unlock()
-	if ok && now.Sub(last) < wire.PaneWatchRefresh/2 {
-		return
-	}
-	run, err := s.store.GetRun(ctx, runID)
-	if err != nil || run.Status != wire.RunRunning || run.HostID == nil {
-		return
-	}
-	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FramePaneWatch, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt)}); err != nil {
-		s.log.Debug("pane_watch not sent", "run_id", run.ID, "err", err)
-		return
-	}
-	s.paneWatch.mu.Lock()
-	defer s.paneWatch.mu.Unlock()
 	if s.paneWatch.sent == nil {
 		s.paneWatch.sent = map[string]time.Time{}
+	}
+	last, ok := s.paneWatch.sent[runID]
+	if ok && now.Sub(last) < wire.PaneWatchRefresh/2 {
+		s.paneWatch.mu.Unlock()
+		return
 	}
 	for id, at := range s.paneWatch.sent {
 		if now.Sub(at) > wire.PaneWatchTTL {
@@ -120,6 +113,28 @@ func (s *Server) watchPane(ctx context.Context, runID string) {
 		}
 	}
 	s.paneWatch.sent[runID] = now
+	s.paneWatch.mu.Unlock()
+	release := func() {
+		s.paneWatch.mu.Lock()
+		defer s.paneWatch.mu.Unlock()
+		if s.paneWatch.sent[runID] != now {
+			return // a later send took it
+		}
+		if ok {
+			s.paneWatch.sent[runID] = last
+		} else {
+			delete(s.paneWatch.sent, runID)
+		}
+	}
+	run, err := s.store.GetRun(ctx, runID)
+	if err != nil || run.Status != wire.RunRunning || run.HostID == nil {
+		release()
+		return
+	}
+	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FramePaneWatch, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt)}); err != nil {
+		s.log.Debug("pane_watch not sent", "run_id", run.ID, "err", err)
+		release()
+	}
 }
 
 // writeFrame writes one text frame within wsWriteTimeout.
