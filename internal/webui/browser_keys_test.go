@@ -102,7 +102,7 @@ func fleetActions(t *testing.T, d *dash) {
 	if code := d.registerAs(tok, name); code != 200 {
 		t.Errorf("register with the rotated token: %d, want 200", code)
 	}
-	d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
+	d.do(d.ctx, press(kb.Escape))
 	d.waitJS(d.ctx, 5*time.Second, "the token gone from the page", `!document.querySelector('[data-testid=worker-token]') && !document.body.textContent.includes('`+tok+`')`)
 
 	d.menuItem(d.ctx, name, "Remove")
@@ -140,35 +140,35 @@ func keyboard(t *testing.T, d *dash) {
 	}
 	d.goTo(d.ctx, "/fleet")
 	d.waitJS(d.ctx, 5*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
-	d.do(d.ctx, chromedp.KeyEvent("?"))
+	d.do(d.ctx, press("?"))
 	d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
 		&& [...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('j / k'))`)
-	d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
+	d.do(d.ctx, press(kb.Escape))
 	d.waitJS(d.ctx, 5*time.Second, "the shortcuts closed", `!document.querySelector('dialog .shortcuts')`)
 
 	// / then a task's title: Enter opens it on its board.
-	d.do(d.ctx, chromedp.KeyEvent("/"))
+	d.do(d.ctx, press("/"))
 	d.waitJS(d.ctx, 5*time.Second, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
 	d.insertText(d.ctx, "Polish the keyboard")
 	d.waitJS(d.ctx, 10*time.Second, "the task among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').textContent.includes('Polish the keyboard')`)
-	d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+	d.do(d.ctx, press(kb.Enter))
 	d.waitJS(d.ctx, 5*time.Second, "its board with the task open", fmt.Sprintf(`location.pathname === '/projects/browser-test' && location.search === '?item=%s'`, w.ID))
-	d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
+	d.do(d.ctx, press(kb.Escape))
 
 	// / then a run's short id: Enter opens the run.
 	target := l.Runs[len(l.Runs)-1]
 	d.goTo(d.ctx, "/inbox")
 	d.waitJS(d.ctx, 5*time.Second, "no dialog", `!document.querySelector('dialog')`)
-	d.do(d.ctx, chromedp.KeyEvent("/"))
+	d.do(d.ctx, press("/"))
 	d.waitJS(d.ctx, 5*time.Second, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
 	d.insertText(d.ctx, target.ID[:8])
 	d.waitJS(d.ctx, 10*time.Second, "the run first among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').getAttribute('href') === '/runs/`+target.ID+`'`)
-	d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+	d.do(d.ctx, press(kb.Enter))
 	d.waitJS(d.ctx, 5*time.Second, "the run page", `location.pathname === '/runs/`+target.ID+`' && !document.querySelector('dialog')`)
 
 	// g i from the run page.
 	_ = eval[bool](d, d.ctx, `(document.activeElement && document.activeElement.blur(), true)`)
-	d.do(d.ctx, chromedp.KeyEvent("g"), chromedp.KeyEvent("i"))
+	d.do(d.ctx, press("g"), press("i"))
 	d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
 
 	// j/k on the runs list, Enter opens the selected one.
@@ -180,7 +180,7 @@ func keyboard(t *testing.T, d *dash) {
 		key  string
 		want int
 	}{{"j", 0}, {"j", 1}, {"j", 2}, {"k", 1}} {
-		d.do(d.ctx, chromedp.KeyEvent(step.key))
+		d.do(d.ctx, press(step.key))
 		d.waitJS(d.ctx, 5*time.Second, fmt.Sprintf("key %d (%s) to select row %d", i+1, step.key, step.want), fmt.Sprintf(`%s === %d`, selected, step.want))
 	}
 	href := eval[string](d, d.ctx, `document.activeElement.querySelector('a').getAttribute('href')`)
@@ -188,7 +188,7 @@ func keyboard(t *testing.T, d *dash) {
 		// The page and the API order the runs alike (newest first).
 		t.Errorf("the second row opens %s, want the API's second run %s", href, l.Runs[1].ID)
 	}
-	d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+	d.do(d.ctx, press(kb.Enter))
 	d.waitJS(d.ctx, 5*time.Second, "Enter to open the selected run", `location.pathname === '`+href+`'`)
 }
 

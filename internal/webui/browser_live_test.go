@@ -126,7 +126,7 @@ func needsInputLeavesInbox(t *testing.T, d *dash) {
 	d.click(d.ctx, d.sel("take-control"))
 	d.waitJS(d.ctx, 10*time.Second, "control of the asking run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
 	d.insertText(d.ctx, "yes")
-	d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+	d.do(d.ctx, press(kb.Enter))
 	d.waitJS(d.ctx, 10*time.Second, "the answer read by the run", `window.__pamTerm.buffer.includes('got yes')`)
 	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
 	d.waitJS(d.ctx, 10*time.Second, "the attention badge gone", `!document.querySelector('.run-meta .badge.st-needs_input')`)

@@ -17,7 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
@@ -441,12 +443,12 @@ func TestDashboard(t *testing.T) {
 		eventually.Wait(t, 10*time.Second, "the dragged card to be doing in the API", func() bool { return d.item(first.ID).Status == "doing" })
 		d.waitJS(d.ctx, 5*time.Second, "the card in the doing column", `document.querySelector('[data-testid=col-doing] `+card+`')`)
 		// Keyboard: Shift+→ moves the focused card one column right.
-		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
+		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
 		eventually.Wait(t, 10*time.Second, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
 		// The page may show the move a moment after the API has it: a
 		// Shift+← on the card still drawn in doing would send it to todo.
 		d.waitJS(d.ctx, 5*time.Second, "the card in the done column", `document.querySelector('[data-testid=col-done] `+card+`')`)
-		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), chromedp.KeyEvent(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
+		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
 		eventually.Wait(t, 10*time.Second, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
 		// An epic groups its tasks.
 		var epic wire.WorkItem
@@ -497,7 +499,7 @@ func TestDashboard(t *testing.T) {
 		d.click(d.ctx, d.sel("take-control"))
 		d.waitJS(d.ctx, 10*time.Second, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
 		d.insertText(d.ctx, "hello-attach")
-		d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+		d.do(d.ctx, press(kb.Enter))
 		d.waitJS(d.ctx, 5*time.Second, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
 		d.shot(d.ctx, "desktop-run-control")
 
@@ -521,9 +523,9 @@ func TestDashboard(t *testing.T) {
 		// once its echo is back, keys sent before it would be too.
 		d.do(other, chromedp.Focus(chromedp.CSS(`[data-testid=terminal] textarea`)))
 		d.insertText(other, "intruder-keys")
-		d.do(other, chromedp.KeyEvent(kb.Enter))
+		d.do(other, press(kb.Enter))
 		d.insertText(d.ctx, "marker-after")
-		d.do(d.ctx, chromedp.KeyEvent(kb.Enter))
+		d.do(d.ctx, press(kb.Enter))
 		d.waitJS(d.ctx, 5*time.Second, "the holder's marker echoed", `window.__pamTerm.buffer.split('marker-after').length >= 3`)
 		if buf := eval[string](d, d.ctx, `window.__pamTerm.buffer`); strings.Contains(buf, "intruder") {
 			t.Errorf("keys typed without the lease reached the run:\n%s", buf)
@@ -532,7 +534,7 @@ func TestDashboard(t *testing.T) {
 		d.waitJS(other, 10*time.Second, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
 		d.waitJS(d.ctx, 10*time.Second, "the first browser back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
 		d.insertText(other, "typed-by-the-other")
-		d.do(other, chromedp.KeyEvent(kb.Enter))
+		d.do(other, press(kb.Enter))
 		d.waitJS(other, 5*time.Second, "the other browser's typing echoed", `window.__pamTerm.buffer.split('typed-by-the-other').length >= 3`)
 		d.click(other, d.sel("release"))
 		d.waitJS(other, 10*time.Second, "the other browser released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
@@ -560,7 +562,7 @@ func TestDashboard(t *testing.T) {
 		var h wire.Host
 		d.api(200, "GET", "/hosts/gpu-box", nil, &h)
 		d.shot(d.ctx, "desktop-fleet-add-host")
-		d.do(d.ctx, chromedp.KeyEvent(kb.Escape))
+		d.do(d.ctx, press(kb.Escape))
 		d.waitJS(d.ctx, 5*time.Second, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
 		gpuToken = tok
 	})
@@ -729,10 +731,10 @@ func TestDashboard(t *testing.T) {
 		}
 		d.goTo(d.ctx, "/fleet")
 		// Shortcuts: ? opens the list, g i goes to the inbox.
-		d.do(d.ctx, chromedp.KeyEvent("?"))
+		d.do(d.ctx, press("?"))
 		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog[open] .shortcuts')`)
 		d.shot(d.ctx, "desktop-shortcuts")
-		d.do(d.ctx, chromedp.KeyEvent(kb.Escape), chromedp.KeyEvent("gi"))
+		d.do(d.ctx, press(kb.Escape), press("gi"))
 		d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
 
 		phone := d.phoneTab()
@@ -820,4 +822,40 @@ func TestDashboard(t *testing.T) {
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// press types keys as a keyboard does: for each key one keyDown that
+// carries its character, then a keyUp. chromedp.KeyEvent sends the
+// character as a separate "char" event after the keyDown, a round trip
+// later; when the keyDown's handler opens a dialog (Enter on a search
+// result opens the item), that late character lands on the dialog's
+// focused button and presses it. A real keyboard's keypress comes with
+// its keydown, and not at all when the keydown's default was prevented.
+func press(keys string, opts ...chromedp.KeyOption) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range keys {
+			var down, up *input.DispatchKeyEventParams
+			for _, k := range kb.Encode(r) {
+				for _, o := range opts {
+					o(k)
+				}
+				switch k.Type {
+				case kb.KeyDown:
+					down = k
+				case kb.KeyChar:
+					if k.Modifiers&^int64(chromedp.ModifierShift) == 0 {
+						down.Text, down.UnmodifiedText = k.Text, k.UnmodifiedText
+					}
+				case kb.KeyUp:
+					up = k
+				}
+			}
+			for _, k := range []*input.DispatchKeyEventParams{down, up} {
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
