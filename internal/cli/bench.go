@@ -40,6 +40,7 @@ var benchLoadCmd = &command{
 		dispatchRate := fs.Int("dispatch-rate", 50, "runs per second dispatched during the load, each a dispatch latency sample")
 		executor := fs.String("executor", "", "the worker's executor: tmux or pty (default $PAM_EXECUTOR, else tmux)")
 		keep := fs.Bool("keep", false, "keep the temporary folder (the processes' logs, the database) and say where")
+		profile := fs.String("profile", "", "write a CPU profile of serve during the load to this file (go tool pprof reads it)")
 		asJSON := fs.Bool("json", false, `print {"figures":[...]} instead of a table`)
 		return func(x *invocation) error {
 			exe, err := os.Executable()
@@ -52,7 +53,7 @@ var benchLoadCmd = &command{
 			}
 			o := loadtest.Options{Pam: exe, Environ: environ, Executor: *executor, Runs: *runs, Subscribers: *subs,
 				Viewers: *viewers, Duration: *duration, EventRate: *rate, CachedRuns: *cached, DispatchRate: *dispatchRate,
-				Keep: *keep, Logger: slog.New(slog.NewTextHandler(x.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+				Keep: *keep, Profile: *profile, Logger: slog.New(slog.NewTextHandler(x.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
 			if o.Executor == "" {
 				o.Executor = x.env.getenv("PAM_EXECUTOR")
 			}

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -60,6 +61,9 @@ type Options struct {
 	Dir string
 	// Keep leaves the folder (logs, databases) in place.
 	Keep bool
+	// Profile, when set, is where serve's CPU profile of the load goes
+	// (GET /debug/pprof/profile for the load's duration, less a second).
+	Profile string
 	// Logger gets the progress.
 	Logger *slog.Logger
 }
@@ -230,7 +234,16 @@ func (l *load) run(ctx context.Context) (Result, error) {
 	}
 
 	l.log.Info("load", "duration", o.Duration, "events/s", o.EventRate, "dispatches/s", o.DispatchRate)
+	profiled := make(chan error, 1)
+	if o.Profile != "" {
+		go func() { profiled <- l.profileServe(ctx, o.Profile, o.Duration-time.Second) }()
+	} else {
+		profiled <- nil
+	}
 	m := l.measureLoad(ctx, loadCtx)
+	if err := <-profiled; err != nil {
+		return Result{}, err
+	}
 	if m.err != nil {
 		return Result{}, m.err
 	}
@@ -297,6 +310,40 @@ func (l *load) startServe(ctx context.Context) error {
 	}
 	// Many clients at once: keep their connections instead of churning.
 	l.api.HTTP.Transport.(*http.Transport).MaxIdleConnsPerHost = 512
+	return nil
+}
+
+// profileServe writes serve's CPU profile of the next d (at least a
+// second) to file.
+func (l *load) profileServe(ctx context.Context, file string, d time.Duration) error {
+	secs := max(int(d/time.Second), 1)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(secs)*time.Second+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", l.api.BaseURL+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+l.api.Token)
+	resp, err := l.api.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile serve: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile serve: %s", resp.Status)
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("profile serve: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	l.log.Info("serve's CPU profile written", "file", file, "seconds", secs)
 	return nil
 }
 

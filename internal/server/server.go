@@ -13,6 +13,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -278,6 +279,12 @@ func (s *Server) routes() {
 
 	s.mux.HandleFunc("GET /healthz", s.healthz)
 	s.mux.Handle("GET /metrics", s.metricsHandler())
+	// Go's profiles of this process, for the operator (docs/bench.md#profiles):
+	// how the figures of make bench that miss their goals were explained.
+	s.mux.Handle("GET /debug/pprof/", s.operatorAuth(pprof.Index))
+	s.mux.Handle("GET /debug/pprof/profile", s.operatorAuth(pprof.Profile))
+	s.mux.Handle("GET /debug/pprof/trace", s.operatorAuth(pprof.Trace))
+	s.mux.Handle("GET /debug/pprof/symbol", s.operatorAuth(pprof.Symbol))
 	ui := webui.New()
 	for _, p := range webui.Patterns {
 		s.mux.Handle("GET "+p, ui)

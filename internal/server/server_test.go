@@ -198,6 +198,15 @@ func TestAuthMatrix(t *testing.T) {
 	if code, body := e.callAs(testToken, "GET", "/metrics", nil); code != 200 || !bytes.Contains(body, []byte("pam_http_requests_total")) {
 		t.Errorf("GET /metrics with token: %d", code)
 	}
+	// So do Go's profiles of the server.
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/profile?seconds=1"} {
+		if code, _ := e.callAs("", "GET", path, nil); code != 401 {
+			t.Errorf("GET %s without token: %d, want 401", path, code)
+		}
+	}
+	if code, body := e.callAs(testToken, "GET", "/debug/pprof/goroutine?debug=1", nil); code != 200 || !bytes.Contains(body, []byte("goroutine profile:")) {
+		t.Errorf("GET /debug/pprof/goroutine with token: %d %.200s", code, body)
+	}
 	if code, body := e.callAs("", "GET", "/healthz", nil); code != 200 || !bytes.Contains(body, []byte(`"ok"`)) {
 		t.Errorf("GET /healthz: %d %s", code, body)
 	}
