@@ -240,9 +240,18 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		if err != nil {
 			return err
 		}
-		// Lock the project first, then the item: the same order as create.
-		if _, err := projectByRef(ctx, tx, cur.ProjectID, true); err != nil {
-			return err
+		// A move changes the project's tree, so a request that names a
+		// parent (a move, unless the item is already there once locked)
+		// takes the project's lock, as creates do, then the item's: two
+		// moves can never make a cycle. Any other change is the item's
+		// alone and locks only it, so edits of different cards of one
+		// project run side by side (20 editors of one project were one at
+		// a time: ≈270 PATCHes/s under pam bench load, docs/bench.md).
+		// Nothing locks an item and then its project: no deadlock.
+		if in.ParentID.Set {
+			if _, err := projectByRef(ctx, tx, cur.ProjectID, true); err != nil {
+				return err
+			}
 		}
 		if cur, err = itemByID(ctx, tx, id, true); err != nil {
 			return err
