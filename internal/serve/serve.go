@@ -176,7 +176,14 @@ func Run(ctx context.Context, o Options) (err error) {
 	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
 	st.AfterCommit = hub.Wake
 	workers := fleet.New(1000)
-	dispatcher := dispatch.New(st, workers, dispatch.Options{
+	// Placement has connections of its own: a busy API never makes a run
+	// wait for one to be offered.
+	placement, err := st.WithOwnPool(gctx, 2)
+	if err != nil {
+		return abort(err)
+	}
+	defer placement.Close()
+	dispatcher := dispatch.New(placement, workers, dispatch.Options{
 		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
 		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout, Logger: o.Logger,
 	})
