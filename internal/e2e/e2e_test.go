@@ -28,6 +28,7 @@ type system struct {
 	t     testing.TB
 	url   string
 	token string
+	db    string        // serve's database, for tests that look under the API
 	tm    *pamtest.Tmux // TMUX_TMPDIR shared by the workers of this system
 }
 
@@ -35,9 +36,10 @@ type system struct {
 func newSystem(t testing.TB, extraEnv ...string) *system {
 	t.Helper()
 	pamtest.Require(t, "tmux")
-	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: storetest.URL(t), Env: append([]string{
+	db := storetest.URL(t)
+	sv := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: db, Env: append([]string{
 		"PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}, extraEnv...)})
-	return &system{t: t, url: sv.URL, token: sv.Token, tm: pamtest.NewTmux(t)}
+	return &system{t: t, url: sv.URL, token: sv.Token, db: db, tm: pamtest.NewTmux(t)}
 }
 
 // worker provisions a host and starts `pam worker` for it.
