@@ -24,9 +24,9 @@ func TestPlacementWhileTheAPIIsBusy(t *testing.T) {
 	s.must(200, "PATCH", "/api/v1/hosts/e2e-busy", map[string]any{"max_runs": 1}, nil)
 	task := s.task()
 	var first, second wire.Run
-	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300"}, &first)
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300", "cwd": t.TempDir()}, &first)
 	s.waitRun(first.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
-	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300"}, &second)
+	s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "sleep 300", "cwd": t.TempDir()}, &second)
 
 	ctx := t.Context()
 	db, err := pgx.Connect(ctx, s.db)
