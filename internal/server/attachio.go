@@ -198,13 +198,17 @@ func (c *attachClient) end(code, message string) {
 // close.
 func (c *attachClient) writer() {
 	ctx := context.Background()
-	var pace framePacer
+	pace := &c.pace
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	// Only a data frame written counts: a wake-up whose output an earlier
+	// frame already took (two relay frames, one data frame) sends nothing
+	// and must not use up the pace.
 	flush := func() {
-		pace.sent(time.Now())
-		c.flushOutput(ctx)
+		if at := time.Now(); c.flushOutput(ctx) {
+			pace.sent(at)
+		}
 	}
 	for {
 		select {
@@ -218,6 +222,9 @@ func (c *attachClient) writer() {
 		case <-c.outReady:
 			if armed {
 				continue // the timer flushes it
+			}
+			if !c.outputPending() {
+				continue // an earlier frame took it: no timer for nothing
 			}
 			if wait := pace.wait(time.Now()); wait > 0 {
 				timer.Reset(wait)
@@ -280,16 +287,24 @@ func (p *framePacer) sent(now time.Time) {
 	p.last = now
 }
 
-// flushOutput writes one data frame of pending output; what is left is
-// signalled for the next interval. Control frames queued before it go
-// first, so lease_acquired always precedes the relay's output.
-func (c *attachClient) flushOutput(ctx context.Context) {
+// outputPending reports whether output waits for a data frame.
+func (c *attachClient) outputPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.out) > 0
+}
+
+// flushOutput writes one data frame of pending output, and reports
+// whether it did; what is left is signalled for the next interval.
+// Control frames queued before it go first, so lease_acquired always
+// precedes the relay's output.
+func (c *attachClient) flushOutput(ctx context.Context) bool {
 	for pending := true; pending; {
 		select {
 		case b := <-c.ctrl:
 			if writeFrame(ctx, c.ws, b) != nil {
 				c.end("", "")
-				return
+				return false
 			}
 		default:
 			pending = false
@@ -306,12 +321,13 @@ func (c *attachClient) flushOutput(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	if n == 0 {
-		return
+		return false
 	}
 	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSData, Bytes: chunk})
 	if writeFrame(ctx, c.ws, b) != nil {
 		c.end("", "")
 	}
+	return true
 }
 
 // finish writes what the end left to say and closes the socket.
