@@ -78,6 +78,8 @@ type attachClient struct {
 	outReady chan struct{}
 	inReady  chan struct{}
 	drained  chan struct{}
+	// pace spaces the data frames; only the writer goroutine touches it.
+	pace framePacer
 
 	// Lease state: changed by the reader goroutine only, read by the
 	// relay's sink and the input pump under mu.

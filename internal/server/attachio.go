@@ -193,18 +193,22 @@ func (c *attachClient) end(code, message string) {
 }
 
 // writer is the socket's only writer: control frames as they come,
-// output as the pacer allows (at once when the socket was quiet, at most
-// 10 data frames in any second), and on the end the final frame and the
-// close.
+// output as the pacer allows (at once while the client has credit, at
+// most 10 data frames in any second), and on the end the final frame and
+// the close.
 func (c *attachClient) writer() {
 	ctx := context.Background()
-	var pace framePacer
+	pace := &c.pace
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
-	flush := func() {
-		pace.sent(time.Now())
-		c.flushOutput(ctx)
+	// Only a data frame written counts: a wake-up whose output an earlier
+	// frame already took (two relay frames, one data frame) sends nothing
+	// and must not use up the pace.
+	flush := func(held bool) {
+		if at := time.Now(); c.flushOutput(ctx) {
+			pace.sent(at, held)
+		}
 	}
 	for {
 		select {
@@ -219,12 +223,15 @@ func (c *attachClient) writer() {
 			if armed {
 				continue // the timer flushes it
 			}
+			if !c.outputPending() {
+				continue // an earlier frame took it: no timer for nothing
+			}
 			if wait := pace.wait(time.Now()); wait > 0 {
 				timer.Reset(wait)
 				armed = true
 				continue
 			}
-			flush()
+			flush(false)
 		case <-timer.C:
 			armed = false
 			if wait := pace.wait(time.Now()); wait > 0 {
@@ -232,64 +239,84 @@ func (c *attachClient) writer() {
 				armed = true
 				continue
 			}
-			flush()
+			flush(true)
 		}
 	}
 }
 
-// framePacer spaces an attach client's data frames: never more than
-// framesPerSecond in any second (the contract's bound), and, once a few
-// went out within the second (a flood), at least floodInterval apart so
-// that a flood is drawn evenly. Output after a quiet spell — the echo of
-// a key, even right after a status-line redraw — goes at once.
+// framePacer spaces an attach client's data frames by two rules:
+//
+//   - never more than framesPerSecond in any second, the contract's bound
+//     (a ring of the last sends);
+//   - a credit of burstFrames frames, one earned back per floodInterval:
+//     a frame goes at once while there is credit. At a typist's pace
+//     nothing waits, not an echo right after a status-line redraw nor the
+//     second read of one echo; a burst beyond it is spaced floodInterval
+//     apart.
+//
+// A frame that had to wait leaves no credit: a flood (output always
+// pending) is drawn one frame per floodInterval, evenly. Credit earned
+// while the second's bound held frames back would otherwise go in a
+// burst, and the bound would then hold the frames after it as long.
 type framePacer struct {
 	times [framesPerSecond]time.Time // the last sends, a ring
 	next  int                        // where the next send is written: the oldest
-	last  time.Time
+	// paid is when the frames sent so far are paid for at one per
+	// floodInterval; a frame may go once it is no more than
+	// (burstFrames-1) intervals ahead.
+	paid time.Time
 }
 
 const (
 	// framesPerSecond bounds the data frames of one attach client in any
 	// second.
 	framesPerSecond = 10
-	// quietFrames is how many frames within a second still go at once.
-	quietFrames = framesPerSecond / 2
+	// burstFrames is how many frames may go at once after a quiet spell.
+	burstFrames = 2
 )
 
 // wait is how long a frame ready at now must wait.
 func (p *framePacer) wait(now time.Time) time.Duration {
-	inWindow := 0
-	for _, t := range p.times {
-		if !t.IsZero() && now.Sub(t) < time.Second {
-			inWindow++
-		}
+	w := p.paid.Add(-(burstFrames - 1) * floodInterval).Sub(now)
+	if oldest := p.times[p.next]; !oldest.IsZero() {
+		w = max(w, oldest.Add(time.Second).Sub(now))
 	}
-	if inWindow >= framesPerSecond {
-		return p.times[p.next].Add(time.Second).Sub(now)
-	}
-	if inWindow < quietFrames {
-		return 0
-	}
-	return max(0, p.last.Add(floodInterval).Sub(now))
+	return max(0, w)
 }
 
-// sent records a frame sent at now.
-func (p *framePacer) sent(now time.Time) {
+// sent records a frame sent at now; held says it had waited (wait was
+// positive when its output came).
+func (p *framePacer) sent(now time.Time, held bool) {
 	p.times[p.next] = now
 	p.next = (p.next + 1) % framesPerSecond
-	p.last = now
+	switch {
+	case held:
+		p.paid = now.Add(burstFrames * floodInterval) // no credit left
+	case p.paid.Before(now):
+		p.paid = now.Add(floodInterval)
+	default:
+		p.paid = p.paid.Add(floodInterval)
+	}
 }
 
-// flushOutput writes one data frame of pending output; what is left is
-// signalled for the next interval. Control frames queued before it go
-// first, so lease_acquired always precedes the relay's output.
-func (c *attachClient) flushOutput(ctx context.Context) {
+// outputPending reports whether output waits for a data frame.
+func (c *attachClient) outputPending() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.out) > 0
+}
+
+// flushOutput writes one data frame of pending output, and reports
+// whether it did; what is left is signalled for the next interval.
+// Control frames queued before it go first, so lease_acquired always
+// precedes the relay's output.
+func (c *attachClient) flushOutput(ctx context.Context) bool {
 	for pending := true; pending; {
 		select {
 		case b := <-c.ctrl:
 			if writeFrame(ctx, c.ws, b) != nil {
 				c.end("", "")
-				return
+				return false
 			}
 		default:
 			pending = false
@@ -306,12 +333,13 @@ func (c *attachClient) flushOutput(ctx context.Context) {
 	}
 	c.mu.Unlock()
 	if n == 0 {
-		return
+		return false
 	}
 	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSData, Bytes: chunk})
 	if writeFrame(ctx, c.ws, b) != nil {
 		c.end("", "")
 	}
+	return true
 }
 
 // finish writes what the end left to say and closes the socket.
