@@ -146,19 +146,21 @@ func (s *Server) getWorkItem(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) updateWorkItem(w http.ResponseWriter, r *http.Request) {
-	// Look the item up before reading the body, so a bad id is a 404
-	// whatever the body holds.
-	if _, err := s.store.GetWorkItem(r.Context(), r.PathValue("id")); err != nil {
-		s.fail(w, r, err)
-		return
-	}
 	var in wire.UpdateWorkItem
-	if err := decodeJSON(w, r, &in); err != nil {
-		s.fail(w, r, err)
-		return
+	err := decodeJSON(w, r, &in)
+	item := wire.WorkItem{}
+	if err == nil {
+		item, err = s.store.UpdateWorkItem(r.Context(), r.PathValue("id"), in)
 	}
-	item, err := s.store.UpdateWorkItem(r.Context(), r.PathValue("id"), in)
 	if err != nil {
+		// A bad id is a 404 whatever the body holds: a body refused
+		// before the item was read is judged after looking it up. Only
+		// a refusal pays for that read, not every edit.
+		if !wire.HasCode(err, wire.CodeNotFound) {
+			if _, gerr := s.store.GetWorkItem(r.Context(), r.PathValue("id")); wire.HasCode(gerr, wire.CodeNotFound) {
+				err = gerr
+			}
+		}
 		s.fail(w, r, err)
 		return
 	}

@@ -236,10 +236,6 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 	}
 	var out wire.WorkItem
 	err := s.InTx(ctx, func(tx *Tx) error {
-		cur, err := itemByID(ctx, tx, id, false)
-		if err != nil {
-			return err
-		}
 		// A move changes the project's tree, so a request that names a
 		// parent (a move, unless the item is already there once locked)
 		// takes the project's lock, as creates do, then the item's: two
@@ -249,11 +245,16 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		// a time: ≈270 PATCHes/s under pam bench load, docs/bench.md).
 		// Nothing locks an item and then its project: no deadlock.
 		if in.ParentID.Set {
-			if _, err := projectByRef(ctx, tx, cur.ProjectID, true); err != nil {
+			unlocked, err := itemByID(ctx, tx, id, false)
+			if err != nil {
+				return err
+			}
+			if _, err := projectByRef(ctx, tx, unlocked.ProjectID, true); err != nil {
 				return err
 			}
 		}
-		if cur, err = itemByID(ctx, tx, id, true); err != nil {
+		cur, err := itemByID(ctx, tx, id, true)
+		if err != nil {
 			return err
 		}
 		var events []NewEvent
