@@ -154,3 +154,25 @@ func TestSafeSeqReaderMissesNothingUnderConcurrentWriters(t *testing.T) {
 		t.Fatalf("only %d events committed; the test did not exercise concurrency", len(all))
 	}
 }
+
+// TestFullXid: a 32-bit xid of pg_stat_activity is placed in the epoch
+// of a snapshot's xmax, across the 2^32 boundary both ways.
+func TestFullXid(t *testing.T) {
+	const epoch = uint64(7) << 32
+	for _, c := range []struct {
+		near uint64
+		x    uint32
+		want uint64
+	}{
+		{epoch + 1000, 990, epoch + 990},     // older, same epoch
+		{epoch + 1000, 1005, epoch + 1005},   // assigned after the snapshot's xmax
+		{epoch + 5, 0xffff_fff0, epoch - 16}, // older, previous epoch
+		{epoch - 3, 4, epoch + 4},            // newer, next epoch
+		{epoch + 1<<31 - 1, 0, epoch},        // as far below as it goes
+		{epoch + 100, 100, epoch + 100},      // xmax itself
+	} {
+		if got := store.FullXid(c.near, c.x); got != c.want {
+			t.Errorf("FullXid(%#x, %#x) = %#x, want %#x", c.near, c.x, got, c.want)
+		}
+	}
+}
