@@ -160,7 +160,7 @@ const maxSecretFile = 64 << 10
 
 // readSecretFile reads a secret from the file a --*-file flag names,
 // trimmed of surrounding whitespace. A file others can read or write is
-// refused as token files are 0600 (docs/architecture.md#security), and an empty one is refused
+// refused as token files are 0600 (docs/architecture.md#security-model), and an empty one is refused
 // rather than silently falling back to another source.
 func readSecretFile(path string) (string, error) {
 	if path == "" {

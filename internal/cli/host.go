@@ -186,7 +186,7 @@ func hostAction(name, summary string, call func(*apiclient.Client, context.Conte
 // printWorkerToken shows a worker token once, on its own line, and how to
 // put it into the worker's token file. It never prints a command line that
 // holds the token: that would land in shell history and, as an argument or
-// a variable of a command, in the process list (docs/architecture.md#security).
+// a variable of a command, in the process list (docs/architecture.md#security-model).
 func printWorkerToken(w io.Writer, base, host, token string) {
 	fmt.Fprintf(w, "Worker token (shown only this once; pam keeps only its hash):\n\n  %s\n\n", token)
 	fmt.Fprintf(w, "On %s, store it in the worker's token file (<data>/worker/token, mode 0600;\n", host)

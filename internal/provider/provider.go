@@ -48,7 +48,7 @@ type Provider struct {
 	// EndOfOptions is the argument after which the CLI parses no option
 	// ("--"), put before a prompt that starts with "-" so the prompt is
 	// never read as an option; "" when the CLI takes none, and such a
-	// prompt is refused (docs/architecture.md#the-provider-catalog).
+	// prompt is refused (docs/architecture.md#provider-catalog).
 	EndOfOptions string
 }
 
