@@ -236,6 +236,10 @@ func (w *simWorker) heartbeats(ctx context.Context, conn *websocket.Conn, broken
 	}
 }
 
+// uplinkDownGrace is how long a failed reconcile call waits for the
+// uplink to go down (serve stopping) before it is counted as an error.
+const uplinkDownGrace = 5 * time.Second
+
 // reconciles asks for the host's runs after each connect and every
 // ReconcileInterval, the call the real worker's reconciliation makes.
 func (w *simWorker) reconciles(ctx context.Context) {
@@ -247,8 +251,16 @@ func (w *simWorker) reconciles(ctx context.Context) {
 		err := w.api.Do(cctx, http.MethodGet, workerRunsPath, nil, nil, &list)
 		cancel()
 		if err != nil && ctx.Err() == nil {
-			w.sim.reconcileErrors.Add(1)
-			w.sim.noteErr("reconcile", err)
+			// A stopping serve refuses new connections before it closes
+			// the uplinks, so a call in between fails on the uplink's way
+			// down: it counts only if the uplink outlives it.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(uplinkDownGrace):
+				w.sim.reconcileErrors.Add(1)
+				w.sim.noteErr("reconcile", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
