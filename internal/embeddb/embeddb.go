@@ -268,8 +268,13 @@ func (c *Cluster) initdb(ctx context.Context) error {
 }
 
 // runningPid returns the pid of a live postmaster of this cluster, or 0.
-func (c *Cluster) runningPid() int {
-	b, err := os.ReadFile(filepath.Join(c.opts.Dir, "postmaster.pid"))
+func (c *Cluster) runningPid() int { return RunningPID(c.opts.Dir) }
+
+// RunningPID returns the pid of a live postmaster of the cluster in dir
+// (serve's is <data>/postgres), or 0: the load drivers measure and stop
+// the cluster of the serve they started with it.
+func RunningPID(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
 	if err != nil {
 		return 0
 	}

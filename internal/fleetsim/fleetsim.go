@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"time"
 
+	"pam/internal/embeddb"
+
 	"pam/internal/apiclient"
 	"pam/internal/defaults"
 	"pam/internal/wire"
@@ -372,7 +374,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 			if u, ok := readProc(p.pid()); ok {
 				res.ServeRSSPeak = max(res.ServeRSSPeak, u.rss)
 			}
-			if _, n := clusterUsage(postmasterPID(p.dataDir)); n > res.DBBackendsMax {
+			if _, n := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres"))); n > res.DBBackendsMax {
 				res.DBBackendsMax = n
 			}
 			select {
@@ -385,7 +387,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	usage := func() (serveCPU, dbCPU time.Duration) {
 		p := current()
 		u, _ := readProc(p.pid())
-		db, _ := clusterUsage(postmasterPID(p.dataDir))
+		db, _ := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")))
 		return u.cpu, db
 	}
 

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"pam/internal/embeddb"
 )
 
 // serveStopGrace is how long serve has to shut down after SIGTERM before
@@ -125,7 +127,7 @@ func (p *serveProc) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
-	if pid := postmasterPID(p.dataDir); pid > 0 {
+	if pid := embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")); pid > 0 {
 		// A fast shutdown of the orphaned cluster, then wait for it.
 		if syscall.Kill(pid, syscall.SIGINT) == nil {
 			deadline := time.Now().Add(serveStopGrace)
@@ -135,21 +137,6 @@ func (p *serveProc) stop() {
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// postmasterPID is the pid of the embedded cluster's postmaster in the
-// data dir, if it runs; 0 otherwise.
-func postmasterPID(dataDir string) int {
-	b, err := os.ReadFile(filepath.Join(dataDir, "postgres", "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, err := strconv.Atoi(strings.TrimSpace(line))
-	if err != nil || pid <= 1 || syscall.Kill(pid, 0) != nil {
-		return 0
-	}
-	return pid
 }
 
 // serveMetrics is what serve's /metrics says of its Go runtime and

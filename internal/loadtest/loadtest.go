@@ -25,6 +25,8 @@ import (
 	"syscall"
 	"time"
 
+	"pam/internal/embeddb"
+
 	"pam/internal/apiclient"
 	"pam/internal/benchtable"
 	"pam/internal/datadir"
@@ -495,7 +497,7 @@ func (l *load) cleanup(runErr error) error {
 	}
 	if l.serve != nil {
 		l.serve.stop(60 * time.Second)
-		if pm := postmasterPID(filepath.Join(l.dir, "serve")); pm > 0 && alive(pm) {
+		if pm := embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")); pm > 0 {
 			// SIGQUIT: PostgreSQL's immediate shutdown.
 			if err := endProcess(pm, syscall.SIGQUIT, 10*time.Second); err != nil {
 				errs = append(errs, fmt.Errorf("end the embedded database: %w", err))

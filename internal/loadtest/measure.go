@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"pam/internal/embeddb"
 )
 
 // measured is what the load phase observed.
@@ -48,7 +50,7 @@ func (l *load) cpuNow(ctx context.Context) cpuTimes {
 			c.sess += st.cpu
 		}
 	}
-	c.postgres = groupCPU(postmasterPID(filepath.Join(l.dir, "serve")))
+	c.postgres = groupCPU(embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")))
 	if st, ok := readStat(os.Getpid()); ok {
 		c.self = st.cpu
 	}

@@ -117,17 +117,5 @@ func groupCPU(pid int) time.Duration {
 	return total
 }
 
-// postmasterPID reads the pid of the embedded cluster's postmaster from
-// <data>/postgres/postmaster.pid; 0 when there is none.
-func postmasterPID(serveDataDir string) int {
-	b, err := os.ReadFile(filepath.Join(serveDataDir, "postgres", "postmaster.pid"))
-	if err != nil {
-		return 0
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	pid, _ := strconv.Atoi(strings.TrimSpace(line))
-	return pid
-}
-
 // mib converts bytes to MiB.
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
