@@ -48,6 +48,20 @@ func (e *runEnv) dialAttach(runID string) *websocket.Conn {
 	return c
 }
 
+// attached opens an attach socket on a run of w's and returns it once it
+// holds the lease (lease_acquired, then the first resize) and w has the
+// relay's attach_open.
+func (e *runEnv) attached(w *fakeWorker, runID string) (*websocket.Conn, wire.Frame) {
+	e.t.Helper()
+	c := e.dialAttach(runID)
+	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
+		if f, err := readTerm(e.t, c, 5*time.Second); err != nil || f.Type != typ {
+			e.t.Fatalf("want %s, got %+v %v", typ, f, err)
+		}
+	}
+	return c, w.expect(wire.FrameAttachOpen)
+}
+
 func readTerm(t testing.TB, c *websocket.Conn, d time.Duration) (wire.TermFrame, error) {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	defer cancel()
@@ -194,13 +208,7 @@ func TestAttachInputOrder(t *testing.T) {
 	e := newRunEnv(t, runOpts{})
 	w := e.worker("host-order", 4, "shell")
 	r := e.runningRun(w)
-	c := e.dialAttach(r.ID)
-	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
-		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
-			t.Fatalf("want %s, got %+v %v", typ, f, err)
-		}
-	}
-	open := w.expect(wire.FrameAttachOpen)
+	c, open := e.attached(w, r.ID)
 	var inputs [][]byte
 	var want bytes.Buffer
 	for i := range 24 {
@@ -240,13 +248,7 @@ func TestAttachOutputNotBehindDatabase(t *testing.T) {
 	e := newRunEnv(t, runOpts{})
 	w := e.worker("host-hol", 4, "shell")
 	r := e.runningRun(w)
-	c := e.dialAttach(r.ID)
-	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
-		if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != typ {
-			t.Fatalf("want %s, got %+v %v", typ, f, err)
-		}
-	}
-	open := w.expect(wire.FrameAttachOpen)
+	c, open := e.attached(w, r.ID)
 
 	tx, err := e.store.Pool.Begin(t.Context())
 	if err != nil {
