@@ -19,16 +19,22 @@ import (
 	"pam/internal/wire"
 )
 
+// testPTYExecutor is a pty executor whose holders are the real pam
+// binary (built for the tests), in a data dir of the test's.
+func testPTYExecutor(t *testing.T) *ptyExecutor {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds pam")
+	}
+	return newPTYExecutor(Options{PamBinary: pamtest.Pam(t)}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
 // TestPTYExecutor drives a session through the pty executor with the
 // real pam binary as its holder: the session is listed with its run,
 // attempt and instance; Capture renders the screen model with colour;
 // keys and an attach reach the program; the stop ladder ends it.
 func TestPTYExecutor(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds pam")
-	}
-	pam := pamtest.Pam(t)
-	e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := testPTYExecutor(t)
 	name := mustSession(t, "pam-"+runA[:8])
 	const instance = "5e5e5e5e-1111-4111-8111-111111111111"
 	err := e.NewSession(t.Context(), tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runA, Attempt: 2, Instance: instance,
@@ -111,11 +117,7 @@ func TestPTYExecutor(t *testing.T) {
 // A name a live holder has is tmux.ErrSessionExists, as with tmux: the
 // spawn then stops the earlier incarnation and creates again.
 func TestPTYExecutorNameTaken(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds pam")
-	}
-	pam := pamtest.Pam(t)
-	e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := testPTYExecutor(t)
 	name := mustSession(t, "pam-"+runA[:8])
 	const instance = "5e5e5e5e-1111-4111-8111-111111111111"
 	sp := tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runA, Attempt: 1, Instance: instance, Command: []string{"/bin/sleep", "300"}}
@@ -147,13 +149,10 @@ func TestPTYExecutorNameTaken(t *testing.T) {
 // (a fresh model, at least once) and the capture still ends on the
 // flood's last lines, as the program's terminal shows them.
 func TestPTYScreenFloodSkips(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds pam")
-	}
-	pam := pamtest.Pam(t)
-	e := newPTYExecutor(Options{PamBinary: pam}, filepath.Join(t.TempDir(), "worker"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	e := testPTYExecutor(t)
 	name := mustSession(t, "pam-"+runA[:8])
-	flood := `i=0; line=$(printf '%0100d' 0); while [ $i -lt 2500 ]; do printf '%s\n' "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line" "$line"; i=$((i+1)); done; echo flood-tail-one; echo flood-tail-two; exec cat`
+	flood := `i=0; line=$(printf '%0100d' 0); while [ $i -lt 2500 ]; do printf '%s\n'` + strings.Repeat(` "$line"`, 100) +
+		`; i=$((i+1)); done; echo flood-tail-one; echo flood-tail-two; exec cat`
 	err := e.NewSession(t.Context(), tmux.Spawn{Name: name, Cwd: t.TempDir(), RunID: runA, Attempt: 1, Instance: "5e5e5e5e-1111-4111-8111-111111111111",
 		Command: []string{"/bin/sh", "-c", flood}})
 	if err != nil {
