@@ -73,14 +73,8 @@ func (e *runEnv) ingestFleet() []*ingestRun {
 	for h := range ingestHosts {
 		w := e.worker(fmt.Sprintf("sig-host-%d", h), ingestRunsPerHost, "shell")
 		for range ingestRunsPerHost {
-			r := e.start(map[string]any{"host_id": w.hostID})
-			d := w.expect(wire.FrameRunDispatch)
-			w.ack(d, true)
-			e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
-			if code, _, body := e.signal(d.SignalToken, r.ID, sig(wire.SignalStarted, 1)); code != 202 {
-				e.t.Fatalf("started: %d %s", code, body)
-			}
-			runs = append(runs, &ingestRun{w: w, id: r.ID, token: d.SignalToken})
+			r := e.runningWithToken(w)
+			runs = append(runs, &ingestRun{w: w, id: r.ID, token: r.token})
 		}
 	}
 	return runs

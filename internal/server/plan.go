@@ -148,7 +148,7 @@ func (s *Server) getWorkItem(w http.ResponseWriter, r *http.Request) {
 func (s *Server) updateWorkItem(w http.ResponseWriter, r *http.Request) {
 	var in wire.UpdateWorkItem
 	err := decodeJSON(w, r, &in)
-	item := wire.WorkItem{}
+	var item wire.WorkItem
 	if err == nil {
 		item, err = s.store.UpdateWorkItem(r.Context(), r.PathValue("id"), in)
 	}
