@@ -123,6 +123,10 @@ type Step struct {
 	RaiseMax      bool      // Requeue: raise max_attempts to the new attempt (POST /retry)
 	AttentionFrom string    // SetAttention: the attention the write is guarded on
 	Attention     string    // SetAttention: the attention after the write
+	// AttentionDetail is SetAttention's attention_detail after the write:
+	// what the run is asked (nil: none is known, or the run waits for
+	// nothing).
+	AttentionDetail *wire.AttentionDetail
 
 	Events []Event
 }

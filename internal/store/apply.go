@@ -125,7 +125,7 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 		// A run that is not running waits for nobody: its attention goes
 		// with the status (the decision journals it).
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = now(),
-			status_source = $7, attention = 'none', attention_since = NULL, updated_at = now()
+			status_source = $7, attention = 'none', attention_since = NULL, attention_detail = NULL, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
 			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source))
 	case lifecycle.Requeue:
@@ -136,10 +136,13 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
 			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax)
 	case lifecycle.SetAttention:
+		// attention_since moves only when the attention changes: a
+		// new detail of the same question keeps it.
 		row = tx.QueryRow(ctx, `UPDATE runs SET attention = $4,
-			attention_since = CASE WHEN $4 = 'none' THEN NULL ELSE now() END, updated_at = now()
+			attention_since = CASE WHEN $4 = 'none' THEN NULL WHEN attention = $4 THEN attention_since ELSE now() END,
+			attention_detail = CASE WHEN $4 = 'none' THEN NULL ELSE $5::jsonb END, updated_at = now()
 			WHERE id = $1 AND status = 'running' AND attempt = $2 AND attention = $3 RETURNING `+runColumns,
-			r.ID, st.Attempt, st.AttentionFrom, st.Attention)
+			r.ID, st.Attempt, st.AttentionFrom, st.Attention, st.AttentionDetail)
 	default:
 		return r, fmt.Errorf("unknown write %d", st.Write)
 	}

@@ -12,19 +12,19 @@ import (
 const runColumns = `id::text, task_id::text, project_id::text, provider, host_id::text, target_host_id::text,
 	status, attempt, max_attempts, failure_reason, exit_code, session_name, cwd, prompt, args,
 	pending_since, next_attempt_at, started_at, finished_at, completed_at, completion_source, created_at, updated_at, status_source,
-	attention, attention_since, workspace`
+	attention, attention_since, workspace, attention_detail, agent_session_id, continues_run_id::text, last_input_at`
 
 func scanRun(row pgx.Row) (wire.Run, error) {
 	var r wire.Run
 	err := row.Scan(&r.ID, &r.TaskID, &r.ProjectID, &r.Provider, &r.HostID, &r.TargetHostID,
 		&r.Status, &r.Attempt, &r.MaxAttempts, &r.FailureReason, &r.ExitCode, &r.SessionName, &r.Cwd, &r.Prompt, &r.Args,
 		&r.PendingSince, &r.NextAttemptAt, &r.StartedAt, &r.FinishedAt, &r.CompletedAt, &r.CompletionSource, &r.CreatedAt, &r.UpdatedAt, &r.StatusSource,
-		&r.Attention, &r.AttentionSince, &r.Workspace)
+		&r.Attention, &r.AttentionSince, &r.Workspace, &r.AttentionDetail, &r.AgentSessionID, &r.ContinuesRunID, &r.LastInputAt)
 	if r.Args == nil {
 		r.Args = []string{}
 	}
 	utc(&r.CreatedAt, &r.UpdatedAt)
-	utcp(r.PendingSince, r.NextAttemptAt, r.StartedAt, r.FinishedAt, r.CompletedAt, r.AttentionSince)
+	utcp(r.PendingSince, r.NextAttemptAt, r.StartedAt, r.FinishedAt, r.CompletedAt, r.AttentionSince, r.LastInputAt)
 	return r, err
 }
 

@@ -31,7 +31,10 @@ const (
 const (
 	AttentionNone       = "none"
 	AttentionNeedsInput = "needs_input"
-	AttentionIdle       = "idle"
+	// AttentionRateLimited: the provider's usage or rate limit stopped
+	// the agent; it waits for the limit to reset (or a person).
+	AttentionRateLimited = "rate_limited"
+	AttentionIdle        = "idle"
 )
 
 // Attention sources: what set or cleared a run's attention, journaled in
@@ -47,11 +50,41 @@ const (
 	AttentionSourceAttach = "attach"
 	// AttentionSourceStatus: the run left running.
 	AttentionSourceStatus = "status"
+	// AttentionSourceScreen: the worker read a question (or its end) on
+	// the captured screen (docs/architecture.md#the-screen-is-read).
+	AttentionSourceScreen = "screen"
+	// AttentionSourceMessage: a message delivered into the agent's input.
+	AttentionSourceMessage = "message"
+	// AttentionSourceAnswer: a notification's answer URL pressed a choice.
+	AttentionSourceAnswer = "answer"
 )
+
+// AttentionDetail is what a run that waits for a person is asked:
+// attention_detail of the Run object, null while it waits for nothing.
+type AttentionDetail struct {
+	// Source is what set the attention (AttentionSource*, provider-hook).
+	Source string `json:"source"`
+	// Text is the question as plain text, at most MaxAttentionText bytes.
+	Text string `json:"text"`
+	// Choices are the answers the screen offers, each pressed by its key
+	// (a key of the keys allowlist); [] when none were read.
+	Choices []Choice `json:"choices"`
+	// ResetsAt is when a usage limit resets, when the message names it.
+	ResetsAt *time.Time `json:"resets_at"`
+}
+
+// Choice is one answer of a question: the key that picks it and its label.
+type Choice struct {
+	Key   string `json:"key"`
+	Label string `json:"label"`
+}
+
+// MaxAttentionText bounds AttentionDetail.Text (and each choice label).
+const MaxAttentionText = 1000
 
 // ValidAttention reports whether a is an attention value.
 func ValidAttention(a string) bool {
-	return a == AttentionNone || a == AttentionNeedsInput || a == AttentionIdle
+	return a == AttentionNone || a == AttentionNeedsInput || a == AttentionRateLimited || a == AttentionIdle
 }
 
 // CreateRun is the body of POST /runs.

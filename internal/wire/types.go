@@ -66,9 +66,21 @@ type Run struct {
 	// none).
 	Attention      string     `json:"attention"`
 	AttentionSince *time.Time `json:"attention_since"`
+	// AttentionDetail is what the run is asked while it waits for a
+	// person (the question, its choices, when a limit resets); null
+	// otherwise.
+	AttentionDetail *AttentionDetail `json:"attention_detail"`
+	// AgentSessionID is the CLI's own conversation id, as its hooks
+	// report it; ContinuesRunID the run this one continues.
+	AgentSessionID *string    `json:"agent_session_id"`
+	ContinuesRunID *string    `json:"continues_run_id"`
 	Workspace      *Workspace `json:"workspace"`
 	CreatedAt      time.Time  `json:"created_at"`
 	UpdatedAt      time.Time  `json:"updated_at"`
+	// LastInputAt is the latest input into the live run (its start,
+	// keys, a message, an attach): the server's bookkeeping for telling
+	// a waiting agent from a hung one, not on the wire.
+	LastInputAt *time.Time `json:"-"`
 	// StatusSource is who decided the current status (wrapper,
 	// provider-hook, manual): the server's bookkeeping, not on the wire.
 	StatusSource *string `json:"-"`
