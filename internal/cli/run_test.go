@@ -19,7 +19,7 @@ const runID = "f8d9e2a1-4b7c-4e21-9a03-5c6d8e1f2a3b"
 const runJSON = `{"id":"` + runID + `","task_id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001",` +
 	`"provider":"claude","host_id":null,"target_host_id":null,"status":"pending","attempt":1,"max_attempts":3,"failure_reason":null,` +
 	`"exit_code":null,"session_name":"pam-f8d9e2a1","cwd":"","prompt":"","args":[],"pending_since":"2026-01-01T00:00:00Z",` +
-	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,"attention":"none","attention_since":null,"workspace":null,` +
+	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,"attention":"none","attention_since":null,"attention_detail":null,"agent_session_id":null,"continues_run_id":null,"workspace":null,` +
 	`"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestRunCommandsSendWhatWasGiven(t *testing.T) {
