@@ -425,17 +425,14 @@ const (
 	SpawnTimeout
 	// HostLost: the run's host offline past PAM_HOST_LOST_AFTER.
 	HostLost
-	// CLIHang: running, no pane change for PAM_CLI_HANG_TIMEOUT while the
-	// host is online.
-	CLIHang
 )
 
 // Expired decides a timer that fired for r, judged again on the run as it
 // is now (it may have moved on since the scan that found it). everMatched
 // is the run's ever_matched (DispatchTimeout: dispatch_timeout when a host
 // was ever eligible but for capacity, else no_eligible_host); host is the
-// host the timer is about (HostLost, CLIHang). A timer that no longer
-// applies decides nothing.
+// host the timer is about (HostLost). A timer that no longer applies
+// decides nothing. The timers of a quiet pane are Quiet's.
 func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.Time) Decision {
 	switch t {
 	case AckTimeout:
@@ -460,10 +457,6 @@ func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.T
 	case HostLost:
 		if Active(r.Status) && r.HostID == host {
 			return Decision{Steps: fail(r, wire.FailHostLost, nil, "", p, now)}
-		}
-	case CLIHang:
-		if r.Status == wire.RunRunning && r.HostID == host {
-			return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
 		}
 	}
 	return Decision{}

@@ -160,7 +160,7 @@ var machine = []edge{
 		path: []string{failed, pending}, reason: wire.FailTmuxCrash, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "running → failed: wrapper died", decide: report(run(running), hostA, 1, wire.StateWrapperDied),
 		path: []string{failed, pending}, reason: wire.FailWrapperDied, topics: []wire.Topic{tFailed, tRequeued}},
-	{name: "running → failed: CLI hang", decide: expired(run(running), lifecycle.CLIHang, false, hostA),
+	{name: "running → failed: CLI hang", decide: quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-time.Hour) }), online(now.Add(-time.Hour)), timers),
 		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "running → failed: host lost, attempts used up", decide: expired(last(run(running)), lifecycle.HostLost, false, hostA),
 		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
@@ -188,7 +188,7 @@ var machine = []edge{
 			r lifecycle.Run
 			t lifecycle.Timer
 		}{{run(spawning), lifecycle.AckTimeout}, {run(spawning), lifecycle.DispatchTimeout}, {run(running), lifecycle.SpawnTimeout},
-			{run(exited), lifecycle.HostLost}, {run(spawning), lifecycle.CLIHang}} {
+			{run(exited), lifecycle.HostLost}} {
 			if d := lifecycle.Expired(c.r, c.t, false, hostA, policy, now); len(d.Steps) > 0 {
 				return d, fmt.Errorf("timer %d on %s decided %v", c.t, c.r.Status, d.Topics())
 			}
@@ -478,8 +478,8 @@ var attention = []edge{
 		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailExitNonzero, topics: []wire.Topic{wire.TopicRunFinished, tFailed, tAttention, tRequeued}},
 	{name: "running → stopped clears it", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(attending(running, "needs_input"), false) },
 		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped, tAttention}},
-	{name: "running → failed by a timer clears it", decide: expired(attending(running, "idle"), lifecycle.CLIHang, false, hostA),
-		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+	{name: "running → failed by a timer clears it", decide: expired(attending(running, "idle"), lifecycle.HostLost, false, hostA),
+		path: []string{failed, pending}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
 	{name: "running → failed by a worker report clears it", decide: report(attending(running, "idle"), hostA, 1, wire.StateSessionLost),
 		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
 	{name: "leaving running without attention journals none", decide: ingest(attending(running, "none"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
