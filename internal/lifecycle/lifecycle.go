@@ -650,11 +650,21 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Steps: []Step{journal(wire.TopicRunProgress,
 			map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload})}}, nil
 	}
+	if sig.Kind == wire.SignalCompleted {
+		// One per turn (docs/architecture.md#working-waiting-hung): the
+		// attempt's first is marked processed; after it, a completion
+		// with input since the last one is the next turn's, and one
+		// without is a repeat.
+		if !f.Processed {
+			return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
+		}
+		if TurnEnded(r) {
+			return Decision{Result: wire.ResultDuplicate}, nil
+		}
+		return Decision{Result: wire.ResultApplied, CompleteSource: sig.Source}, nil
+	}
 	if f.Processed {
 		return Decision{Result: wire.ResultDuplicate}, nil
-	}
-	if sig.Kind == wire.SignalCompleted {
-		return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
 	}
 	ignored := Decision{Result: wire.ResultIgnored, Processed: sig.Kind, Steps: []Step{journal(wire.TopicRunSignalReceived,
 		seen(wire.ResultIgnored, map[string]any{"status": r.Status}))}}

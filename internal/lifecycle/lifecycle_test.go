@@ -205,7 +205,9 @@ var signals = []edge{
 		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
 	{name: "duplicate one-shot", decide: ingestF(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultDuplicate},
-	{name: "duplicate completed", decide: ingestF(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
+	{name: "duplicate completed: no input since the last one", decide: ingestF(turn(exited, -time.Hour, -time.Minute), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
+		result: wire.ResultDuplicate},
+	{name: "duplicate completed in the instant of the last input", decide: ingestF(turn(running, -time.Hour, -time.Hour), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultDuplicate},
 	{name: "out_of_order progress", decide: ingestF(run(running), progress(3), lifecycle.SignalFacts{LastProgressSeq: 3}), result: wire.ResultOutOfOrder},
 	{name: "progress seq 0 is out of order", decide: ingest(run(running), progress(0)), result: wire.ResultOutOfOrder},
@@ -227,6 +229,8 @@ var signals = []edge{
 		sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Refused: []string{wire.ResultStaleOffer}}),
 		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
 	{name: "completed applied in any status, no status write", decide: ingest(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, "")),
+		result: wire.ResultApplied},
+	{name: "completed of the next turn: input came after the last one", decide: ingestF(turn(running, -time.Minute, -time.Hour), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultApplied},
 	{name: "invalid_attempt", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 2, "")), err: wire.CodeInvalidAttempt},
 	{name: "missing_attempt", decide: ingest(run(running), lifecycle.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Sender: hostA}), err: wire.CodeMissingAttempt},
@@ -290,6 +294,39 @@ func TestStaleSignalJournalBounded(t *testing.T) {
 }
 
 func TestSignals(t *testing.T) { walk(t, signals) }
+
+// turn is a run whose last input and completion were so long before now.
+func turn(status string, input, completed time.Duration) lifecycle.Run {
+	return with(run(status), func(r *lifecycle.Run) { r.LastInputAt, r.CompletedAt = now.Add(input), now.Add(completed) })
+}
+
+// A completion ends a turn (docs/architecture.md#working-waiting-hung):
+// the attempt's first is marked processed, and each turn's is recorded
+// (completed_at becomes the latest), but not marked again; a repeat with
+// no input since is a duplicate.
+func TestCompletionPerTurn(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		r         lifecycle.Run
+		processed bool
+		result    string
+		marks     bool
+	}{
+		{"the attempt's first", run(running), false, wire.ResultApplied, true},
+		{"the first of a requeued attempt, an earlier attempt's completion before its start", turn(running, -time.Minute, -time.Hour), false, wire.ResultApplied, true},
+		{"the next turn's", turn(running, -time.Minute, -time.Hour), true, wire.ResultApplied, false},
+		{"a repeat", turn(running, -time.Hour, -time.Minute), true, wire.ResultDuplicate, false},
+	} {
+		d, err := lifecycle.IngestSignal(c.r, sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: c.processed}, policy, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		recorded := d.CompleteSource == wire.SourceProviderHook
+		if d.Result != c.result || recorded != (c.result == wire.ResultApplied) || (d.Processed != "") != c.marks || d.Changed() {
+			t.Errorf("%s: %+v", c.name, d)
+		}
+	}
+}
 
 func walk(t *testing.T, edges []edge) {
 	for _, e := range edges {

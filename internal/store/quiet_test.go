@@ -239,3 +239,36 @@ func TestTouchInput(t *testing.T) {
 		}
 	}
 }
+
+// Each turn's completion is recorded (docs/architecture.md#working-waiting-hung):
+// after input, the next completion is applied and completed_at moves to
+// it, so the run waits again rather than hangs; a repeat without input
+// between is a duplicate.
+func TestCompletionPerTurn(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newFleet(t, 2)
+	r := f.running()
+	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)
+	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultDuplicate)
+	first := *f.run(r.ID).CompletedAt
+
+	// The next turn: input, and the quiet of a hung CLI since.
+	f.sql(`UPDATE runs SET completed_at = now() - interval '3 hours' WHERE id = $1`, r.ID)
+	if err := f.s.TouchInput(ctx, r.ID, 1); err != nil {
+		t.Fatal(err)
+	}
+	f.sql(`UPDATE runs SET last_input_at = now() - interval '2 hours', last_output_at = now() - interval '2 hours' WHERE id = $1`, r.ID)
+	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)
+	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultDuplicate)
+	got := f.run(r.ID)
+	if got.CompletedAt == nil || !got.CompletedAt.After(first) {
+		t.Fatalf("completed_at %v after the second turn, first %v", got.CompletedAt, first)
+	}
+	if n := strings.Count(f.topics(r.ID, ""), "run.completed"); n != 2 {
+		t.Errorf("%d run.completed, want one per turn", n)
+	}
+	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+		t.Fatalf("the second turn's completion did not make the run wait: hung %+v (%v)", hung, err)
+	}
+}
