@@ -15,7 +15,10 @@
 //
 // A run's attention (docs/architecture.md#attention) is decided here too:
 // it changes only while the run is running, and a step that takes the run
-// out of running journals its clearing in the same decision.
+// out of running journals its clearing in the same decision. So is what
+// a quiet running run comes to (Quiet,
+// docs/architecture.md#working-waiting-hung): a working one hangs, a
+// waiting one waits, one idle after its turn ended is stopped.
 package lifecycle
 
 import (
@@ -38,13 +41,21 @@ type Run struct {
 	Provider      string // for run.started
 	SessionName   string // for run.started
 	Attention     string // wire.Attention*; "" reads as none
+	// CompletedAt is the agent's latest completion (completed_at); zero
+	// when none came.
+	CompletedAt time.Time
+	// LastInputAt is the latest input into the run: its start, keys, a
+	// message, input through attach; zero when it never started.
+	LastInputAt time.Time
 }
 
-// FromWire is the decision's view of a stored run.
+// FromWire is the decision's view of a stored run. Its last input is
+// the later of last_input_at and started_at: the start is an input too.
 func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
-		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention}
+		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention,
+		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt))}
 }
 
 func deref(s *string) string {
@@ -52,6 +63,24 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// latest is the latest of ts (zero when all are zero).
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 // Active reports whether a status is not terminal.
@@ -396,17 +425,14 @@ const (
 	SpawnTimeout
 	// HostLost: the run's host offline past PAM_HOST_LOST_AFTER.
 	HostLost
-	// CLIHang: running, no pane change for PAM_CLI_HANG_TIMEOUT while the
-	// host is online.
-	CLIHang
 )
 
 // Expired decides a timer that fired for r, judged again on the run as it
 // is now (it may have moved on since the scan that found it). everMatched
 // is the run's ever_matched (DispatchTimeout: dispatch_timeout when a host
 // was ever eligible but for capacity, else no_eligible_host); host is the
-// host the timer is about (HostLost, CLIHang). A timer that no longer
-// applies decides nothing.
+// host the timer is about (HostLost). A timer that no longer applies
+// decides nothing. The timers of a quiet pane are Quiet's.
 func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.Time) Decision {
 	switch t {
 	case AckTimeout:
@@ -432,10 +458,82 @@ func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.T
 		if Active(r.Status) && r.HostID == host {
 			return Decision{Steps: fail(r, wire.FailHostLost, nil, "", p, now)}
 		}
-	case CLIHang:
-		if r.Status == wire.RunRunning && r.HostID == host {
-			return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
+	}
+	return Decision{}
+}
+
+// TurnEnded reports whether r's agent completed its turn after the last
+// input into the run (completed_at ≥ last input): an interactive CLI then
+// waits at its prompt for the next input; it is not working.
+func TurnEnded(r Run) bool {
+	return !r.CompletedAt.IsZero() && !r.CompletedAt.Before(r.LastInputAt)
+}
+
+// Waiting reports whether r waits rather than works
+// (docs/architecture.md#working-waiting-hung): for a person
+// (needs_input), for its usage limit to reset (rate_limited), or for the
+// next input after its turn ended. A waiting run is never hung.
+func Waiting(r Run) bool {
+	a := attentionOf(r)
+	return a == wire.AttentionNeedsInput || a == wire.AttentionRateLimited || TurnEnded(r)
+}
+
+// Pane is what the pane timers read about a running run besides the run.
+type Pane struct {
+	// HostOnline: the run's host is online, or disabled and still
+	// heartbeating. A quiet pane on a host pam does not hear from says
+	// nothing about the run.
+	HostOnline bool
+	// LastOutput is the last change of the pane the server saw
+	// (last_output_at); zero when none.
+	LastOutput time.Time
+	// Floor is the latest of the host's last transition to online and
+	// the start of this serve: no pane timer counts from before it, so an
+	// outage of serve or of the host's link never counts against a run.
+	Floor time.Time
+}
+
+// PaneTimers are the pane timers of serve: Hang is PAM_CLI_HANG_TIMEOUT,
+// CompletedStop PAM_COMPLETED_STOP_AFTER. A timer of zero (or less) never
+// fires, so a sweep can ask about one of them alone.
+type PaneTimers struct {
+	Hang          time.Duration
+	CompletedStop time.Duration
+}
+
+// Quiet decides a running run whose pane may have been quiet too long
+// (docs/architecture.md#working-waiting-hung), the one place that tells
+// working from waiting from hung:
+//
+//   - a working run (not Waiting) whose pane and input have been quiet
+//     for longer than Hang fails cli_hang, through the restart policy;
+//   - a run whose turn ended, and that then had no input and no pane
+//     change for longer than CompletedStop, is stopped (run.stopped,
+//     source completed_idle, no requeue); unless it is rate_limited: its
+//     turn was cut short by the limit, and it waits for the limit to
+//     reset, when pam continues it;
+//   - any other waiting run waits, however long.
+//
+// Both timers count from the latest of the run's clocks and pane.Floor,
+// and only while its host is online. Anything else decides nothing.
+func Quiet(r Run, pane Pane, t PaneTimers, p Policy, now time.Time) Decision {
+	if r.Status != wire.RunRunning || !pane.HostOnline {
+		return Decision{}
+	}
+	expired := func(since time.Time, after time.Duration) bool { return after > 0 && now.Sub(since) > after }
+	switch {
+	case TurnEnded(r):
+		since := latest(r.CompletedAt, r.LastInputAt, pane.LastOutput, pane.Floor)
+		if attentionOf(r) == wire.AttentionRateLimited || !expired(since, t.CompletedStop) {
+			return Decision{}
 		}
+		return Decision{Steps: []Step{leave(r, Step{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped,
+			Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.StopCompletedIdle, "force": false, "from": r.Status,
+				"idle_since": since.UTC()}}}})}}
+	case Waiting(r):
+		return Decision{}
+	case expired(latest(r.LastInputAt, pane.LastOutput, pane.Floor), t.Hang):
+		return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
 	}
 	return Decision{}
 }
@@ -552,11 +650,21 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Steps: []Step{journal(wire.TopicRunProgress,
 			map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload})}}, nil
 	}
+	if sig.Kind == wire.SignalCompleted {
+		// One per turn (docs/architecture.md#working-waiting-hung): the
+		// attempt's first is marked processed; after it, a completion
+		// with input since the last one is the next turn's, and one
+		// without is a repeat.
+		if !f.Processed {
+			return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
+		}
+		if TurnEnded(r) {
+			return Decision{Result: wire.ResultDuplicate}, nil
+		}
+		return Decision{Result: wire.ResultApplied, CompleteSource: sig.Source}, nil
+	}
 	if f.Processed {
 		return Decision{Result: wire.ResultDuplicate}, nil
-	}
-	if sig.Kind == wire.SignalCompleted {
-		return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
 	}
 	ignored := Decision{Result: wire.ResultIgnored, Processed: sig.Kind, Steps: []Step{journal(wire.TopicRunSignalReceived,
 		seen(wire.ResultIgnored, map[string]any{"status": r.Status}))}}

@@ -248,8 +248,9 @@ func (c *attachClient) readLoop() {
 // its run's attention.
 const attentionClearEvery = time.Second
 
-// inputSeen clears the run's attention (source attach): input through
-// attach is a person answering. The write runs beside the input path,
+// inputSeen records input into the run (a new turn) and clears its
+// attention (source attach): input through attach is a person
+// answering. The writes run beside the input path,
 // at most once per attentionClearEvery per client, so typing never waits
 // for the database.
 func (c *attachClient) inputSeen() {
@@ -262,6 +263,9 @@ func (c *attachClient) inputSeen() {
 	s.bg.goFunc(func() {
 		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
 		defer cancel()
+		if err := s.store.TouchInput(ctx, c.runID, c.attempt); err != nil && ctx.Err() == nil {
+			s.log.Warn("record attach input", "run_id", c.runID, "err", err)
+		}
 		if _, _, err := s.store.SetAttention(ctx, c.runID, c.attempt, wire.AttentionNone, wire.AttentionSourceAttach); err != nil && ctx.Err() == nil {
 			s.log.Warn("clear attention after attach input", "run_id", c.runID, "err", err)
 		}

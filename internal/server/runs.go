@@ -149,6 +149,10 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
+	// Input starts a new turn: a completion before it is an earlier one's.
+	if err := s.store.TouchInput(r.Context(), run.ID, run.Attempt); err != nil {
+		s.log.Warn("record keys as input", "run_id", run.ID, "err", err)
+	}
 	// Input is a person answering: the run no longer waits for one.
 	if _, _, err := s.store.SetAttention(r.Context(), run.ID, run.Attempt, wire.AttentionNone, wire.AttentionSourceKeys); err != nil {
 		s.log.Warn("clear attention after keys", "run_id", run.ID, "err", err)

@@ -26,6 +26,12 @@ const (
 	FailHostLost        = "host_lost"
 )
 
+// StopCompletedIdle is run.stopped's source when pam stopped a run whose
+// agent completed its turn and then had no input and no pane change for
+// PAM_COMPLETED_STOP_AFTER (docs/architecture.md#working-waiting-hung); a
+// stop by an operator has source manual.
+const StopCompletedIdle = "completed_idle"
+
 // Attention values of a run (docs/architecture.md#attention): whether a
 // live run waits for a person. Only a running run has one other than none.
 const (
