@@ -86,6 +86,10 @@ func MustCompile(needsInput, working, rateLimited []string) *Patterns {
 // answer.
 var generic = regexp.MustCompile(`(?i)[(\[]\s*y\s*/\s*n\s*[)\]]|[(\[]yes/no[)\]]|Do you want to proceed\?|Do you trust|Press Enter to continue`)
 
+// answerSlot is where a prompt's answer is typed, after it: what follows
+// is the answer, not the question.
+var answerSlot = regexp.MustCompile(`(?i)[(\[]\s*(?:y\s*/\s*n|yes/no)\s*[)\]]\s*[?:]?`)
+
 // yesNo is a (y/n), [y/N] or [Y/n] prompt: its answers are y and n.
 var yesNo = regexp.MustCompile(`(?i)[(\[]\s*y\s*/\s*n\s*[)\]]`)
 
@@ -187,6 +191,13 @@ func Read(capture string, p *Patterns, now time.Time, loc *time.Location) Readin
 		r.ResetsAt = resetsAt(strings.Join(texts(block[hit:min(hit+3, len(block))]), " "), now, loc)
 		return r
 	case kindNeeds:
+		if hit == last {
+			// What is typed after a prompt (before Enter) is the answer,
+			// not the question.
+			if m := answerSlot.FindAllStringIndex(block[hit].text, -1); m != nil && !p.needsMatch(block[hit].text) {
+				block[hit].text = strings.TrimRight(block[hit].text[:m[len(m)-1][1]], " ")
+			}
+		}
 		start := hit
 		for i := hit - 1; i >= 0 && hit-i <= 8; i-- {
 			switch p.classify(block[i].text, false) {
@@ -204,6 +215,8 @@ func Read(capture string, p *Patterns, now time.Time, loc *time.Location) Readin
 }
 
 func none() Reading { return Reading{Attention: wire.AttentionNone} }
+
+func (p *Patterns) needsMatch(s string) bool { return p.needs != nil && p.needs.MatchString(s) }
 
 // classify is what one line matches; the generic set counts on the last
 // line only.

@@ -97,6 +97,8 @@ func TestRead(t *testing.T) {
 			Reading{Attention: wire.AttentionNeedsInput, Text: "Press ENTER to continue"}},
 		{"Do you trust, generic", screenOf("Do you trust the authors of this repository? "), nil,
 			Reading{Attention: wire.AttentionNeedsInput, Text: "Do you trust the authors of this repository?"}},
+		{"typed but not entered: the same question", screenOf("Continue? (y/n) y"), nil,
+			Reading{Attention: wire.AttentionNeedsInput, Text: "Continue? (y/n)", Choices: yn}},
 		{"(y/n) answered: no longer asked", screenOf("Continue? (y/n) y", "installing…"), nil, none()},
 		{"generic only on the last line, even with patterns", screenOf("Do you want to proceed? yes", "done"), nil, none()},
 		{"claude's permission menu in a box", claudeBash, tp, Reading{Attention: wire.AttentionNeedsInput,
