@@ -47,6 +47,8 @@ type Run struct {
 	// LastInputAt is the latest input into the run: its start, keys, a
 	// message, input through attach; zero when it never started.
 	LastInputAt time.Time
+	// AttentionDetail is what the run is asked now (nil: nothing known).
+	AttentionDetail *wire.AttentionDetail
 }
 
 // FromWire is the decision's view of a stored run. Its last input is
@@ -54,7 +56,7 @@ type Run struct {
 func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
-		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention,
+		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention, AttentionDetail: r.AttentionDetail,
 		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt))}
 }
 
@@ -296,22 +298,99 @@ func leave(r Run, st Step) Step {
 }
 
 // Attention decides a change of a run's attention to `to`
-// (docs/architecture.md#attention), reported by source about attempt. It
-// changes only on a live run: a run that is not running at that attempt
-// keeps none. idle is set only on a run that waits for nothing else —
-// needs_input says more, and stays until input, a pane change or the end
-// of running clears it. A value equal to the current one changes nothing
-// (and journals nothing).
+// (docs/architecture.md#attention), reported by source about attempt,
+// with no detail and from whatever attention the run has: ChangeAttention
+// with only To and Source.
 func Attention(r Run, attempt int, to, source string) Decision {
+	return ChangeAttention(r, attempt, Change{To: to, Source: source})
+}
+
+// Change is one report about a run's attention.
+type Change struct {
+	To     string // the attention after it
+	Source string // who reports it (wire.AttentionSource*, provider-hook)
+	// Detail is what the run is asked (To needs_input or rate_limited);
+	// nil when nothing is known, which keeps what is known.
+	Detail *wire.AttentionDetail
+	// Over, when set, lists the attentions the change may replace; the
+	// run keeps any other. A pane change clears idle only; a screen that
+	// no longer asks clears needs_input and rate_limited only.
+	Over []string
+}
+
+// ChangeAttention decides a change of a run's attention
+// (docs/architecture.md#attention), reported about attempt. It changes
+// only on a live run: a run that is not running at that attempt keeps
+// none. idle is set only on a run that waits for nothing else —
+// needs_input and rate_limited say more, and stay until something clears
+// them. The same attention again changes nothing and journals nothing,
+// unless it comes with a detail that differs from the run's: then the
+// detail is written (its source kept: it says what set the attention),
+// and journaled as run.attention again (from = attention) only when the
+// question's text changed — a new question is news for a person, a new
+// rendering of the same one (its choices, a reset time read again) is
+// not. A change to none clears the detail.
+func ChangeAttention(r Run, attempt int, c Change) Decision {
 	from := attentionOf(r)
 	switch {
-	case !wire.ValidAttention(to), r.Status != wire.RunRunning, attempt != r.Attempt, to == from:
+	case !wire.ValidAttention(c.To), r.Status != wire.RunRunning, attempt != r.Attempt:
 		return Decision{}
-	case to == wire.AttentionIdle && from != wire.AttentionNone:
+	case len(c.Over) > 0 && !slices.Contains(c.Over, from):
+		return Decision{}
+	case c.To == wire.AttentionIdle && from != wire.AttentionNone:
 		return Decision{}
 	}
-	return Decision{Steps: []Step{{Write: SetAttention, From: wire.RunRunning, Attempt: r.Attempt, AttentionFrom: from, Attention: to,
-		Events: []Event{attentionEvent(from, to, source, nil)}}}}
+	detail := c.Detail
+	if c.To == wire.AttentionNone || c.To == wire.AttentionIdle {
+		detail = nil
+	}
+	step := Step{Write: SetAttention, From: wire.RunRunning, Attempt: r.Attempt, AttentionFrom: from, Attention: c.To, AttentionDetail: detail}
+	if c.To != from {
+		step.Events = []Event{attentionEvent(from, c.To, c.Source, nil)}
+		return Decision{Steps: []Step{step}}
+	}
+	if detail == nil || sameQuestion(r.AttentionDetail, detail) {
+		return Decision{}
+	}
+	if r.AttentionDetail != nil && r.AttentionDetail.Source != "" {
+		d := *detail
+		d.Source = r.AttentionDetail.Source
+		step.AttentionDetail = &d
+	}
+	if r.AttentionDetail == nil || r.AttentionDetail.Text != detail.Text {
+		step.Events = []Event{attentionEvent(from, c.To, c.Source, nil)}
+	}
+	return Decision{Steps: []Step{step}}
+}
+
+// sameQuestion reports whether two details ask the same: text, choices
+// and reset time (not who set them).
+func sameQuestion(a, b *wire.AttentionDetail) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	sameReset := (a.ResetsAt == nil) == (b.ResetsAt == nil) && (a.ResetsAt == nil || a.ResetsAt.Equal(*b.ResetsAt))
+	return a.Text == b.Text && slices.Equal(a.Choices, b.Choices) && sameReset
+}
+
+// Screen decides what the worker read on a run's screen
+// (docs/architecture.md#the-screen-is-read), reported by host about
+// attempt: only the host the run is on speaks for it. A question or a
+// usage limit sets that attention with its detail (source screen); a
+// screen that asks nothing — the question left it, or the agent is busy —
+// clears needs_input and rate_limited, whatever set them (the worker
+// reports a screen that asks nothing only after one that asked, or when
+// the agent is working, so a hook's needs_input without a question on the
+// screen stays), and leaves idle to the pane's own change.
+func Screen(r Run, host string, attempt int, attention string, detail *wire.AttentionDetail) Decision {
+	if r.HostID != host {
+		return Decision{}
+	}
+	if attention == wire.AttentionNeedsInput || attention == wire.AttentionRateLimited {
+		return ChangeAttention(r, attempt, Change{To: attention, Source: wire.AttentionSourceScreen, Detail: detail})
+	}
+	return ChangeAttention(r, attempt, Change{To: wire.AttentionNone, Source: wire.AttentionSourceScreen,
+		Over: []string{wire.AttentionNeedsInput, wire.AttentionRateLimited}})
 }
 
 // requeue is failed → pending at attempt+1, due at next.
@@ -565,6 +644,10 @@ type SignalFacts struct {
 	// signal of this kind at this attempt was already set aside with, and
 	// journaled for: a repeat is not journaled again.
 	Refused []string
+	// Screen is the question the server last read on the run's screen
+	// for the signal's attempt and sender (nil: none): a needs_input
+	// signal carries it as its detail.
+	Screen *wire.AttentionDetail
 }
 
 // Refusal is a signal of a run that the ingest set aside without
@@ -635,7 +718,18 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		if r.Status != wire.RunRunning {
 			return Decision{Result: wire.ResultIgnored}, nil
 		}
-		d := Attention(r, att, wire.AttentionNeedsInput, sig.Source)
+		// The question is the screen's, when the server read one for
+		// this attempt; without one, a new needs_input says at least
+		// who set it, and a repeated one keeps what is known.
+		detail := f.Screen
+		if detail != nil {
+			d := *detail
+			d.Source = sig.Source
+			detail = &d
+		} else if attentionOf(r) != wire.AttentionNeedsInput {
+			detail = &wire.AttentionDetail{Source: sig.Source, Choices: []wire.Choice{}}
+		}
+		d := ChangeAttention(r, att, Change{To: wire.AttentionNeedsInput, Source: sig.Source, Detail: detail})
 		d.Result = wire.ResultApplied
 		return d, nil
 	}

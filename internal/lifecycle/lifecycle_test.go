@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -472,6 +473,25 @@ func needsInput(r lifecycle.Run) func() (lifecycle.Decision, error) {
 	return ingest(r, sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""))
 }
 
+func change(r lifecycle.Run, c lifecycle.Change) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.ChangeAttention(r, 1, c))
+}
+
+func screen(r lifecycle.Run, host, attention string, d *wire.AttentionDetail) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.Screen(r, host, 1, attention, d))
+}
+
+// asked is a run whose attention is a with the question q (source screen).
+func asked(a, q string) lifecycle.Run {
+	return with(attending(running, a), func(r *lifecycle.Run) { r.AttentionDetail = question(q) })
+}
+
+func question(q string) *wire.AttentionDetail {
+	return &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: q, Choices: []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}}
+}
+
+var overIdle = []string{wire.AttentionIdle}
+
 var tAttention = wire.TopicRunAttention
 
 // Attention (docs/architecture.md#attention): set and cleared only on a
@@ -519,11 +539,80 @@ var attention = []edge{
 		path: []string{failed, pending}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
 	{name: "running → failed by a worker report clears it", decide: report(attending(running, "idle"), hostA, 1, wire.StateSessionLost),
 		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+
+	{name: "needs_input with its question", decide: change(attending(running, "none"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Continue?")}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "the same question again: nothing", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Continue?")})},
+	{name: "the same attention, nothing known: nothing", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t"})},
+	{name: "the same attention, a new question: written, journaled", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Delete?")}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "the same question, new choices: written, not journaled", decide: change(asked("needs_input", "Continue?"),
+		lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: &wire.AttentionDetail{Text: "Continue?", Choices: []wire.Choice{}}}), path: []string{""}},
+	{name: "a pane change clears idle", decide: change(attending(running, "idle"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "a pane change leaves needs_input", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle})},
+	{name: "a pane change leaves rate_limited", decide: change(attending(running, "rate_limited"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle})},
+	{name: "idle over rate_limited: nothing", decide: attend(attending(running, "rate_limited"), 1, wire.AttentionIdle)},
+
+	{name: "screen: a question", decide: screen(attending(running, "none"), hostA, wire.AttentionNeedsInput, question("Continue?")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: a question over idle", decide: screen(attending(running, "idle"), hostA, wire.AttentionNeedsInput, question("Continue?")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: a usage limit over a question", decide: screen(asked("needs_input", "Continue?"), hostA, wire.AttentionRateLimited, question("limit reached")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: the question left", decide: screen(asked("needs_input", "Continue?"), hostA, wire.AttentionNone, nil), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: the limit left", decide: screen(attending(running, "rate_limited"), hostA, wire.AttentionNone, nil), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: asks nothing over idle: nothing", decide: screen(attending(running, "idle"), hostA, wire.AttentionNone, nil)},
+	{name: "screen: asks nothing over none: nothing", decide: screen(attending(running, "none"), hostA, wire.AttentionNone, nil)},
+	{name: "screen: from another host: nothing", decide: screen(attending(running, "none"), hostB, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "screen: of another attempt: nothing", decide: screen(with(attending(running, "none"), func(r *lifecycle.Run) { r.Attempt = 2 }), hostA, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "screen: a hold-open session: nothing", decide: screen(attending(exited, "none"), hostA, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "needs_input signal with the screen's question", decide: ingestF(attending(running, "none"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+		lifecycle.SignalFacts{Screen: question("Continue?")}), result: wire.ResultApplied, path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "needs_input signal over the screen's same question: nothing", decide: ingestF(asked("needs_input", "Continue?"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+		lifecycle.SignalFacts{Screen: question("Continue?")}), result: wire.ResultApplied},
+
 	{name: "leaving running without attention journals none", decide: ingest(attending(running, "none"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
 		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited}},
 }
 
 func TestAttention(t *testing.T) { walk(t, attention) }
+
+// The detail an attention write stores: the question with the attention
+// that asks it; none, idle and the end of a question store none; a new
+// rendering of the same attention keeps who set it; a hook's needs_input
+// takes the screen's question as its own, or says who set it.
+func TestAttentionDetail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    lifecycle.Decision
+		want *wire.AttentionDetail
+	}{
+		{"a question", lifecycle.Screen(attending(running, "none"), hostA, 1, wire.AttentionNeedsInput, question("Continue?")), question("Continue?")},
+		{"the question left", lifecycle.Screen(asked("needs_input", "Continue?"), hostA, 1, wire.AttentionNone, nil), nil},
+		{"idle stores none", lifecycle.ChangeAttention(attending(running, "none"), 1, lifecycle.Change{To: wire.AttentionIdle, Source: "t", Detail: question("x")}), nil},
+		{"a new question keeps the source", lifecycle.ChangeAttention(with(asked("needs_input", "Continue?"), func(r *lifecycle.Run) { r.AttentionDetail.Source = wire.SourceProviderHook }),
+			1, lifecycle.Change{To: wire.AttentionNeedsInput, Source: "screen", Detail: question("Delete?")}),
+			&wire.AttentionDetail{Source: wire.SourceProviderHook, Text: "Delete?", Choices: question("").Choices}},
+		{"a hook with the screen's question", must(lifecycle.IngestSignal(attending(running, "idle"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+			lifecycle.SignalFacts{Screen: question("Continue?")}, policy, now)),
+			&wire.AttentionDetail{Source: wire.SourceProviderHook, Text: "Continue?", Choices: question("").Choices}},
+		{"a hook without one", must(lifecycle.IngestSignal(attending(running, "none"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+			lifecycle.SignalFacts{}, policy, now)), &wire.AttentionDetail{Source: wire.SourceProviderHook, Choices: []wire.Choice{}}},
+	} {
+		if len(tc.d.Steps) != 1 || tc.d.Steps[0].Write != lifecycle.SetAttention {
+			t.Errorf("%s: steps %+v", tc.name, tc.d.Steps)
+			continue
+		}
+		if got := tc.d.Steps[0].AttentionDetail; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: detail %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func must(d lifecycle.Decision, err error) lifecycle.Decision {
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
 
 // Every attention write is guarded on running, the attempt and the value
 // it was decided from, journals that change (from, attention, source),
@@ -541,7 +630,7 @@ func TestAttentionWritesAreGuardedAndJournaled(t *testing.T) {
 					continue
 				}
 				p := ev.Extra
-				if p["attention"] == nil || p["source"] == nil || p["from"] == nil || p["attention"] == p["from"] {
+				if p["attention"] == nil || p["source"] == nil || p["from"] == nil || (p["attention"] == p["from"] && s.Attention != s.AttentionFrom) {
 					t.Errorf("%s: run.attention payload %v", e.name, p)
 				}
 				if s.Write != lifecycle.SetAttention && (p["source"] != wire.AttentionSourceStatus || p["attention"] != wire.AttentionNone || p["status"] != s.To) {

@@ -15,6 +15,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"pam/internal/screen"
 )
 
 // FileName is the catalog file inside the config dir.
@@ -48,6 +50,8 @@ type Catalog struct {
 	SearchPath string
 
 	providers map[string]Provider
+	// patterns are each provider's screens, compiled when loaded.
+	patterns map[string]*screen.Patterns
 }
 
 // fileEntry is one [providers.NAME] table; pointers tell "not set" (keep
@@ -62,6 +66,16 @@ type fileEntry struct {
 	// EndOfOptions is end_of_options: the argument that ends the CLI's
 	// options ("--"), or "" when it takes none.
 	EndOfOptions *string `toml:"end_of_options"`
+	// Screens is the [providers.NAME.screens] table.
+	Screens *fileScreens `toml:"screens"`
+}
+
+// fileScreens is a [providers.NAME.screens] table: each list set
+// replaces the built-in's list of that key.
+type fileScreens struct {
+	NeedsInput  *[]string `toml:"needs_input"`
+	Working     *[]string `toml:"working"`
+	RateLimited *[]string `toml:"rate_limited"`
 }
 
 type fileShape struct {
@@ -95,6 +109,9 @@ func Load(configDir string) (*Catalog, error) {
 func parse(path string, data []byte) (*Catalog, error) {
 	c := &Catalog{Proxy: map[string]string{}, providers: builtins()}
 	if path == "" {
+		if err := c.compileScreens(path); err != nil {
+			return nil, err // not reached: the built-ins compile
+		}
 		return c, nil
 	}
 	c.File = path
@@ -109,7 +126,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks and end_of_options; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options and screens; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -152,10 +169,16 @@ func parse(path string, data []byte) (*Catalog, error) {
 		if e.EndOfOptions != nil {
 			p.EndOfOptions = *e.EndOfOptions
 		}
+		if e.Screens != nil {
+			p.Screens = p.Screens.merged(*e.Screens)
+		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
 		}
 		c.providers[name] = p
+	}
+	if err := c.compileScreens(path); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -232,6 +255,7 @@ func (c *Catalog) Get(name string) (Provider, bool) {
 	p.Args = slices.Clone(p.Args)
 	p.ExtraEnv = maps.Clone(p.ExtraEnv)
 	p.PassEnv = slices.Clone(p.PassEnv)
+	p.Screens = p.Screens.clone()
 	return p, true
 }
 

@@ -50,6 +50,8 @@ type Provider struct {
 	// never read as an option; "" when the CLI takes none, and such a
 	// prompt is refused (docs/architecture.md#provider-catalog).
 	EndOfOptions string
+	// Screens are the patterns the worker reads its screen with.
+	Screens Screens
 }
 
 // ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
@@ -58,7 +60,7 @@ var ErrPromptLooksLikeOption = errors.New("the prompt starts with \"-\", so this
 
 // builtins are the entries every catalog starts from.
 func builtins() map[string]Provider {
-	return map[string]Provider{
+	b := map[string]Provider{
 		// claude (commander), codex (clap) and gemini (yargs) end their
 		// options at "--"; grok's parser is not known to, so a prompt
 		// starting with "-" is refused for it.
@@ -76,6 +78,12 @@ func builtins() map[string]Provider {
 		// the first operand after "--".
 		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
 	}
+	for name, s := range builtinScreens {
+		p := b[name]
+		p.Screens = s.clone()
+		b[name] = p
+	}
+	return b
 }
 
 // BuiltinNames lists the built-in providers, sorted.

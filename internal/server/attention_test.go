@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -310,5 +311,165 @@ func TestPaneChangesOffTheReadPath(t *testing.T) {
 	var last time.Time
 	if err := e.store.Pool.QueryRow(ctx, `SELECT last_output_at FROM runs WHERE id = $1`, r.ID).Scan(&last); err != nil || time.Since(last) > time.Minute {
 		t.Fatalf("last_output_at %v (%v)", last, err)
+	}
+}
+
+func (w *fakeWorker) screen(d wire.Frame, attempt int, attention, text string, choices ...wire.Choice) {
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: wire.IntPtr(attempt), Attention: attention, Text: text, Choices: choices})
+}
+
+// barrier waits until the server handled every frame sent before it:
+// frames are handled in order, and a heartbeat is answered.
+func (w *fakeWorker) barrier() {
+	w.t.Helper()
+	now := time.Now()
+	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
+	w.expect(wire.FrameHeartbeatAck)
+}
+
+// The screen frame (docs/architecture.md#the-screen-is-read): a question
+// read on the screen makes the run needs_input with the question and its
+// choices (source screen); the same reading again changes nothing; a new
+// question replaces the detail and is journaled; a pane change no longer
+// clears it, the question leaving the screen does; a usage limit is
+// rate_limited with its reset time; a screen that asks nothing leaves
+// idle alone. A frame about another attempt changes nothing, and one from
+// a host the run was never offered to is refused.
+func TestAttentionFromScreen(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
+
+	w.snapshot(d, "Continue? (y/n) ")
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	got := e.waitAttention(r.ID, wire.AttentionNeedsInput)
+	want := &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: "Continue? (y/n)", Choices: yn}
+	if !reflect.DeepEqual(got.AttentionDetail, want) || got.AttentionSince == nil {
+		t.Fatalf("detail %+v since %v, want %+v", got.AttentionDetail, got.AttentionSince, want)
+	}
+	since := *got.AttentionSince
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...) // the same: nothing
+	w.screen(d, 2, wire.AttentionNone, "")                             // another attempt: nothing
+	w.snapshot(d, "Continue? (y/n) \n")                                // a pane change: not an answer
+	w.idle(d)                                                          // says less; and writes the pane change first
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput || !reflect.DeepEqual(got.AttentionDetail, want) {
+		t.Fatalf("after the same reading, another attempt's and a pane change: %s %+v", got.Attention, got.AttentionDetail)
+	}
+	w.screen(d, 1, wire.AttentionNeedsInput, "Delete build/? (y/n)", yn...)
+	got = e.waitRun(r.ID, "the new question", func(r wire.Run) bool {
+		return r.AttentionDetail != nil && r.AttentionDetail.Text == "Delete build/? (y/n)"
+	})
+	if got.AttentionSince == nil || !got.AttentionSince.Equal(since) {
+		t.Fatalf("a new question of the same attention moved attention_since: %v → %v", since, got.AttentionSince)
+	}
+	w.screen(d, 1, wire.AttentionNone, "")
+	if got := e.waitAttention(r.ID, wire.AttentionNone); got.AttentionDetail != nil {
+		t.Fatalf("cleared with a detail %+v", got.AttentionDetail)
+	}
+
+	resets := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
+	got = e.waitAttention(r.ID, wire.AttentionRateLimited)
+	if got.AttentionDetail == nil || got.AttentionDetail.ResetsAt == nil || !got.AttentionDetail.ResetsAt.Equal(resets) || len(got.AttentionDetail.Choices) != 0 {
+		t.Fatalf("rate_limited detail %+v", got.AttentionDetail)
+	}
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionNone, Working: true})
+	e.waitAttention(r.ID, wire.AttentionNone)
+
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	w.screen(d, 1, wire.AttentionNone, "")
+	other := e.worker("host-b", 4, "shell")
+	other.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	if f := other.expect(wire.FrameError); f.Code != wire.CodeNotFound || f.RunID != r.ID {
+		t.Fatalf("another host's screen: %+v", f)
+	}
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionIdle {
+		t.Fatalf("attention %s after a screen that asks nothing over idle and another host's question", got.Attention)
+	}
+
+	wantLog := []string{"none>needs_input/screen", "needs_input>needs_input/screen", "needs_input>none/screen",
+		"none>rate_limited/screen", "rate_limited>none/screen", "none>idle/pane"}
+	if log := e.attentionLog(r.ID); !slices.Equal(log, wantLog) {
+		t.Fatalf("run.attention events %q, want %q", log, wantLog)
+	}
+}
+
+// A hook's needs_input carries the question the server last read on the
+// run's screen for that attempt; read after the hook, the question fills
+// in the detail the hook set (keeping its source). Either way the
+// question leaving the screen clears it.
+func TestHookNeedsInputTakesTheScreensQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	menu := []wire.Choice{{Key: "1", Label: "Yes"}, {Key: "2", Label: "No"}}
+
+	// The screen first (the worker read a question the hook reports too).
+	a, ad := e.attendedRun(w)
+	w.screen(ad, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	e.waitAttention(a.ID, wire.AttentionNeedsInput)
+	w.screen(ad, 1, wire.AttentionNone, "")
+	e.waitAttention(a.ID, wire.AttentionNone)
+	w.screen(ad, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	e.waitAttention(a.ID, wire.AttentionNeedsInput)
+	if code, _, out := e.signal(ad.SignalToken, a.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	if got := e.run(a.ID); got.AttentionDetail == nil || got.AttentionDetail.Text != "Do you want to proceed?\n❯ 1. Yes\n2. No" || got.AttentionDetail.Source != wire.AttentionSourceScreen {
+		t.Fatalf("after the hook: %+v", got.AttentionDetail)
+	}
+
+	// The hook first: it says who set it, the screen then says what.
+	b, bd := e.attendedRun(w)
+	if code, _, out := e.signal(bd.SignalToken, b.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	got := e.waitAttention(b.ID, wire.AttentionNeedsInput)
+	if !reflect.DeepEqual(got.AttentionDetail, &wire.AttentionDetail{Source: wire.SourceProviderHook, Choices: []wire.Choice{}}) {
+		t.Fatalf("the hook's detail %+v", got.AttentionDetail)
+	}
+	w.screen(bd, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	got = e.waitRun(b.ID, "the screen's question", func(r wire.Run) bool { return r.AttentionDetail != nil && r.AttentionDetail.Text != "" })
+	if got.AttentionDetail.Source != wire.SourceProviderHook || !slices.Equal(got.AttentionDetail.Choices, menu) {
+		t.Fatalf("detail %+v", got.AttentionDetail)
+	}
+	// A hook now, with the question on the screen, adds nothing.
+	if code, _, out := e.signal(bd.SignalToken, b.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.screen(bd, 1, wire.AttentionNone, "")
+	e.waitAttention(b.ID, wire.AttentionNone)
+	wantLog := []string{"none>needs_input/provider-hook", "needs_input>needs_input/screen", "needs_input>none/screen"}
+	if log := e.attentionLog(b.ID); !slices.Equal(log, wantLog) {
+		t.Fatalf("run.attention events %q, want %q", log, wantLog)
+	}
+}
+
+// A pane change ends idle only: a question (set by a hook or the screen)
+// stays while the pane redraws.
+func TestPaneChangeLeavesAQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	w.snapshot(d, "$ ")
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.snapshot(d, "Allow? spinner 1")
+	w.snapshot(d, "Allow? spinner 2")
+	w.idle(d) // its handler writes the pane changes noted before it first
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %s after pane changes", got.Attention)
 	}
 }

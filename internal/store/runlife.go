@@ -148,7 +148,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 		}
 	}
 	if f.Attention != "" && f.Attention != AttentionAny && !wire.ValidAttention(f.Attention) {
-		return nil, wire.Invalid("attention", "attention must be any, none, needs_input or idle")
+		return nil, wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
 	}
 	if f.Limit == 0 {
 		f.Limit = 100

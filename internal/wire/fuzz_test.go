@@ -46,6 +46,8 @@ var (
 		FrameWorkspaceReady:   "run_id attempt workspace",
 		FrameWorkspaceRemoved: "run_id workspace reason",
 		FrameWorkspacePushed:  "run_id workspace ok detail",
+		// What the screen asks (docs/architecture.md#the-screen-is-read).
+		FrameScreen: "run_id attempt attention working text choices resets_at",
 	}
 )
 
@@ -277,6 +279,20 @@ func inBounds(t *testing.T, f Frame) {
 		if f.RunID != "" || f.State != StateOrphanDetected {
 			id("run_id", f.RunID)
 			attempt()
+		}
+	case FrameScreen:
+		id("run_id", f.RunID)
+		attempt()
+		if !slices.Contains([]string{"none", "needs_input", "rate_limited"}, f.Attention) || len(f.Text) > 1000 || len(f.Choices) > 12 {
+			fail("attention %q, text of %d bytes, %d choices", f.Attention, len(f.Text), len(f.Choices))
+		}
+		if strings.ContainsAny(f.Text, "\x00\x1b\r\u009b\u202e") || !utf8.ValidString(f.Text) {
+			fail("text %.40q", f.Text)
+		}
+		for _, c := range f.Choices {
+			if !regexp.MustCompile(`^[0-9yn]$`).MatchString(c.Key) || len(c.Label) > 1000 || strings.ContainsAny(c.Label, "\x00\x1b\n\u009b\u202e") {
+				fail("choice %+v", c)
+			}
 		}
 	case FrameError:
 		if f.Code == "" || strings.ToLower(f.Code) != f.Code || strings.ContainsAny(f.Code, " \x00") {
