@@ -117,7 +117,8 @@ func (o *outputs) flushRun(ctx context.Context, runID string) {
 
 // write moves last_output_at of every run in batch in one statement,
 // and clears the attention of the runs whose pane changed while they
-// waited for a person.
+// waited for a person — but for a run whose answer is being checked: the
+// answer clears it, journaled as its own (answer.go).
 func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 	ids := make([]string, 0, len(batch))
 	for id := range batch {
@@ -129,7 +130,7 @@ func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 		return
 	}
 	for id, attempt := range waiting {
-		if n := batch[id]; n.changed && n.attempt == attempt {
+		if n := batch[id]; n.changed && n.attempt == attempt && !o.s.answers.busy(id) {
 			if _, _, err := o.s.store.SetAttention(ctx, id, attempt, wire.AttentionNone, wire.AttentionSourcePane); err != nil {
 				o.s.log.Warn("clear attention on a pane change", "run_id", id, "err", err)
 			}
