@@ -68,12 +68,13 @@ func (s *Server) paneChangedSince(ctx context.Context, runID string, before int6
 	}
 }
 
-// answered clears the attention a person answered, from, once the answer
-// (keys or attach input, journaled as source) is known to matter: idle
-// at once — any input ends a quiet spell —, needs_input and rate_limited
-// only when the pane changed after it (observed), so that an answer that
-// did not land leaves the run in the inbox. Whatever attention was set
-// since the answer stays (store.ClearAnswered).
+// answered clears the attention a person answered, from, once it is
+// known what came of the answer (keys or attach input, journaled as
+// source): idle whatever it was — any input ends a quiet spell —,
+// needs_input and rate_limited only when the pane changed after it
+// (observed), so that an answer that did not land leaves the run in the
+// inbox. Whatever attention was set since the answer stays
+// (store.ClearAnswered).
 func (s *Server) answered(ctx context.Context, runID string, attempt int, from string, observed bool, source string) {
 	switch {
 	case from == wire.AttentionNone, from != wire.AttentionIdle && !observed:
