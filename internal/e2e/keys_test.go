@@ -23,7 +23,8 @@ func (s *system) keysAnswer(runID string, keys ...map[string]string) string {
 // needs input, reaches a read of one key and, seen on the screen, clears
 // needs_input (source keys); y goes as a key; a paste of two lines
 // (holding ";") reaches two reads, its newline a carriage return as from
-// a keyboard. Every answer is observed.
+// a keyboard. Every answer is observed. Refused entries never reach the
+// run, which takes what is allowed after them.
 func TestKeysAnswerAShellRun(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
@@ -70,4 +71,9 @@ func TestKeysAnswerAShellRun(t *testing.T) {
 			t.Errorf("keys %v: %d %s", bad, code, body)
 		}
 	}
+	// ...and the run still takes what is allowed.
+	if d := s.keysAnswer(r.ID, map[string]string{"text": "still here"}, map[string]string{"key": "Enter"}); d != wire.DeliveryObserved {
+		t.Errorf("keys after the refusals: delivery %s", d)
+	}
+	s.waitPane(r.ID, "still here\nstill here")
 }
