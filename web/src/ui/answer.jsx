@@ -1,6 +1,7 @@
 // Answering a run that waits for a person without taking its terminal
-// (contract §15): the question (attention_detail.text) and its choices as
-// buttons, each pressing its key; a reply box; when a usage limit resets.
+// (docs/architecture.md#web-dashboard): the question
+// (attention_detail.text) and its choices as buttons, each pressing its
+// key; a reply box; when a usage limit resets.
 // Everything goes through POST /runs/{id}/keys, whose delivery says
 // whether the screen changed: only then does the run leave the inbox.
 import { signal } from '@preact/signals';

@@ -1,8 +1,8 @@
-// The run page (contract §15): what the run is asked, answered without
-// the terminal (answer.jsx); the live pane in xterm.js, read-only until
-// Take control opens attach/ws under the lease (who holds it, and a
-// revoke); stop, retry, complete; tabs Events (by attempt), Logs and
-// Changes (the run's worktree, changes.jsx).
+// The run page (docs/architecture.md#web-dashboard): what the run is
+// asked, answered without the terminal (answer.jsx); the live pane in
+// xterm.js, read-only until Take control opens attach/ws under the lease
+// (who holds it, and a revoke); stop, retry, complete; tabs Events (by
+// attempt), Logs and Changes (the run's worktree, changes.jsx).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
