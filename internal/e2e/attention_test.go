@@ -61,7 +61,7 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 	s.worker("attention-hook")
 	g := newGate(t)
 	task := s.task()
-	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"`, nil)
+	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"; `+g.wait("end"), nil)
 	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
 	s.waitPane(r.ID, "ready")
 	g.open(t, "ask")
@@ -88,10 +88,14 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 		t.Fatalf("pam run list --attention=needs_input: %v\n%s", err, out)
 	}
 
+	// The answer, once the screen shows it, clears it (the run goes on
+	// until the gate opens: its end would clear it too).
 	s.keys(r.ID, map[string]any{"text": "yes"}, map[string]any{"key": "Enter"})
 	if got := s.getRun(r.ID); got.Attention != wire.AttentionNone || got.AttentionSince != nil {
 		t.Fatalf("after keys: attention %q since %v", got.Attention, got.AttentionSince)
 	}
+	s.waitPane(r.ID, "got yes")
+	g.open(t, "end")
 	s.waitRun(r.ID, "exited", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunExited })
 	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys"}
 	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {

@@ -64,6 +64,34 @@ func (w *fakeWorker) snapshot(d wire.Frame, capture string) {
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: d.RunID, Attempt: d.Attempt, Capture: capture, Timestamp: &now})
 }
 
+// answerKeys posts {"key":"1"} to a run of w's and, once w has the
+// send_keys, makes the pane show capture ("" for no change); it returns
+// the answer.
+func (e *runEnv) answerKeys(w *fakeWorker, d wire.Frame, runID, capture string) wire.KeysResult {
+	e.t.Helper()
+	type answer struct {
+		code int
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, body := e.call("POST", "/api/v1/runs/"+runID+"/keys", map[string]any{"keys": []map[string]any{{"key": "1"}}})
+		done <- answer{code, body}
+	}()
+	if f := w.expect(wire.FrameSendKeys); f.RunID != runID || len(f.Keys) != 1 || f.Keys[0].Key != "1" {
+		e.t.Fatalf("send_keys %+v", f)
+	}
+	if capture != "" {
+		w.snapshot(d, capture)
+	}
+	a := <-done
+	var kr wire.KeysResult
+	if a.code != 202 || json.Unmarshal(a.body, &kr) != nil {
+		e.t.Fatalf("keys: %d %s", a.code, a.body)
+	}
+	return kr
+}
+
 func (w *fakeWorker) idle(d wire.Frame) {
 	w.send(wire.Frame{Type: wire.FrameRunState, RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
 }
@@ -73,8 +101,9 @@ func (w *fakeWorker) idle(d wire.Frame) {
 // server caches is no evidence of change, a later different one clears it
 // (source pane); a needs_input signal (the hook's, over HTTP with the
 // run's signal token) outranks idle, which then changes nothing; keys
-// clear it (source keys), and so does input through attach (source
-// attach). Every change is journaled once, with its source.
+// that the pane shows clear it (source keys), and input through attach
+// clears idle (source attach). Every change is journaled once, with its
+// source.
 func TestAttentionFromWorkerAndCleared(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runOpts{})
@@ -121,10 +150,8 @@ func TestAttentionFromWorkerAndCleared(t *testing.T) {
 		t.Fatalf("attention %q after idle over needs_input", got.Attention)
 	}
 
-	var kr wire.KeysResult
-	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"text": "y"}, {"key": "Enter"}}}, &kr)
-	if f := w.expect(wire.FrameSendKeys); f.RunID != r.ID {
-		t.Fatalf("send_keys %+v", f)
+	if kr := e.answerKeys(w, d, r.ID, "$ y\n"); kr.Delivery != wire.DeliveryObserved {
+		t.Fatalf("keys answered %+v", kr)
 	}
 	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
 		t.Fatalf("attention %q after keys", got.Attention)
@@ -471,5 +498,123 @@ func TestPaneChangeLeavesAQuestion(t *testing.T) {
 	w.barrier()
 	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
 		t.Fatalf("attention %s after pane changes", got.Attention)
+	}
+}
+
+// An answer clears what waits for a person only once it landed
+// (docs/architecture.md#attention): keys the pane does not show
+// (unconfirmed) leave needs_input and rate_limited as they are; keys it
+// shows (observed) clear them, source keys; input through attach clears
+// them only when the pane changed after it, source attach. idle goes
+// with any answer. An answer never clears an attention set after it.
+func TestAnswerClearsOnlyWhatLanded(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "Do you want to proceed?\n❯ 1. Yes\n  2. No\n")
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	e.waitAttention(r.ID, wire.AttentionNeedsInput)
+
+	// Not seen to land: still waiting, nothing journaled.
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %q after unconfirmed keys; events %q", got.Attention, e.attentionLog(r.ID))
+	}
+	// Seen: cleared by the keys.
+	if kr := e.answerKeys(w, d, r.ID, "● Running…\n"); kr.Delivery != wire.DeliveryObserved {
+		t.Fatalf("keys with a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("attention %q after observed keys", got.Attention)
+	}
+
+	// rate_limited (as the screen reports it): the same rule. (Set
+	// through the store: first the pane change noted above, as the
+	// uplink orders a report after the changes before it.)
+	ctx := t.Context()
+	e.srv.FlushOutputs(ctx, r.ID)
+	if _, _, err := e.store.SetAttention(ctx, r.ID, r.Attempt, wire.AttentionRateLimited, wire.AttentionSourceScreen); err != nil {
+		t.Fatal(err)
+	}
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
+		t.Fatalf("attention %q after unconfirmed keys; events %q", got.Attention, e.attentionLog(r.ID))
+	}
+	// Through attach: typing the pane does not show leaves it...
+	c, _ := e.attached(w, r.ID)
+	input := func(b string) {
+		t.Helper()
+		fr, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: []byte(b)})
+		if err := c.Write(ctx, websocket.MessageText, fr); err != nil {
+			t.Fatal(err)
+		}
+		w.expect(wire.FrameAttachInput)
+	}
+	input("x")
+	time.Sleep(300 * time.Millisecond) // two capture intervals (100 ms here) and some
+	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
+		t.Fatalf("attention %q after attach input the pane did not show", got.Attention)
+	}
+	// ...typing it shows clears it (one check a second per client).
+	time.Sleep(time.Second)
+	input("\r")
+	w.snapshot(d, "● Continuing…\n")
+	e.waitAttention(r.ID, wire.AttentionNone)
+	c.Close(websocket.StatusNormalClosure, "")
+	w.expect(wire.FrameAttachClose)
+
+	// idle: keys clear it even unconfirmed (any input ends a quiet spell).
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("attention %q after keys to an idle run", got.Attention)
+	}
+
+	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys", "none>rate_limited/screen", "rate_limited>none/attach",
+		"none>idle/pane", "idle>none/keys"}
+	if log := e.attentionLog(r.ID); !slices.Equal(log, want) {
+		t.Fatalf("run.attention events %q, want %q", log, want)
+	}
+}
+
+// An answer seen to land never clears an attention set after it went in:
+// the agent asking its next question while the keys were being checked.
+func TestAnswerLeavesTheNextQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "$ ")
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	done := make(chan int, 1)
+	go func() {
+		code, _ := e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"key": "y"}}})
+		done <- code
+	}()
+	w.expect(wire.FrameSendKeys)
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.snapshot(d, "$ y\nAnother question? [y/N]\n")
+	if code := <-done; code != 202 {
+		t.Fatalf("keys: %d", code)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("the next question's needs_input cleared by the answer before it: %q; events %q", got.Attention, e.attentionLog(r.ID))
 	}
 }

@@ -118,7 +118,8 @@ func (o *outputs) flushRun(ctx context.Context, runID string) {
 
 // write moves last_output_at of every run in batch in one statement,
 // and ends the quiet spell (idle, and idle only) of the runs whose pane
-// changed (docs/architecture.md#attention).
+// changed (docs/architecture.md#attention) — but for a run whose answer
+// is being checked: the answer clears it, journaled as its own (answer.go).
 func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 	ids := make([]string, 0, len(batch))
 	for id := range batch {
@@ -130,7 +131,7 @@ func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 		return
 	}
 	for id, attempt := range waiting {
-		if n := batch[id]; n.changed && n.attempt == attempt {
+		if n := batch[id]; n.changed && n.attempt == attempt && !o.s.answers.busy(id) {
 			_, _, err := o.s.store.ChangeAttention(ctx, id, func(r lifecycle.Run) lifecycle.Decision {
 				return lifecycle.ChangeAttention(r, attempt, lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: []string{wire.AttentionIdle}})
 			})
