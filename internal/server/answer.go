@@ -73,14 +73,24 @@ func (s *Server) paneChangedSince(ctx context.Context, runID string, before int6
 // source): idle whatever it was — any input ends a quiet spell —,
 // needs_input and rate_limited only when the pane changed after it
 // (observed), so that an answer that did not land leaves the run in the
-// inbox. Whatever attention was set since the answer stays
-// (store.ClearAnswered).
-func (s *Server) answered(ctx context.Context, runID string, attempt int, from string, observed bool, source string) {
+// inbox. Whatever attention or question was set since the answer stays
+// (store.ClearAnswered): the next question of an agent that took the
+// answer is often the same attention with another text.
+func (s *Server) answered(ctx context.Context, run wire.Run, observed bool, source string) {
+	from := run.Attention
 	switch {
 	case from == wire.AttentionNone, from != wire.AttentionIdle && !observed:
 		return
 	}
-	if _, _, err := s.store.ClearAnswered(ctx, runID, attempt, from, source); err != nil && ctx.Err() == nil {
-		s.log.Warn("clear attention after an answer", "run_id", runID, "source", source, "err", err)
+	if _, _, err := s.store.ClearAnswered(ctx, run.ID, run.Attempt, from, questionOf(run), source); err != nil && ctx.Err() == nil {
+		s.log.Warn("clear attention after an answer", "run_id", run.ID, "source", source, "err", err)
 	}
+}
+
+// questionOf is the question a run is asked, "" when none is known.
+func questionOf(r wire.Run) string {
+	if r.AttentionDetail == nil {
+		return ""
+	}
+	return r.AttentionDetail.Text
 }

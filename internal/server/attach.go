@@ -275,7 +275,7 @@ func (c *attachClient) inputSeen() {
 			return
 		}
 		observed := run.Attention == wire.AttentionIdle || s.paneChangedSince(ctx, c.runID, before)
-		s.answered(ctx, c.runID, c.attempt, run.Attention, observed, wire.AttentionSourceAttach)
+		s.answered(ctx, run, observed, wire.AttentionSourceAttach)
 	}) {
 		done()
 	}

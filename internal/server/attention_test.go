@@ -617,4 +617,27 @@ func TestAnswerLeavesTheNextQuestion(t *testing.T) {
 	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
 		t.Fatalf("the next question's needs_input cleared by the answer before it: %q; events %q", got.Attention, e.attentionLog(r.ID))
 	}
+
+	// The next question is often the same attention: an answer to the
+	// first, seen to land, leaves the second that came meanwhile.
+	yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	e.waitRun(r.ID, "the first question", func(r wire.Run) bool {
+		return r.AttentionDetail != nil && r.AttentionDetail.Text == "Continue? (y/n)"
+	})
+	go func() {
+		code, _ := e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"key": "y"}}})
+		done <- code
+	}()
+	w.expect(wire.FrameSendKeys)
+	// The new question is read before the answer sees the pane change.
+	w.screen(d, 1, wire.AttentionNeedsInput, "Overwrite? (y/n)", yn...)
+	w.barrier()
+	w.snapshot(d, "$ y\nAnother question? [y/N] y\nOverwrite? (y/n)\n")
+	if code := <-done; code != 202 {
+		t.Fatalf("keys: %d", code)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput || got.AttentionDetail == nil || got.AttentionDetail.Text != "Overwrite? (y/n)" {
+		t.Fatalf("the next question of the same attention cleared by the answer before it: %q %+v; events %q", got.Attention, got.AttentionDetail, e.attentionLog(r.ID))
+	}
 }

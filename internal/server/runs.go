@@ -159,7 +159,7 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 	if r.Context().Err() != nil {
 		return
 	}
-	s.answered(r.Context(), run.ID, run.Attempt, run.Attention, observed, wire.AttentionSourceKeys)
+	s.answered(r.Context(), run, observed, wire.AttentionSourceKeys)
 	delivery := wire.DeliveryUnconfirmed
 	if observed {
 		delivery = wire.DeliveryObserved

@@ -9,12 +9,13 @@ import (
 )
 
 // ClearAnswered clears a run's attention, journaled with source, when it
-// is still from: the attention a person answered (keys, attach input)
-// once the answer was seen to land (docs/architecture.md#attention).
-// Anything set since — another attention, or none — is left as it is, so
-// an answer never clears the next question. The decision is
+// is still from asking question: the attention a person answered (keys,
+// attach input) once the answer was seen to land
+// (docs/architecture.md#attention). Anything set since — another
+// attention, another question of the same attention, or none — is left
+// as it is, so an answer never clears the next question. The decision is
 // lifecycle.Attention's, under the run's row lock, as SetAttention's.
-func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, from, source string) (wire.Run, bool, error) {
+func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, from, question, source string) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -23,7 +24,11 @@ func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, fr
 			return err
 		}
 		out = r
-		if r.Attention != from {
+		asked := ""
+		if r.AttentionDetail != nil {
+			asked = r.AttentionDetail.Text
+		}
+		if r.Attention != from || asked != question {
 			return nil
 		}
 		d := lifecycle.Attention(lifecycle.FromWire(r), attempt, wire.AttentionNone, source)
