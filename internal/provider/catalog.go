@@ -15,6 +15,8 @@ import (
 	"unicode"
 
 	"github.com/BurntSushi/toml"
+
+	"pam/internal/trust"
 )
 
 // FileName is the catalog file inside the config dir.
@@ -62,6 +64,9 @@ type fileEntry struct {
 	// EndOfOptions is end_of_options: the argument that ends the CLI's
 	// options ("--"), or "" when it takes none.
 	EndOfOptions *string `toml:"end_of_options"`
+	// Trust is trust: how pam marks its own worktrees trusted for the
+	// CLI ("claude", "codex", "gemini"; "" or "none" for no marking).
+	Trust *string `toml:"trust"`
 }
 
 type fileShape struct {
@@ -109,7 +114,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks and end_of_options; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options and trust; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -151,6 +156,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		if e.EndOfOptions != nil {
 			p.EndOfOptions = *e.EndOfOptions
+		}
+		if e.Trust != nil {
+			p.Trust = *e.Trust
 		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
@@ -212,6 +220,12 @@ func (p *Provider) validate() error {
 		if err := PassEnvName(k); err != nil {
 			return fmt.Errorf("pass_env[%d]: %w", i, err)
 		}
+	}
+	switch {
+	case p.Trust == TrustNone:
+		p.Trust = ""
+	case p.Trust != "" && !trust.Known(p.Trust):
+		return fmt.Errorf("trust: %q is not one of %s, or %s", p.Trust, strings.Join(trust.Kinds(), ", "), TrustNone)
 	}
 	switch p.Hooks {
 	case "":

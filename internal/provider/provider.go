@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"pam/internal/trust"
 )
 
 // Hook wirings: how a provider tells pam that it completed its work.
@@ -50,7 +52,16 @@ type Provider struct {
 	// never read as an option; "" when the CLI takes none, and such a
 	// prompt is refused (docs/architecture.md#provider-catalog).
 	EndOfOptions string
+	// Trust names how the CLI records a trusted folder (package trust:
+	// "claude", "codex", "gemini"), so that the wrapper marks the
+	// worktree pam made for a run trusted before the CLI starts in it
+	// and the CLI asks no folder-trust question; "" marks nothing
+	// (docs/agents.md#trust).
+	Trust string
 }
+
+// TrustNone is the catalog's spelling of "mark nothing" for trust.
+const TrustNone = "none"
 
 // ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
 // with no end-of-options marker: the CLI would parse it as an option.
@@ -63,12 +74,13 @@ func builtins() map[string]Provider {
 		// options at "--"; grok's parser is not known to, so a prompt
 		// starting with "-" is refused for it.
 		// Each passes its own credential variables.
+		// Each marks pam's worktrees trusted in its own config (trust).
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
-			PassEnv: []string{"ANTHROPIC_API_KEY"}},
+			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude},
 		"codex": {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
-			PassEnv: []string{"OPENAI_API_KEY"}},
+			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
-			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}},
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini},
 		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
 			PassEnv: []string{"XAI_API_KEY"}},
 		// The operator explicitly asking for a shell command in the session.

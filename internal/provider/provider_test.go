@@ -48,6 +48,11 @@ func TestBuiltins(t *testing.T) {
 	if cx.Hooks != HooksCodex {
 		t.Errorf("codex = %+v", cx)
 	}
+	for name, want := range map[string]string{"claude": "claude", "codex": "codex", "gemini": "gemini", "grok": "", "shell": ""} {
+		if p, _ := c.Get(name); p.Trust != want {
+			t.Errorf("%s: trust %q, want %q", name, p.Trust, want)
+		}
+	}
 	if _, ok := c.Get("nope"); ok {
 		t.Error("Get(nope) found something")
 	}
@@ -119,6 +124,21 @@ args = ["--message", "{prompt}"]
 	}
 }
 
+// TestTrustKey: a custom entry may set trust; "none" (or "") turns a
+// built-in's off.
+func TestTrustKey(t *testing.T) {
+	t.Parallel()
+	c, err := Load(writeCatalog(t, "[providers.claude]\ntrust = \"none\"\n[providers.gemini]\ntrust = \"\"\n[providers.mycodex]\nbinary = \"/opt/codex\"\ntrust = \"codex\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"claude": "", "gemini": "", "mycodex": "codex", "codex": "codex"} {
+		if p, _ := c.Get(name); p.Trust != want {
+			t.Errorf("%s: trust %q, want %q", name, p.Trust, want)
+		}
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	t.Parallel()
 	big := "# " + strings.Repeat("x", MaxFileSize) + "\n"
@@ -137,6 +157,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env", "[providers.claude]\nenv = { \"1BAD\" = \"x\" }\n", []string{"providers.claude.env.1BAD"}},
 		{"bad env dash", "[providers.claude]\nenv = { \"A-B\" = \"x\" }\n", []string{"providers.claude.env.A-B"}},
 		{"bad hooks", "[providers.claude]\nhooks = \"cursor\"\n", []string{"providers.claude.hooks"}},
+		{"bad trust", "[providers.claude]\ntrust = \"cursor\"\n", []string{"providers.claude.trust", `"cursor"`, "claude, codex, gemini"}},
 		{"bad pass_env", "[providers.claude]\npass_env = [\"OK\", \"A-B\"]\n", []string{"providers.claude.pass_env[1]", "A-B"}},
 		{"pass_env of pam's secrets", "[providers.claude]\npass_env = [\"PAM_WORKER_TOKEN\"]\n", []string{"providers.claude.pass_env[0]", "PAM_*"}},
 		{"pass_env not a list", "[providers.claude]\npass_env = \"X\"\n", []string{FileName}},
