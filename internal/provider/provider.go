@@ -77,7 +77,11 @@ func builtins() map[string]Provider {
 		// Each marks pam's worktrees trusted in its own config (trust).
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
 			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude},
-		"codex": {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
+		// --no-daemon: codex otherwise hands the session to a shared
+		// background server that it starts detached, outside the
+		// session, and that keeps the environment (the run's PAM_*
+		// variables) of the run that started it (docs/agents.md#codex).
+		"codex": {Name: "codex", Binary: "codex", Args: []string{"--no-daemon", "{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
 			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
 			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini},

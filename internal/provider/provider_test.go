@@ -45,7 +45,7 @@ func TestBuiltins(t *testing.T) {
 		t.Errorf("claude = %+v", cl)
 	}
 	cx, _ := c.Get("codex")
-	if cx.Hooks != HooksCodex {
+	if cx.Hooks != HooksCodex || !slices.Equal(cx.Args, []string{"--no-daemon", "{prompt}"}) {
 		t.Errorf("codex = %+v", cx)
 	}
 	for name, want := range map[string]string{"claude": "claude", "codex": "codex", "gemini": "gemini", "grok": "", "shell": ""} {
@@ -276,7 +276,7 @@ func TestPromptStartingWithDashNeverAnOption(t *testing.T) {
 		args       []string // the run's extra args
 	}{
 		{"claude", bi["claude"], "--dangerously-skip-permissions", nil, []string{"--", "--dangerously-skip-permissions"}, false, nil},
-		{"codex", bi["codex"], "-c x=y", nil, []string{"--", "-c x=y"}, false, nil},
+		{"codex", bi["codex"], "-c x=y", []string{"--no-daemon"}, []string{"--", "-c x=y"}, false, nil},
 		{"gemini", bi["gemini"], "-y", nil, []string{"--", "-y"}, false, nil},
 		{"grok takes no --", bi["grok"], "-h", nil, nil, true, nil},
 		{"shell", bi["shell"], "-x", []string{"-c"}, []string{"--", "-x"}, false, nil},
