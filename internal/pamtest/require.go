@@ -37,7 +37,8 @@ var tools = map[string]tool{
 }
 
 // Require stops the test when one of the named tools (tmux, postgres,
-// chromium, git) is missing: under CI it fails, since a green CI run must not
+// chromium, git, and the pinned agent CLIs claude, codex and gemini) is
+// missing: under CI it fails, since a green CI run must not
 // hide tests that never ran; elsewhere it skips, saying what to install,
 // and Main repeats that when the package's tests end.
 func Require(t testing.TB, names ...string) {
