@@ -279,23 +279,35 @@ const HookNeedsInput = "needs-input"
 // here in one place.
 var codexRequestTypes = map[string]bool{"approval-requested": true, "user-input-requested": true}
 
+// codexTitlePrompt starts the one input message of the side thread in
+// which codex 0.171 titles each new session. That thread's turn ends with
+// an agent-turn-complete notify like the agent's own turns, often while
+// the agent still works or waits for an approval, so it says nothing of
+// the run (docs/agents.md#codex).
+const codexTitlePrompt = "Generate a concise, single-line task title"
+
 // HookKindOfEvent is the `pam hook` kind to post for kind called with a
 // provider's event argument (codex's notify appends its event as JSON):
 // an event that asks for a person is needs-input whatever kind the
-// wiring named, anything else (no argument, another type, not JSON)
+// wiring named; the end of a turn of codex's own title thread is ""
+// (post nothing); anything else (no argument, another type, not JSON)
 // keeps kind.
 func HookKindOfEvent(kind, event string) string {
 	if event == "" {
 		return kind
 	}
 	var ev struct {
-		Type string `json:"type"`
+		Type  string   `json:"type"`
+		Input []string `json:"input-messages"`
 	}
 	if json.Unmarshal([]byte(event), &ev) != nil {
 		return kind
 	}
 	if codexRequestTypes[ev.Type] || strings.HasSuffix(ev.Type, "-requested") {
 		return HookNeedsInput
+	}
+	if ev.Type == "agent-turn-complete" && len(ev.Input) == 1 && strings.HasPrefix(ev.Input[0], codexTitlePrompt) {
+		return ""
 	}
 	return kind
 }

@@ -436,6 +436,9 @@ func TestHookKindOfEvent(t *testing.T) {
 		{"progress", `not json`, "progress"},
 		{"completed", `{"kind":"approval-requested"}`, "completed"},
 		{HookNeedsInput, `{"hook_event_name":"Notification"}`, HookNeedsInput},
+		// codex 0.171's title thread, as its notify reported it.
+		{"completed", `{"type":"agent-turn-complete","thread-id":"t2","turn-id":"u2","cwd":"/w","client":"codex-tui","input-messages":["Generate a concise, single-line task title of at most 36 characters and under five words where possible.\n\nUser prompt:\nrun the echo"],"last-assistant-message":"Run the echo"}`, ""},
+		{"completed", `{"type":"agent-turn-complete","thread-id":"t1","input-messages":["run the echo"],"last-assistant-message":"All done."}`, "completed"},
 	} {
 		if got := HookKindOfEvent(c.kind, c.event); got != c.want {
 			t.Errorf("HookKindOfEvent(%q, %q) = %q, want %q", c.kind, c.event, got, c.want)
