@@ -213,8 +213,11 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 // TestRealCodexAndGemini: the pinned codex and gemini, each against its
 // fake model. pam marks the worktree trusted in each CLI's own config,
 // so neither shows its folder-trust question: each run's prompt reaches
-// its model with nobody pressing a key. codex's notify hook completes
-// its run.
+// its model with nobody pressing a key. codex asks to approve a command;
+// the end of its title thread (notified like a turn) does not complete
+// the run while the question waits; Enter approves, the command runs,
+// its output reaches the model, and the end of that turn completes the
+// run.
 func TestRealCodexAndGemini(t *testing.T) {
 	t.Parallel()
 	codex := pamtest.AgentCLI(t, "codex")
@@ -248,10 +251,14 @@ binary = "`+codex+`"
 binary = "`+gemini+`"
 `, "OPENAI_API_KEY=sk-e2e-fake-openai", "GEMINI_API_KEY=e2e-fake-gemini")
 
-	openai.Script(fakemodel.Text("Codex's fake model answers."))
+	openai.Script(
+		fakemodel.Turn{Text: "Running it.", Tool: &fakemodel.ToolCall{ID: "call_e2e_exec", Name: "exec_command",
+			Input: map[string]any{"cmd": "echo codex-ran > codex-out.txt", "sandbox_permissions": "require_escalated", "justification": "Write codex-out.txt?"}}},
+		fakemodel.Text("Codex's fake model answers."),
+	)
 	google.Script(fakemodel.Text("Gemini's fake model answers."))
 	start := time.Now()
-	cx := a.start("codex", "PROMPT-CODEX hello")
+	cx := a.start("codex", "PROMPT-CODEX write the file")
 	gm := a.start("gemini", "PROMPT-GEMINI hello")
 	cwt, gwt := a.worktree(cx.ID), a.worktree(gm.ID)
 
@@ -281,16 +288,39 @@ binary = "`+gemini+`"
 	if json.Unmarshal(b, &folders) != nil || folders[gwt] != "TRUST_FOLDER" {
 		t.Errorf("gemini trusted folders:\n%s", b)
 	}
-	eventually.Wait(t, 30*time.Second, "both answers on the screens", func() bool {
-		return strings.Contains(a.pane(cx.ID), "Codex's fake model answers.") && strings.Contains(a.pane(gm.ID), "Gemini's fake model answers.")
+	eventually.Wait(t, 30*time.Second, "gemini's answer on its screen", func() bool {
+		return strings.Contains(a.pane(gm.ID), "Gemini's fake model answers.")
 	})
+
+	// codex asks to approve the command. Its title thread has ended by
+	// then (its request answered), and that is no completion.
+	eventually.Wait(t, 30*time.Second, "codex's approval question", func() bool {
+		return strings.Contains(a.pane(cx.ID), "Would you like to run the following command?")
+	})
+	t.Logf("codex asked for approval %s after the run was started", time.Since(start).Round(time.Millisecond))
+	if _, ok := openai.Wait(30*time.Second, func(r fakemodel.Request) bool { return !r.Agent && r.Status == 200 }); !ok {
+		t.Fatalf("codex asked for no title\n%s", openai.Describe())
+	}
+	if eventually.Within(3*time.Second, func() bool { return a.s.getRun(cx.ID).CompletedAt != nil }) {
+		t.Errorf("codex's run completed while its approval question waits:\n%s", a.pane(cx.ID))
+	}
 	for _, id := range []string{cx.ID, gm.ID} {
 		if p := a.pane(id); strings.Contains(p, "Do you trust") || strings.Contains(p, "Trust this folder") {
 			t.Errorf("a trust question on the screen:\n%s", p)
 		}
 	}
-	got := a.s.waitRun(cx.ID, "codex completed by its notify hook", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
-	if got.CompletionSource == nil || *got.CompletionSource != wire.SourceProviderHook {
-		t.Errorf("codex completion %v", got.CompletionSource)
+	answered := time.Now()
+	a.s.keys(cx.ID, map[string]any{"key": "Enter"})
+	a.modelRequest(openai, cx.ID, 30*time.Second, "the command's output", `"call_id":"call_e2e_exec"`, `"type":"function_call_output"`)
+	if b, err := os.ReadFile(filepath.Join(cwt, "codex-out.txt")); err != nil || string(b) != "codex-ran\n" {
+		t.Errorf("the command's file in the worktree: %q %v", b, err)
 	}
+	got := a.s.waitRun(cx.ID, "codex completed by its notify hook", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
+	if got.CompletionSource == nil || *got.CompletionSource != wire.SourceProviderHook || got.CompletedAt.Before(answered.Add(-time.Second)) {
+		t.Errorf("codex completion %v at %v (answered at %v)", got.CompletionSource, got.CompletedAt, answered)
+	}
+	eventually.Wait(t, 20*time.Second, "codex's answer on its screen", func() bool {
+		return strings.Contains(a.pane(cx.ID), "Codex's fake model answers.")
+	})
+	t.Logf("codex completed %s after the approval", time.Since(answered).Round(time.Millisecond))
 }
