@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/defaults"
 	"pam/internal/serve"
 )
 
@@ -156,6 +157,8 @@ func TestSettingsPrecedence(t *testing.T) {
 			return o.DashboardURL
 		case "TLSCert":
 			return o.TLSCert
+		case "CompletedStopAfter":
+			return o.CompletedStopAfter
 		}
 		t.Fatalf("unknown field %s", field)
 		return nil
@@ -177,7 +180,19 @@ func TestSettingsPrecedence(t *testing.T) {
 			args: []string{"serve"},
 			want: []want{{"Bind", "0.0.0.0"}, {"Port", 7898}, {"DataDir", dataDir}, {"DatabaseURL", ""}, {"MetricsPublic", false},
 				{"DispatchTimeout", 5 * time.Minute}, {"HostOfflineAfter", 90 * time.Second}, {"EventRetention", 720 * time.Hour},
-				{"MaxAttempts", 3}, {"DashboardURL", false}},
+				{"MaxAttempts", 3}, {"DashboardURL", false}, {"CompletedStopAfter", time.Hour}},
+		},
+		{
+			name: "completed stop after 0 is never",
+			env:  map[string]string{"PAM_COMPLETED_STOP_AFTER": "0"},
+			args: []string{"serve"},
+			want: []want{{"CompletedStopAfter", defaults.Never}},
+		},
+		{
+			name: "completed stop after as a flag of up",
+			env:  map[string]string{"PAM_COMPLETED_STOP_AFTER": "0"},
+			args: []string{"up", "--completed-stop-after", "90s"},
+			want: []want{{"CompletedStopAfter", 90 * time.Second}},
 		},
 		{
 			name: "environment over defaults",
@@ -230,6 +245,11 @@ func TestSettingsPrecedence(t *testing.T) {
 			env:  map[string]string{"PAM_SPAWN_TIMEOUT": "-1s"},
 			args: []string{"serve"},
 			code: 2, err: "PAM_SPAWN_TIMEOUT",
+		},
+		{
+			name: "negative completed stop after",
+			args: []string{"serve", "--completed-stop-after=-1m"},
+			code: 2, err: "must not be negative",
 		},
 		{
 			name: "bad integer",
@@ -305,6 +325,7 @@ func TestEveryServeTimerIsWired(t *testing.T) {
 		"EventRetention": got.EventRetention, "HostOfflineAfter": got.HostOfflineAfter, "HostLostAfter": got.HostLostAfter,
 		"DispatchTimeout": got.DispatchTimeout, "DispatchAckTimeout": got.DispatchAckTimeout, "CLIHangTimeout": got.CLIHangTimeout,
 		"RestartInitialDelay": got.RestartInitialDelay, "RestartMaxDelay": got.RestartMaxDelay, "LeaseTTL": got.LeaseTTL, "SpawnTimeout": got.SpawnTimeout,
+		"CompletedStopAfter": got.CompletedStopAfter,
 	} {
 		if d != 1234*time.Second {
 			t.Errorf("%s = %s, want 1234s", name, d)

@@ -44,6 +44,9 @@ type setting struct {
 	Secret bool
 	// Positive rejects zero and negative durations and ints.
 	Positive bool
+	// NonNegative rejects negative durations: 0 is allowed (and means
+	// never, for a timer that says so).
+	NonNegative bool
 }
 
 // Flag is the setting's flag name: PAM_DISPATCH_TIMEOUT → dispatch-timeout,
@@ -88,7 +91,8 @@ var settings = []setting{
 	{Env: "PAM_HOST_LOST_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.HostLostAfter), Uses: serveCmds, Positive: true, Help: "offline this long: host lost, its runs fail host_lost"},
 	{Env: "PAM_DISPATCH_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.DispatchTimeout), Uses: serveCmds, Positive: true, Help: "pending this long: run fails"},
 	{Env: "PAM_DISPATCH_ACK_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.DispatchAckTimeout), Uses: serveCmds, Positive: true, Help: "an offer not acked in time is withdrawn; a host that refused a run is not offered it again within it"},
-	{Env: "PAM_CLI_HANG_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.CLIHangTimeout), Uses: serveCmds, Positive: true, Help: "no pane change this long: run fails cli_hang"},
+	{Env: "PAM_CLI_HANG_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.CLIHangTimeout), Uses: serveCmds, Positive: true, Help: "a working run (not waiting for a person, its usage limit or its next input) with no pane change this long: run fails cli_hang"},
+	{Env: "PAM_COMPLETED_STOP_AFTER", Kind: kindDuration, Default: defaults.Duration(defaults.CompletedStopAfter), Uses: serveCmds, NonNegative: true, Help: "a run whose agent completed, with no input and no pane change since for this long, is stopped (0 = never)"},
 	{Env: "PAM_RESTART_INITIAL_DELAY", Kind: kindDuration, Default: defaults.Duration(defaults.RestartInitialDelay), Uses: serveCmds, Positive: true, Help: "restart backoff start"},
 	{Env: "PAM_RESTART_MAX_DELAY", Kind: kindDuration, Default: defaults.Duration(defaults.RestartMaxDelay), Uses: serveCmds, Positive: true, Help: "restart backoff cap"},
 	{Env: "PAM_MAX_ATTEMPTS", Kind: kindInt, Default: strconv.Itoa(defaults.MaxAttempts), Uses: serveCmds, Positive: true, Help: "default max_attempts of a run"},
@@ -223,6 +227,9 @@ func (v *value) parse(text string) error {
 		}
 		if v.s.Positive && d <= 0 {
 			return errors.New("must be positive")
+		}
+		if v.s.NonNegative && d < 0 {
+			return errors.New("must not be negative (0 = never)")
 		}
 		v.d = d
 	case kindSize:

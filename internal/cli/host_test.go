@@ -100,8 +100,10 @@ func TestHostRunUsageErrors(t *testing.T) {
 		{[]string{"run", "start", "--task", "t"}, "--task and --provider are required"},
 		{[]string{"run", "show"}, "missing ID"},
 		{[]string{"run", "keys", "r"}, "nothing to send"},
-		{[]string{"run", "keys", "r", "--key", "Escape"}, "not allowed"},
-		{[]string{"run", "keys", "r", "--text", "rm -rf / ; echo"}, "not allowed"},
+		{[]string{"run", "keys", "r", "--key", "F1"}, `key "F1" is not allowed; the keys are Enter, Escape`},
+		{[]string{"run", "keys", "r", "--paste", "ok\x1b[201~"}, "control character (U+001B"},
+		{[]string{"run", "keys", "r", "--text", "two\nlines"}, "not printable ASCII"},
+		{[]string{"run", "keys", "r", "--text", "rm -rf / ; echo"}, `text holds ";"`},
 		{[]string{"run", "list", "--limit", "-1"}, "cannot be negative"},
 	}
 	for _, tt := range tests {

@@ -83,7 +83,7 @@ var runCmd = &command{
 				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
 				var attention attentionFlag
-				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input or idle); --attention=needs_input or --attention=idle for one kind")
+				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input, rate_limited or idle), with their question; --attention=needs_input for one kind")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
 					if *limit < 0 {
@@ -165,17 +165,18 @@ var runCmd = &command{
 		},
 		{
 			name: "keys", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
-			summary: "type into a running run's pane: --text, --key and --enter, sent in the order given " +
-				"(e.g. --text 'yes' --enter)",
+			summary: "answer a running run: press keys, type text or paste, in the order given " +
+				"(e.g. --key 1 for a menu's first choice, --text yes --enter for a prompt)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				var keys []wire.Key
-				fs.Var(keyFlag{&keys, false}, "text", "type `TEXT` literally (printable ASCII without | & ; $ or backtick; repeatable)")
-				fs.Var(keyFlag{&keys, true}, "key", "press `KEY`: Enter, C-c, C-d, BSpace or DC (repeatable)")
+				fs.Var(keyFlag{&keys, keyText}, "text", "type `TEXT` key by key (printable ASCII without | & ; $ or backtick; repeatable)")
+				fs.Var(keyFlag{&keys, keyNamed}, "key", "press `KEY`: "+keyNamesHelp+" (repeatable)")
+				fs.Var(keyFlag{&keys, keyPaste}, "paste", "paste `TEXT` as one piece: printable text and newlines, e.g. a multi-line reply (repeatable)")
 				fs.Var(enterFlag{&keys}, "enter", "press Enter (repeatable)")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
 				return func(x *invocation) error {
 					if len(keys) == 0 {
-						return usagef("nothing to send: give --text, --key or --enter")
+						return usagef("nothing to send: give --key, --text, --paste or --enter")
 					}
 					if err := wire.ValidateKeys(keys); err != nil {
 						return usagef("%s", describe(err))
@@ -191,10 +192,10 @@ var runCmd = &command{
 					if *asJSON {
 						return printJSON(x.stdout, res)
 					}
-					if res.Delivery == "observed" {
-						fmt.Fprintln(x.stdout, "sent; the pane changed")
+					if res.Delivery == wire.DeliveryObserved {
+						fmt.Fprintln(x.stdout, "sent; delivery observed (the pane changed)")
 					} else {
-						fmt.Fprintf(x.stdout, "sent; delivery %s (the pane did not change soon after)\n", res.Delivery)
+						fmt.Fprintf(x.stdout, "sent; delivery %s (the pane did not change soon after: the run still waits, if it did)\n", res.Delivery)
 					}
 					return nil
 				}
@@ -241,21 +242,44 @@ func runAction(x *invocation, asJSON bool, verb string, call func(*apiclient.Cli
 	return nil
 }
 
-// keyFlag appends a text (or, with named, a key) entry each time its flag
-// is given; --text, --key and --enter share one slice, so the entries keep
+// keyFlag appends an entry of its kind each time its flag is given;
+// --key, --text, --paste and --enter share one slice, so the entries keep
 // the command line's order.
 type keyFlag struct {
-	keys  *[]wire.Key
-	named bool
+	keys *[]wire.Key
+	kind keyKind
 }
+
+// keyKind is which field of a keys entry a flag fills.
+type keyKind int
+
+const (
+	keyNamed keyKind = iota
+	keyText
+	keyPaste
+)
+
+// keyNamesHelp lists the keys --key takes, the digits and letters short.
+var keyNamesHelp = func() string {
+	var named []string
+	for _, k := range wire.KeyNames {
+		if len(k) > 1 {
+			named = append(named, k)
+		}
+	}
+	return strings.Join(named, ", ") + ", 0-9, y, n"
+}()
 
 func (f keyFlag) String() string { return "" }
 
 func (f keyFlag) Set(s string) error {
-	if f.named {
+	switch f.kind {
+	case keyNamed:
 		*f.keys = append(*f.keys, wire.Key{Key: s})
-	} else {
+	case keyText:
 		*f.keys = append(*f.keys, wire.Key{Text: s})
+	default:
+		*f.keys = append(*f.keys, wire.Key{Paste: s})
 	}
 	return nil
 }
@@ -273,10 +297,10 @@ func (f *attentionFlag) Set(s string) error {
 		f.v = "any"
 	case "false":
 		f.v = ""
-	case wire.AttentionNeedsInput, wire.AttentionIdle, wire.AttentionNone:
+	case wire.AttentionNeedsInput, wire.AttentionRateLimited, wire.AttentionIdle, wire.AttentionNone:
 		f.v = s
 	default:
-		return errors.New("want needs_input, idle, none or any")
+		return errors.New("want needs_input, rate_limited, idle, none or any")
 	}
 	return nil
 }
@@ -350,14 +374,18 @@ func runsHaveHosts(runs ...wire.Run) bool {
 	return false
 }
 
+// printRuns is the table of run list; QUESTION, last, is what a run
+// that waits for a person is asked (questionCells).
 func printRuns(w io.Writer, runs []wire.Run, hosts hostNames, now time.Time) {
-	tw := table(w)
-	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tATTENTION\tPROVIDER\tHOST\tTASK\tCREATED\tREASON")
+	var b strings.Builder
+	tw := table(&b)
+	fmt.Fprintln(tw, "ID\tSTATUS\tATTEMPT\tATTENTION\tPROVIDER\tHOST\tTASK\tCREATED\tREASON\t")
 	for _, r := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts, attentionCell(r),
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", shortID(r.ID), r.Status, r.Attempt, r.MaxAttempts, attentionCell(r),
 			r.Provider, runHost(r, hosts), shortID(r.TaskID), ago(r.CreatedAt, now), optionalString(r.FailureReason))
 	}
 	tw.Flush()
+	questionColumn(w, b.String(), runs)
 }
 
 // attentionCell is a run's attention for a table: "-" when it waits for
@@ -440,6 +468,7 @@ func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	fmt.Fprintf(tw, "created_at:\t%s\n", rfc3339(&r.CreatedAt))
 	fmt.Fprintf(tw, "updated_at:\t%s\n", rfc3339(&r.UpdatedAt))
 	tw.Flush()
+	printQuestion(w, r)
 	if r.Prompt != "" {
 		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(r.Prompt, "\n"))
 	}

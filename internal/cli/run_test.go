@@ -19,7 +19,7 @@ const runID = "f8d9e2a1-4b7c-4e21-9a03-5c6d8e1f2a3b"
 const runJSON = `{"id":"` + runID + `","task_id":"9c0c2f7e-0000-4000-8000-000000000002","project_id":"8b0c2f7e-0000-4000-8000-000000000001",` +
 	`"provider":"claude","host_id":null,"target_host_id":null,"status":"pending","attempt":1,"max_attempts":3,"failure_reason":null,` +
 	`"exit_code":null,"session_name":"pam-f8d9e2a1","cwd":"","prompt":"","args":[],"pending_since":"2026-01-01T00:00:00Z",` +
-	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,"attention":"none","attention_since":null,"workspace":null,` +
+	`"next_attempt_at":null,"started_at":null,"finished_at":null,"completed_at":null,"completion_source":null,"attention":"none","attention_since":null,"attention_detail":null,"agent_session_id":null,"continues_run_id":null,"workspace":null,` +
 	`"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 func TestRunCommandsSendWhatWasGiven(t *testing.T) {
@@ -57,6 +57,9 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"run", "complete", runID}, `POST /api/v1/runs/` + runID + `/complete`},
 		{[]string{"run", "keys", runID, "--text", "yes please", "--enter", "--key", "C-c", "--text", "x"},
 			`POST /api/v1/runs/` + runID + `/keys {"keys":[{"text":"yes please"},{"key":"Enter"},{"key":"C-c"},{"text":"x"}]}`},
+		{[]string{"run", "keys", runID, "--key", "1"}, `POST /api/v1/runs/` + runID + `/keys {"keys":[{"key":"1"}]}`},
+		{[]string{"run", "keys", runID, "--key", "Down", "--key", "Down", "--paste", "line one\nline two", "--key", "Enter", "--text", "-t", "--key", "Escape"},
+			`POST /api/v1/runs/` + runID + `/keys {"keys":[{"key":"Down"},{"key":"Down"},{"paste":"line one\nline two"},{"key":"Enter"},{"text":"-t"},{"key":"Escape"}]}`},
 	}
 	for _, tt := range tests {
 		e.mustPam(tt.args...)
@@ -76,8 +79,11 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	if out := e.mustPam("run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3      -") {
 		t.Errorf("run list:\n%s", out)
 	}
-	if out := e.mustPam("run", "keys", runID, "--enter"); !strings.Contains(out, "pane changed") {
+	if out := e.mustPam("run", "keys", runID, "--enter"); out != "sent; delivery observed (the pane changed)\n" {
 		t.Errorf("keys printed %q", out)
+	}
+	if out := e.mustPam("run", "keys", runID, "--key", "y", "--json"); out != "{\n  \"delivery\": \"observed\"\n}\n" && strings.TrimSpace(out) != `{"delivery":"observed"}` {
+		t.Errorf("keys --json printed %q", out)
 	}
 
 	// An unknown host name is reported before any run is created.
@@ -157,5 +163,79 @@ func TestRunLogs(t *testing.T) {
 	}
 	if r := e.pam("run", "logs", "nope"); r.code != 1 || r.stderr != "pam: no run matches \"nope\"\n" {
 		t.Errorf("not an id: %v", r)
+	}
+}
+
+// A run that waits for a person: run list shows its question, the first
+// line, cut to fit; run show prints the question, its choices and the
+// command that picks each, or when a usage limit resets. Whatever the
+// screen held, escape sequences print as text.
+func TestRunQuestion(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	asking := strings.Replace(runJSON, `"attention":"none","attention_since":null,"attention_detail":null`,
+		`"attention":"needs_input","attention_since":"2026-01-01T00:00:00Z","attention_detail":{"source":"screen",`+
+			`"text":"\nDo you want to make this edit to main.go? It changes the handler and the tests that cover it in one go\n(esc to cancel)",`+
+			`"choices":[{"key":"1","label":"Yes"},{"key":"2","label":"Yes, and don't ask again \u001b[31mred\u001b[0m"},{"key":"3","label":"No\u202e"},{"key":"F9","label":"Odd"}],"resets_at":null}`, 1)
+	asking = strings.Replace(asking, `"status":"pending"`, `"status":"running"`, 1)
+	limited := strings.Replace(runJSON, `"attention":"none","attention_since":null,"attention_detail":null`,
+		`"attention":"rate_limited","attention_since":"2026-01-01T00:00:00Z","attention_detail":{"source":"screen","text":"","choices":[],"resets_at":"2026-01-01T05:00:00Z"}`, 1)
+	limited = strings.Replace(strings.Replace(limited, runID, "a1b2c3d4-4b7c-4e21-9a03-5c6d8e1f2a3b", 1), `"status":"pending"`, `"status":"running"`, 1)
+	f.handle("GET /api/v1/runs", 200, `{"runs":[`+asking+`,`+limited+`,`+runJSON+`]}`)
+	f.handle("GET /api/v1/runs/"+runID, 200, asking)
+
+	out := e.mustPam("run", "list", "--attention")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) != 4 || !strings.HasSuffix(lines[0], "REASON  QUESTION") {
+		t.Fatalf("run list:\n%s", out)
+	}
+	q := strings.Index(lines[0], "QUESTION")
+	for i, want := range []string{
+		"Do you want to make this edit to main.go? It changes the ha…", // 60 characters
+		"usage limit, resets 2026-01-01T05:00:00Z",
+		"-",
+	} {
+		if got := lines[i+1][q:]; got != want {
+			t.Errorf("row %d: question %q, want %q", i+1, got, want)
+		}
+	}
+
+	out = e.mustPam("run", "show", runID)
+	for _, want := range []string{
+		"attention:          needs_input",
+		"asks (needs_input, from screen):\n  Do you want to make this edit to main.go?",
+		"\n  (esc to cancel)\nchoices:\n",
+		"  1   Yes  ", "pam run keys f8d9e2a1 --key 1\n",
+		`Yes, and don't ask again \x1b[31mred\x1b[0m`,
+		`No\u202e`,
+		"F9  Odd", "(not a key pam can press)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.ContainsAny(out, "\x1b\u202e") {
+		t.Errorf("show printed a control character:\n%q", out)
+	}
+}
+
+// TestSafeText: what a screen held prints as text on the operator's
+// terminal: controls and format characters as escapes, invalid UTF-8
+// replaced, printable text (any language) and newlines as they are.
+func TestSafeText(t *testing.T) {
+	for in, want := range map[string]string{
+		"Do you want to proceed?": "Do you want to proceed?",
+		"naïve ✓ 日本\nnext":        "naïve ✓ 日本\nnext",
+		"\x1b[2J\x1b]0;title\x07": `\x1b[2J\x1b]0;title\x07`,
+		"a\rb\tc\x7f":             `a\x0db\x09c\x7f`,
+		"\u009b31m":               `\x9b31m`,
+		"abc\u202edef\u200b":      `abc\u202edef\u200b`,
+		"bad \xff byte":           "bad \uFFFD byte",
+		"a literal \uFFFD stays":  "a literal \uFFFD stays",
+	} {
+		if got := safeText(in); got != want {
+			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"pam/internal/apiclient"
 	"pam/internal/datadir"
+	"pam/internal/defaults"
 	"pam/internal/serve"
 	"pam/internal/wire"
 	"pam/internal/worker"
@@ -60,6 +61,10 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 	if err != nil {
 		return serve.Options{}, err
 	}
+	completedStop := c.dur("PAM_COMPLETED_STOP_AFTER")
+	if completedStop == 0 {
+		completedStop = defaults.Never
+	}
 	return serve.Options{
 		Bind:                c.str("PAM_BIND"),
 		Port:                port,
@@ -74,6 +79,7 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 		DispatchTimeout:     c.dur("PAM_DISPATCH_TIMEOUT"),
 		DispatchAckTimeout:  c.dur("PAM_DISPATCH_ACK_TIMEOUT"),
 		CLIHangTimeout:      c.dur("PAM_CLI_HANG_TIMEOUT"),
+		CompletedStopAfter:  completedStop,
 		RestartInitialDelay: c.dur("PAM_RESTART_INITIAL_DELAY"),
 		RestartMaxDelay:     c.dur("PAM_RESTART_MAX_DELAY"),
 		MaxAttempts:         c.int("PAM_MAX_ATTEMPTS"),

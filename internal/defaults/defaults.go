@@ -21,6 +21,7 @@ const (
 	DispatchTimeout     = 5 * time.Minute  // PAM_DISPATCH_TIMEOUT
 	DispatchAckTimeout  = 10 * time.Second // PAM_DISPATCH_ACK_TIMEOUT
 	CLIHangTimeout      = 30 * time.Minute // PAM_CLI_HANG_TIMEOUT
+	CompletedStopAfter  = time.Hour        // PAM_COMPLETED_STOP_AFTER
 	RestartInitialDelay = 10 * time.Second // PAM_RESTART_INITIAL_DELAY
 	RestartMaxDelay     = 60 * time.Second // PAM_RESTART_MAX_DELAY
 	MaxAttempts         = 3                // PAM_MAX_ATTEMPTS
@@ -28,6 +29,11 @@ const (
 	LeaseTTL            = 5 * time.Minute  // PAM_LEASE_TTL
 	SpawnTimeout        = 60 * time.Second // PAM_SPAWN_TIMEOUT
 )
+
+// Never, as the value of an Options timer whose variable allows 0 for
+// "never" (PAM_COMPLETED_STOP_AFTER), turns the timer off: a zero field
+// means the default there, like every other.
+const Never time.Duration = -1
 
 // Worker timers and limits.
 const (

@@ -44,6 +44,10 @@ type Options struct {
 	// Tests wait for passes with it: "nothing was offered" means something
 	// only once a pass has run.
 	AfterPass func()
+	// CompletedStopAfter is PAM_COMPLETED_STOP_AFTER: a run whose agent
+	// completed and then had no input and no pane change this long is
+	// stopped. Default 1h; defaults.Never (or any negative) never.
+	CompletedStopAfter time.Duration
 }
 
 // Dispatcher is the placement loop.
@@ -80,6 +84,9 @@ func New(s *store.Store, f Sender, o Options) *Dispatcher {
 	}
 	if o.CLIHangTimeout <= 0 {
 		o.CLIHangTimeout = defaults.CLIHangTimeout
+	}
+	if o.CompletedStopAfter == 0 {
+		o.CompletedStopAfter = defaults.CompletedStopAfter
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

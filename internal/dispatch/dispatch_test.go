@@ -354,6 +354,43 @@ func TestHungRunStopped(t *testing.T) {
 	}
 }
 
+// A run whose agent completed its turn waits: it is not hung through
+// twice the hang timeout; once it has had no input and no pane change
+// for PAM_COMPLETED_STOP_AFTER it is stopped (run.stopped, source
+// completed_idle, no requeue) and its host is told to stop the session
+// the graceful way (docs/architecture.md#working-waiting-hung).
+func TestCompletedIdleRunStopped(t *testing.T) {
+	t.Parallel()
+	const hang, stopAfter = time.Second, 3 * time.Second
+	y := newSys(t)
+	h := y.host("h", 4, true, "shell")
+	r := y.run("shell", nil)
+	y.start(dispatch.Options{CLIHangTimeout: hang, CompletedStopAfter: stopAfter, Tick: 20 * time.Millisecond})
+	eventually.Wait(t, 10*time.Second, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	one := 1
+	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
+		{Kind: wire.SignalCompleted, Source: wire.SourceProviderHook, Attempt: &one}} {
+		if res, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, sig); err != nil || res.Result != wire.ResultApplied {
+			t.Fatalf("%s: %+v %v", sig.Kind, res, err)
+		}
+	}
+	for until := time.Now().Add(2 * hang); time.Now().Before(until); {
+		y.waitPasses(1)
+		if got := y.get(r.ID); got.Status != wire.RunRunning || got.Attempt != 1 || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+			t.Fatalf("a completed run within twice the hang timeout: %s at attempt %d; events %v", got.Status, got.Attempt, y.topics(r.ID))
+		}
+	}
+	eventually.Wait(t, 10*time.Second, "run_stop of the idle run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
+	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
+	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
+		t.Errorf("run_stop %+v", stop)
+	}
+	got := y.get(r.ID)
+	if evs := y.topics(r.ID); got.Status != wire.RunStopped || got.Attempt != 1 || !slices.Contains(evs, "run.stopped") || slices.Contains(evs, "run.requeued") {
+		t.Errorf("%s at attempt %d, events %v", got.Status, got.Attempt, evs)
+	}
+}
+
 // Wake runs a pass at once even with an hour-long tick.
 func TestWake(t *testing.T) {
 	t.Parallel()

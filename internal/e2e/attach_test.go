@@ -323,8 +323,9 @@ collect:
 	}
 }
 
-// Keys go in as a bracketed paste where the pane asked for it, literally
-// elsewhere, and the answer says whether the pane changed.
+// A paste goes in as a bracketed paste where the pane asked for it,
+// literally elsewhere; a text is typed, never bracketed; and the answer
+// says whether the pane changed.
 func TestKeysDeliveryBracketedPaste(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
@@ -333,24 +334,30 @@ func TestKeysDeliveryBracketedPaste(t *testing.T) {
 	paste := s.startRun(task, `printf '\033[?2004h'; exec cat -v`)
 	plain := s.startRun(task, `exec cat -v`)
 	silent := s.startRun(task, `stty -echo; exec cat > /dev/null`)
-	send := func(r wire.Run) string {
+	send := func(r wire.Run, keys ...map[string]string) string {
 		t.Helper()
 		var res wire.KeysResult
-		s.must(202, "POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]string{{"text": "the prompt"}, {"key": "Enter"}}}, &res)
+		s.must(202, "POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": keys}, &res)
 		return res.Delivery
 	}
 	s.waitPane(paste.ID, "")
-	if d := send(paste); d != "observed" {
+	if d := send(paste, map[string]string{"paste": "the prompt"}, map[string]string{"key": "Enter"}); d != "observed" {
 		t.Errorf("bracketed pane: delivery %s", d)
 	}
 	s.waitPane(paste.ID, "^[[200~the prompt^[[201~")
-	if d := send(plain); d != "observed" {
+	if d := send(paste, map[string]string{"text": "typed"}, map[string]string{"key": "Enter"}); d != "observed" {
+		t.Errorf("bracketed pane, typed: delivery %s", d)
+	}
+	if p := s.waitPane(paste.ID, "typed"); strings.Contains(p.Capture, "~typed") {
+		t.Errorf("a typed text was bracketed:\n%s", p.Capture)
+	}
+	if d := send(plain, map[string]string{"paste": "the prompt"}, map[string]string{"key": "Enter"}); d != "observed" {
 		t.Errorf("plain pane: delivery %s", d)
 	}
 	if p := s.waitPane(plain.ID, "the prompt"); strings.Contains(p.Capture, "200~") {
 		t.Errorf("a pane without bracketed-paste mode got the brackets:\n%s", p.Capture)
 	}
-	if d := send(silent); d != "unconfirmed" {
+	if d := send(silent, map[string]string{"text": "the prompt"}, map[string]string{"key": "Enter"}); d != "unconfirmed" {
 		t.Errorf("a pane that does not change: delivery %s", d)
 	}
 }

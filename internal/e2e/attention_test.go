@@ -61,7 +61,7 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 	s.worker("attention-hook")
 	g := newGate(t)
 	task := s.task()
-	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"`, nil)
+	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"; `+g.wait("end"), nil)
 	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
 	s.waitPane(r.ID, "ready")
 	g.open(t, "ask")
@@ -88,10 +88,14 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 		t.Fatalf("pam run list --attention=needs_input: %v\n%s", err, out)
 	}
 
+	// The answer, once the screen shows it, clears it (the run goes on
+	// until the gate opens: its end would clear it too).
 	s.keys(r.ID, map[string]any{"text": "yes"}, map[string]any{"key": "Enter"})
 	if got := s.getRun(r.ID); got.Attention != wire.AttentionNone || got.AttentionSince != nil {
 		t.Fatalf("after keys: attention %q since %v", got.Attention, got.AttentionSince)
 	}
+	s.waitPane(r.ID, "got yes")
+	g.open(t, "end")
 	s.waitRun(r.ID, "exited", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunExited })
 	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys"}
 	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {
@@ -146,5 +150,62 @@ func TestAttentionIdleAndCleared(t *testing.T) {
 	}
 	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {
 		t.Fatalf("run.attention %q\nwant %q", log, want)
+	}
+}
+
+// The screen is read (docs/architecture.md#the-screen-is-read): a shell
+// run that prints "Continue? (y/n) " and reads a line is needs_input with
+// source screen, the question and its choices y and n, within two
+// capture intervals of the question; answered through
+// keys (y, Enter), the question leaves the screen and the attention is
+// none again. A second question that leaves the screen without any input
+// (the script moves on) is cleared by the screen itself. Under both
+// executors.
+func TestAttentionFromScreen(t *testing.T) {
+	t.Parallel()
+	s := newSystem(t)
+	s.worker("attention-screen")
+	g := newGate(t)
+	task := s.task()
+	r := s.runShell(task.ID, `printf 'Continue? (y/n) '; read a; echo "answered $a"; printf 'Overwrite? [y/N] '; `+
+		g.wait("move")+`; echo; echo "went on"; sleep 300`, ownCwd(t))
+	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
+	// The CLI prints its question as it starts, right after the run is
+	// running: two capture intervals (200 ms), and a second of slack for
+	// a loaded machine.
+	running := time.Now()
+	got := s.waitAttention(r.ID, wire.AttentionNeedsInput)
+	if took := time.Since(running); took > 2*200*time.Millisecond+time.Second {
+		t.Errorf("needs_input %s after the run was running, want within two capture intervals", took)
+	}
+	t.Logf("needs_input %s after the run was running", time.Since(running))
+	yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
+	want := &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: "Continue? (y/n)", Choices: yn}
+	if got.AttentionDetail == nil || got.AttentionDetail.Source != want.Source || got.AttentionDetail.Text != want.Text ||
+		!slices.Equal(got.AttentionDetail.Choices, want.Choices) || got.AttentionDetail.ResetsAt != nil {
+		t.Fatalf("attention_detail %+v, want %+v", got.AttentionDetail, want)
+	}
+
+	s.keys(r.ID, map[string]any{"text": "y"}, map[string]any{"key": "Enter"})
+	s.waitPane(r.ID, "answered y")
+	// The answered question leaves the screen: the next one is asked.
+	got = s.waitRun(r.ID, "the second question", 30*time.Second, func(r wire.Run) bool {
+		return r.Attention == wire.AttentionNeedsInput && r.AttentionDetail != nil && r.AttentionDetail.Text == "Overwrite? [y/N]"
+	})
+	if !slices.Equal(got.AttentionDetail.Choices, yn) {
+		t.Fatalf("the second question's choices %+v", got.AttentionDetail.Choices)
+	}
+	g.open(t, "move")
+	s.waitPane(r.ID, "went on")
+	if got := s.waitAttention(r.ID, wire.AttentionNone); got.AttentionDetail != nil || got.AttentionSince != nil {
+		t.Fatalf("cleared, but detail %+v since %v", got.AttentionDetail, got.AttentionSince)
+	}
+	log := s.attentionLog(r.ID)
+	// The first question's answer clears it by the keys (today's keys
+	// rule) or by the screen (the question left): whichever comes first.
+	first := []string{"none>needs_input/screen", "needs_input>none/screen", "none>needs_input/screen", "needs_input>none/screen"}
+	firstByKeys := []string{"none>needs_input/screen", "needs_input>none/keys", "none>needs_input/screen", "needs_input>none/screen"}
+	if !slices.Equal(log, first) && !slices.Equal(log, firstByKeys) {
+		t.Fatalf("run.attention %q, want %q (or the first cleared by keys)", log, first)
 	}
 }

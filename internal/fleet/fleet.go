@@ -74,13 +74,15 @@ type Fleet struct {
 	attaches map[string]*AttachRoute // relays by attach id (attach.go), under mu
 
 	logs sync.Map // request id → logWait
+
+	screens screens // the latest screen reading of each run (screens.go)
 }
 
 // New returns an empty fleet whose pane cache holds up to maxPanes runs
 // (1000 by the contract).
 func New(maxPanes int) *Fleet {
 	c, _ := lru.New[string, *Snapshot](maxPanes)
-	return &Fleet{conns: map[string]*Conn{}, creds: map[string]*hostCred{}, panes: c}
+	return &Fleet{conns: map[string]*Conn{}, creds: map[string]*hostCred{}, panes: c, screens: screens{max: maxPanes}}
 }
 
 // Errors of Admit.

@@ -56,6 +56,10 @@ type Hub struct {
 	closed    bool // Run has returned: no new subscribers
 
 	dropped atomic.Uint64
+
+	// afterRegister, when set (tests), runs in ServeSSE right after the
+	// subscriber registered: what commits then is after the connection.
+	afterRegister func()
 }
 
 // NewHub returns a Hub reading from s. Nothing happens until Run; wire

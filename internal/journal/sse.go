@@ -75,6 +75,22 @@ func (h *Hub) ServeSSE(w http.ResponseWriter, r *http.Request, after int64, patt
 	case <-ctx.Done():
 		return
 	}
+	// Without a cursor the stream is live only: what committed before it
+	// connected is skipped. That horizon is read before the subscriber
+	// registers: read after, it could pass an event committed once the
+	// subscriber was there, which the queue then carries and the stream
+	// would skip as already sent.
+	var live int64
+	if after < 0 {
+		var err error
+		if live, err = h.store.SafeSeq(ctx); err != nil {
+			if ctx.Err() == nil {
+				h.log.Warn("journal: live subscriber", "remote", r.RemoteAddr, "err", err)
+				writeUnavailable(w)
+			}
+			return
+		}
+	}
 	sub := newSubscriber(pattern, http.NewResponseController(w), r.RemoteAddr)
 	// A server-wide WriteTimeout would cut every stream after a while; the
 	// pending bound is what limits a stream instead. Cleared before the
@@ -86,6 +102,9 @@ func (h *Hub) ServeSSE(w http.ResponseWriter, r *http.Request, after int64, patt
 		return
 	}
 	defer h.unregister(sub)
+	if h.afterRegister != nil {
+		h.afterRegister()
+	}
 
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
@@ -99,8 +118,8 @@ func (h *Hub) ServeSSE(w http.ResponseWriter, r *http.Request, after int64, patt
 	var err error
 	if after >= 0 {
 		sent, err = h.backfill(ctx, w, sub, after, published)
-	} else if sent, err = h.store.SafeSeq(ctx); err == nil {
-		sent = max(sent, published)
+	} else {
+		sent = max(live, published)
 	}
 	if err != nil {
 		// A client that went away or was dropped is not worth a log line.

@@ -348,3 +348,26 @@ func TestServeBeforeRun(t *testing.T) {
 	journalN(t, s, "run.finished", 1)
 	checkFrames(t, res.st.read(t, 1), stored(t, s, 0, "run.finished"))
 }
+
+// TestLiveStreamKeepsWhatCommitsAsItConnects: a stream without a cursor
+// sends every event committed once its subscriber registered, also one
+// that commits (and is published) before the handler has read anything.
+// Reading the live horizon after registering skipped such an event: it
+// was at once below the horizon and in the queue.
+func TestLiveStreamKeepsWhatCommitsAsItConnects(t *testing.T) {
+	t.Parallel()
+	s := storetest.New(t)
+	hub, _ := startHub(t, s, wakeOnly)
+	journalN(t, s, "project.created", 3)
+	before := lastSeq(t, s)
+	journal.SetAfterRegister(hub, func() {
+		journal1(t, s, store.NewEvent{Topic: "project.updated"})
+		// Published to the queue before the handler goes on.
+		eventually.Wait(t, testTimeout, "the hub to publish the event", func() bool {
+			return lastSeq(t, s) > before && hub.Published() > before
+		})
+	})
+	srv := newServer(t, hub)
+	st := connect(t, srv.URL, "")
+	checkFrames(t, st.read(t, 1), stored(t, s, before, ""))
+}

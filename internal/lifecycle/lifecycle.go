@@ -15,7 +15,10 @@
 //
 // A run's attention (docs/architecture.md#attention) is decided here too:
 // it changes only while the run is running, and a step that takes the run
-// out of running journals its clearing in the same decision.
+// out of running journals its clearing in the same decision. So is what
+// a quiet running run comes to (Quiet,
+// docs/architecture.md#working-waiting-hung): a working one hangs, a
+// waiting one waits, one idle after its turn ended is stopped.
 package lifecycle
 
 import (
@@ -38,13 +41,23 @@ type Run struct {
 	Provider      string // for run.started
 	SessionName   string // for run.started
 	Attention     string // wire.Attention*; "" reads as none
+	// CompletedAt is the agent's latest completion (completed_at); zero
+	// when none came.
+	CompletedAt time.Time
+	// LastInputAt is the latest input into the run: its start, keys, a
+	// message, input through attach; zero when it never started.
+	LastInputAt time.Time
+	// AttentionDetail is what the run is asked now (nil: nothing known).
+	AttentionDetail *wire.AttentionDetail
 }
 
-// FromWire is the decision's view of a stored run.
+// FromWire is the decision's view of a stored run. Its last input is
+// the later of last_input_at and started_at: the start is an input too.
 func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
-		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention}
+		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention, AttentionDetail: r.AttentionDetail,
+		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt))}
 }
 
 func deref(s *string) string {
@@ -52,6 +65,24 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+func derefTime(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
+}
+
+// latest is the latest of ts (zero when all are zero).
+func latest(ts ...time.Time) time.Time {
+	var l time.Time
+	for _, t := range ts {
+		if t.After(l) {
+			l = t
+		}
+	}
+	return l
 }
 
 // Active reports whether a status is not terminal.
@@ -267,22 +298,99 @@ func leave(r Run, st Step) Step {
 }
 
 // Attention decides a change of a run's attention to `to`
-// (docs/architecture.md#attention), reported by source about attempt. It
-// changes only on a live run: a run that is not running at that attempt
-// keeps none. idle is set only on a run that waits for nothing else —
-// needs_input says more, and stays until input, a pane change or the end
-// of running clears it. A value equal to the current one changes nothing
-// (and journals nothing).
+// (docs/architecture.md#attention), reported by source about attempt,
+// with no detail and from whatever attention the run has: ChangeAttention
+// with only To and Source.
 func Attention(r Run, attempt int, to, source string) Decision {
+	return ChangeAttention(r, attempt, Change{To: to, Source: source})
+}
+
+// Change is one report about a run's attention.
+type Change struct {
+	To     string // the attention after it
+	Source string // who reports it (wire.AttentionSource*, provider-hook)
+	// Detail is what the run is asked (To needs_input or rate_limited);
+	// nil when nothing is known, which keeps what is known.
+	Detail *wire.AttentionDetail
+	// Over, when set, lists the attentions the change may replace; the
+	// run keeps any other. A pane change clears idle only; a screen that
+	// no longer asks clears needs_input and rate_limited only.
+	Over []string
+}
+
+// ChangeAttention decides a change of a run's attention
+// (docs/architecture.md#attention), reported about attempt. It changes
+// only on a live run: a run that is not running at that attempt keeps
+// none. idle is set only on a run that waits for nothing else —
+// needs_input and rate_limited say more, and stay until something clears
+// them. The same attention again changes nothing and journals nothing,
+// unless it comes with a detail that differs from the run's: then the
+// detail is written (its source kept: it says what set the attention),
+// and journaled as run.attention again (from = attention) only when the
+// question's text changed — a new question is news for a person, a new
+// rendering of the same one (its choices, a reset time read again) is
+// not. A change to none clears the detail.
+func ChangeAttention(r Run, attempt int, c Change) Decision {
 	from := attentionOf(r)
 	switch {
-	case !wire.ValidAttention(to), r.Status != wire.RunRunning, attempt != r.Attempt, to == from:
+	case !wire.ValidAttention(c.To), r.Status != wire.RunRunning, attempt != r.Attempt:
 		return Decision{}
-	case to == wire.AttentionIdle && from != wire.AttentionNone:
+	case len(c.Over) > 0 && !slices.Contains(c.Over, from):
+		return Decision{}
+	case c.To == wire.AttentionIdle && from != wire.AttentionNone:
 		return Decision{}
 	}
-	return Decision{Steps: []Step{{Write: SetAttention, From: wire.RunRunning, Attempt: r.Attempt, AttentionFrom: from, Attention: to,
-		Events: []Event{attentionEvent(from, to, source, nil)}}}}
+	detail := c.Detail
+	if c.To == wire.AttentionNone || c.To == wire.AttentionIdle {
+		detail = nil
+	}
+	step := Step{Write: SetAttention, From: wire.RunRunning, Attempt: r.Attempt, AttentionFrom: from, Attention: c.To, AttentionDetail: detail}
+	if c.To != from {
+		step.Events = []Event{attentionEvent(from, c.To, c.Source, nil)}
+		return Decision{Steps: []Step{step}}
+	}
+	if detail == nil || sameQuestion(r.AttentionDetail, detail) {
+		return Decision{}
+	}
+	if r.AttentionDetail != nil && r.AttentionDetail.Source != "" {
+		d := *detail
+		d.Source = r.AttentionDetail.Source
+		step.AttentionDetail = &d
+	}
+	if r.AttentionDetail == nil || r.AttentionDetail.Text != detail.Text {
+		step.Events = []Event{attentionEvent(from, c.To, c.Source, nil)}
+	}
+	return Decision{Steps: []Step{step}}
+}
+
+// sameQuestion reports whether two details ask the same: text, choices
+// and reset time (not who set them).
+func sameQuestion(a, b *wire.AttentionDetail) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	sameReset := (a.ResetsAt == nil) == (b.ResetsAt == nil) && (a.ResetsAt == nil || a.ResetsAt.Equal(*b.ResetsAt))
+	return a.Text == b.Text && slices.Equal(a.Choices, b.Choices) && sameReset
+}
+
+// Screen decides what the worker read on a run's screen
+// (docs/architecture.md#the-screen-is-read), reported by host about
+// attempt: only the host the run is on speaks for it. A question or a
+// usage limit sets that attention with its detail (source screen); a
+// screen that asks nothing — the question left it, or the agent is busy —
+// clears needs_input and rate_limited, whatever set them (the worker
+// reports a screen that asks nothing only after one that asked, or when
+// the agent is working, so a hook's needs_input without a question on the
+// screen stays), and leaves idle to the pane's own change.
+func Screen(r Run, host string, attempt int, attention string, detail *wire.AttentionDetail) Decision {
+	if r.HostID != host {
+		return Decision{}
+	}
+	if attention == wire.AttentionNeedsInput || attention == wire.AttentionRateLimited {
+		return ChangeAttention(r, attempt, Change{To: attention, Source: wire.AttentionSourceScreen, Detail: detail})
+	}
+	return ChangeAttention(r, attempt, Change{To: wire.AttentionNone, Source: wire.AttentionSourceScreen,
+		Over: []string{wire.AttentionNeedsInput, wire.AttentionRateLimited}})
 }
 
 // requeue is failed → pending at attempt+1, due at next.
@@ -396,17 +504,14 @@ const (
 	SpawnTimeout
 	// HostLost: the run's host offline past PAM_HOST_LOST_AFTER.
 	HostLost
-	// CLIHang: running, no pane change for PAM_CLI_HANG_TIMEOUT while the
-	// host is online.
-	CLIHang
 )
 
 // Expired decides a timer that fired for r, judged again on the run as it
 // is now (it may have moved on since the scan that found it). everMatched
 // is the run's ever_matched (DispatchTimeout: dispatch_timeout when a host
 // was ever eligible but for capacity, else no_eligible_host); host is the
-// host the timer is about (HostLost, CLIHang). A timer that no longer
-// applies decides nothing.
+// host the timer is about (HostLost). A timer that no longer applies
+// decides nothing. The timers of a quiet pane are Quiet's.
 func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.Time) Decision {
 	switch t {
 	case AckTimeout:
@@ -432,10 +537,82 @@ func Expired(r Run, t Timer, everMatched bool, host string, p Policy, now time.T
 		if Active(r.Status) && r.HostID == host {
 			return Decision{Steps: fail(r, wire.FailHostLost, nil, "", p, now)}
 		}
-	case CLIHang:
-		if r.Status == wire.RunRunning && r.HostID == host {
-			return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
+	}
+	return Decision{}
+}
+
+// TurnEnded reports whether r's agent completed its turn after the last
+// input into the run (completed_at ≥ last input): an interactive CLI then
+// waits at its prompt for the next input; it is not working.
+func TurnEnded(r Run) bool {
+	return !r.CompletedAt.IsZero() && !r.CompletedAt.Before(r.LastInputAt)
+}
+
+// Waiting reports whether r waits rather than works
+// (docs/architecture.md#working-waiting-hung): for a person
+// (needs_input), for its usage limit to reset (rate_limited), or for the
+// next input after its turn ended. A waiting run is never hung.
+func Waiting(r Run) bool {
+	a := attentionOf(r)
+	return a == wire.AttentionNeedsInput || a == wire.AttentionRateLimited || TurnEnded(r)
+}
+
+// Pane is what the pane timers read about a running run besides the run.
+type Pane struct {
+	// HostOnline: the run's host is online, or disabled and still
+	// heartbeating. A quiet pane on a host pam does not hear from says
+	// nothing about the run.
+	HostOnline bool
+	// LastOutput is the last change of the pane the server saw
+	// (last_output_at); zero when none.
+	LastOutput time.Time
+	// Floor is the latest of the host's last transition to online and
+	// the start of this serve: no pane timer counts from before it, so an
+	// outage of serve or of the host's link never counts against a run.
+	Floor time.Time
+}
+
+// PaneTimers are the pane timers of serve: Hang is PAM_CLI_HANG_TIMEOUT,
+// CompletedStop PAM_COMPLETED_STOP_AFTER. A timer of zero (or less) never
+// fires, so a sweep can ask about one of them alone.
+type PaneTimers struct {
+	Hang          time.Duration
+	CompletedStop time.Duration
+}
+
+// Quiet decides a running run whose pane may have been quiet too long
+// (docs/architecture.md#working-waiting-hung), the one place that tells
+// working from waiting from hung:
+//
+//   - a working run (not Waiting) whose pane and input have been quiet
+//     for longer than Hang fails cli_hang, through the restart policy;
+//   - a run whose turn ended, and that then had no input and no pane
+//     change for longer than CompletedStop, is stopped (run.stopped,
+//     source completed_idle, no requeue); unless it is rate_limited: its
+//     turn was cut short by the limit, and it waits for the limit to
+//     reset, when pam continues it;
+//   - any other waiting run waits, however long.
+//
+// Both timers count from the latest of the run's clocks and pane.Floor,
+// and only while its host is online. Anything else decides nothing.
+func Quiet(r Run, pane Pane, t PaneTimers, p Policy, now time.Time) Decision {
+	if r.Status != wire.RunRunning || !pane.HostOnline {
+		return Decision{}
+	}
+	expired := func(since time.Time, after time.Duration) bool { return after > 0 && now.Sub(since) > after }
+	switch {
+	case TurnEnded(r):
+		since := latest(r.CompletedAt, r.LastInputAt, pane.LastOutput, pane.Floor)
+		if attentionOf(r) == wire.AttentionRateLimited || !expired(since, t.CompletedStop) {
+			return Decision{}
 		}
+		return Decision{Steps: []Step{leave(r, Step{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped,
+			Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.StopCompletedIdle, "force": false, "from": r.Status,
+				"idle_since": since.UTC()}}}})}}
+	case Waiting(r):
+		return Decision{}
+	case expired(latest(r.LastInputAt, pane.LastOutput, pane.Floor), t.Hang):
+		return Decision{Steps: fail(r, wire.FailCLIHang, nil, "", p, now)}
 	}
 	return Decision{}
 }
@@ -467,6 +644,10 @@ type SignalFacts struct {
 	// signal of this kind at this attempt was already set aside with, and
 	// journaled for: a repeat is not journaled again.
 	Refused []string
+	// Screen is the question the server last read on the run's screen
+	// for the signal's attempt and sender (nil: none): a needs_input
+	// signal carries it as its detail.
+	Screen *wire.AttentionDetail
 }
 
 // Refusal is a signal of a run that the ingest set aside without
@@ -537,7 +718,18 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		if r.Status != wire.RunRunning {
 			return Decision{Result: wire.ResultIgnored}, nil
 		}
-		d := Attention(r, att, wire.AttentionNeedsInput, sig.Source)
+		// The question is the screen's, when the server read one for
+		// this attempt; without one, a new needs_input says at least
+		// who set it, and a repeated one keeps what is known.
+		detail := f.Screen
+		if detail != nil {
+			d := *detail
+			d.Source = sig.Source
+			detail = &d
+		} else if attentionOf(r) != wire.AttentionNeedsInput {
+			detail = &wire.AttentionDetail{Source: sig.Source, Choices: []wire.Choice{}}
+		}
+		d := ChangeAttention(r, att, Change{To: wire.AttentionNeedsInput, Source: sig.Source, Detail: detail})
 		d.Result = wire.ResultApplied
 		return d, nil
 	}
@@ -552,11 +744,21 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Steps: []Step{journal(wire.TopicRunProgress,
 			map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload})}}, nil
 	}
+	if sig.Kind == wire.SignalCompleted {
+		// One per turn (docs/architecture.md#working-waiting-hung): the
+		// attempt's first is marked processed; after it, a completion
+		// with input since the last one is the next turn's, and one
+		// without is a repeat.
+		if !f.Processed {
+			return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
+		}
+		if TurnEnded(r) {
+			return Decision{Result: wire.ResultDuplicate}, nil
+		}
+		return Decision{Result: wire.ResultApplied, CompleteSource: sig.Source}, nil
+	}
 	if f.Processed {
 		return Decision{Result: wire.ResultDuplicate}, nil
-	}
-	if sig.Kind == wire.SignalCompleted {
-		return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
 	}
 	ignored := Decision{Result: wire.ResultIgnored, Processed: sig.Kind, Steps: []Step{journal(wire.TopicRunSignalReceived,
 		seen(wire.ResultIgnored, map[string]any{"status": r.Status}))}}

@@ -3,6 +3,7 @@ package lifecycle_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -127,6 +128,9 @@ var machine = []edge{
 		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
 	{name: "running → stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(running), false) },
 		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
+	{name: "running → stopped: its turn ended, then no input and no pane change (completed_idle)", decide: quiet(with(run(running), func(r *lifecycle.Run) {
+		r.LastInputAt, r.CompletedAt = now.Add(-3*time.Hour), now.Add(-2*time.Hour)
+	}), online(now.Add(-2*time.Hour)), timers), path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped}},
 	{name: "spawning → running: started", decide: ingest(run(spawning), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
 		result: wire.ResultApplied, path: []string{running}, topics: []wire.Topic{wire.TopicRunStarted}},
 	{name: "spawning → exited: finished 0 overtakes started", decide: ingest(run(spawning), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
@@ -157,7 +161,7 @@ var machine = []edge{
 		path: []string{failed, pending}, reason: wire.FailTmuxCrash, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "running → failed: wrapper died", decide: report(run(running), hostA, 1, wire.StateWrapperDied),
 		path: []string{failed, pending}, reason: wire.FailWrapperDied, topics: []wire.Topic{tFailed, tRequeued}},
-	{name: "running → failed: CLI hang", decide: expired(run(running), lifecycle.CLIHang, false, hostA),
+	{name: "running → failed: CLI hang", decide: quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-time.Hour) }), online(now.Add(-time.Hour)), timers),
 		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "running → failed: host lost, attempts used up", decide: expired(last(run(running)), lifecycle.HostLost, false, hostA),
 		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
@@ -185,7 +189,7 @@ var machine = []edge{
 			r lifecycle.Run
 			t lifecycle.Timer
 		}{{run(spawning), lifecycle.AckTimeout}, {run(spawning), lifecycle.DispatchTimeout}, {run(running), lifecycle.SpawnTimeout},
-			{run(exited), lifecycle.HostLost}, {run(spawning), lifecycle.CLIHang}} {
+			{run(exited), lifecycle.HostLost}} {
 			if d := lifecycle.Expired(c.r, c.t, false, hostA, policy, now); len(d.Steps) > 0 {
 				return d, fmt.Errorf("timer %d on %s decided %v", c.t, c.r.Status, d.Topics())
 			}
@@ -202,7 +206,9 @@ var signals = []edge{
 		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
 	{name: "duplicate one-shot", decide: ingestF(run(running), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultDuplicate},
-	{name: "duplicate completed", decide: ingestF(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
+	{name: "duplicate completed: no input since the last one", decide: ingestF(turn(exited, -time.Hour, -time.Minute), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
+		result: wire.ResultDuplicate},
+	{name: "duplicate completed in the instant of the last input", decide: ingestF(turn(running, -time.Hour, -time.Hour), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultDuplicate},
 	{name: "out_of_order progress", decide: ingestF(run(running), progress(3), lifecycle.SignalFacts{LastProgressSeq: 3}), result: wire.ResultOutOfOrder},
 	{name: "progress seq 0 is out of order", decide: ingest(run(running), progress(0)), result: wire.ResultOutOfOrder},
@@ -224,6 +230,8 @@ var signals = []edge{
 		sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`), lifecycle.SignalFacts{Refused: []string{wire.ResultStaleOffer}}),
 		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
 	{name: "completed applied in any status, no status write", decide: ingest(run(exited), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, "")),
+		result: wire.ResultApplied},
+	{name: "completed of the next turn: input came after the last one", decide: ingestF(turn(running, -time.Minute, -time.Hour), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: true}),
 		result: wire.ResultApplied},
 	{name: "invalid_attempt", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 2, "")), err: wire.CodeInvalidAttempt},
 	{name: "missing_attempt", decide: ingest(run(running), lifecycle.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Sender: hostA}), err: wire.CodeMissingAttempt},
@@ -288,6 +296,39 @@ func TestStaleSignalJournalBounded(t *testing.T) {
 
 func TestSignals(t *testing.T) { walk(t, signals) }
 
+// turn is a run whose last input and completion were so long before now.
+func turn(status string, input, completed time.Duration) lifecycle.Run {
+	return with(run(status), func(r *lifecycle.Run) { r.LastInputAt, r.CompletedAt = now.Add(input), now.Add(completed) })
+}
+
+// A completion ends a turn (docs/architecture.md#working-waiting-hung):
+// the attempt's first is marked processed, and each turn's is recorded
+// (completed_at becomes the latest), but not marked again; a repeat with
+// no input since is a duplicate.
+func TestCompletionPerTurn(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		r         lifecycle.Run
+		processed bool
+		result    string
+		marks     bool
+	}{
+		{"the attempt's first", run(running), false, wire.ResultApplied, true},
+		{"the first of a requeued attempt, an earlier attempt's completion before its start", turn(running, -time.Minute, -time.Hour), false, wire.ResultApplied, true},
+		{"the next turn's", turn(running, -time.Minute, -time.Hour), true, wire.ResultApplied, false},
+		{"a repeat", turn(running, -time.Hour, -time.Minute), true, wire.ResultDuplicate, false},
+	} {
+		d, err := lifecycle.IngestSignal(c.r, sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), lifecycle.SignalFacts{Processed: c.processed}, policy, now)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		recorded := d.CompleteSource == wire.SourceProviderHook
+		if d.Result != c.result || recorded != (c.result == wire.ResultApplied) || (d.Processed != "") != c.marks || d.Changed() {
+			t.Errorf("%s: %+v", c.name, d)
+		}
+	}
+}
+
 func walk(t *testing.T, edges []edge) {
 	for _, e := range edges {
 		t.Run(e.name, func(t *testing.T) {
@@ -333,7 +374,7 @@ func walk(t *testing.T, edges []edge) {
 // Every write is guarded on the status and attempt it was decided from,
 // and each step starts where the previous one ended.
 func TestStepsChainAndAreGuarded(t *testing.T) {
-	for _, e := range append(append([]edge{}, machine...), signals...) {
+	for _, e := range slices.Concat(machine, signals, quietTable(), quietClocks) {
 		d, err := e.decide()
 		if err != nil {
 			continue
@@ -432,6 +473,25 @@ func needsInput(r lifecycle.Run) func() (lifecycle.Decision, error) {
 	return ingest(r, sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""))
 }
 
+func change(r lifecycle.Run, c lifecycle.Change) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.ChangeAttention(r, 1, c))
+}
+
+func screen(r lifecycle.Run, host, attention string, d *wire.AttentionDetail) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.Screen(r, host, 1, attention, d))
+}
+
+// asked is a run whose attention is a with the question q (source screen).
+func asked(a, q string) lifecycle.Run {
+	return with(attending(running, a), func(r *lifecycle.Run) { r.AttentionDetail = question(q) })
+}
+
+func question(q string) *wire.AttentionDetail {
+	return &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: q, Choices: []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}}
+}
+
+var overIdle = []string{wire.AttentionIdle}
+
 var tAttention = wire.TopicRunAttention
 
 // Attention (docs/architecture.md#attention): set and cleared only on a
@@ -475,22 +535,91 @@ var attention = []edge{
 		result: wire.ResultApplied, path: []string{failed, pending}, reason: wire.FailExitNonzero, topics: []wire.Topic{wire.TopicRunFinished, tFailed, tAttention, tRequeued}},
 	{name: "running → stopped clears it", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(attending(running, "needs_input"), false) },
 		path: []string{stopped}, topics: []wire.Topic{wire.TopicRunStopped, tAttention}},
-	{name: "running → failed by a timer clears it", decide: expired(attending(running, "idle"), lifecycle.CLIHang, false, hostA),
-		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+	{name: "running → failed by a timer clears it", decide: expired(attending(running, "idle"), lifecycle.HostLost, false, hostA),
+		path: []string{failed, pending}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
 	{name: "running → failed by a worker report clears it", decide: report(attending(running, "idle"), hostA, 1, wire.StateSessionLost),
 		path: []string{failed, pending}, reason: wire.FailSessionLost, topics: []wire.Topic{tFailed, tAttention, tRequeued}},
+
+	{name: "needs_input with its question", decide: change(attending(running, "none"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Continue?")}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "the same question again: nothing", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Continue?")})},
+	{name: "the same attention, nothing known: nothing", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t"})},
+	{name: "the same attention, a new question: written, journaled", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: question("Delete?")}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "the same question, new choices: written, not journaled", decide: change(asked("needs_input", "Continue?"),
+		lifecycle.Change{To: wire.AttentionNeedsInput, Source: "t", Detail: &wire.AttentionDetail{Text: "Continue?", Choices: []wire.Choice{}}}), path: []string{""}},
+	{name: "a pane change clears idle", decide: change(attending(running, "idle"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle}),
+		path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "a pane change leaves needs_input", decide: change(asked("needs_input", "Continue?"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle})},
+	{name: "a pane change leaves rate_limited", decide: change(attending(running, "rate_limited"), lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: overIdle})},
+	{name: "idle over rate_limited: nothing", decide: attend(attending(running, "rate_limited"), 1, wire.AttentionIdle)},
+
+	{name: "screen: a question", decide: screen(attending(running, "none"), hostA, wire.AttentionNeedsInput, question("Continue?")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: a question over idle", decide: screen(attending(running, "idle"), hostA, wire.AttentionNeedsInput, question("Continue?")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: a usage limit over a question", decide: screen(asked("needs_input", "Continue?"), hostA, wire.AttentionRateLimited, question("limit reached")), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: the question left", decide: screen(asked("needs_input", "Continue?"), hostA, wire.AttentionNone, nil), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: the limit left", decide: screen(attending(running, "rate_limited"), hostA, wire.AttentionNone, nil), path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "screen: asks nothing over idle: nothing", decide: screen(attending(running, "idle"), hostA, wire.AttentionNone, nil)},
+	{name: "screen: asks nothing over none: nothing", decide: screen(attending(running, "none"), hostA, wire.AttentionNone, nil)},
+	{name: "screen: from another host: nothing", decide: screen(attending(running, "none"), hostB, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "screen: of another attempt: nothing", decide: screen(with(attending(running, "none"), func(r *lifecycle.Run) { r.Attempt = 2 }), hostA, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "screen: a hold-open session: nothing", decide: screen(attending(exited, "none"), hostA, wire.AttentionNeedsInput, question("Continue?"))},
+	{name: "needs_input signal with the screen's question", decide: ingestF(attending(running, "none"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+		lifecycle.SignalFacts{Screen: question("Continue?")}), result: wire.ResultApplied, path: []string{""}, topics: []wire.Topic{tAttention}},
+	{name: "needs_input signal over the screen's same question: nothing", decide: ingestF(asked("needs_input", "Continue?"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+		lifecycle.SignalFacts{Screen: question("Continue?")}), result: wire.ResultApplied},
+
 	{name: "leaving running without attention journals none", decide: ingest(attending(running, "none"), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
 		result: wire.ResultApplied, path: []string{exited}, topics: []wire.Topic{wire.TopicRunFinished, wire.TopicRunExited}},
 }
 
 func TestAttention(t *testing.T) { walk(t, attention) }
 
+// The detail an attention write stores: the question with the attention
+// that asks it; none, idle and the end of a question store none; a new
+// rendering of the same attention keeps who set it; a hook's needs_input
+// takes the screen's question as its own, or says who set it.
+func TestAttentionDetail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		d    lifecycle.Decision
+		want *wire.AttentionDetail
+	}{
+		{"a question", lifecycle.Screen(attending(running, "none"), hostA, 1, wire.AttentionNeedsInput, question("Continue?")), question("Continue?")},
+		{"the question left", lifecycle.Screen(asked("needs_input", "Continue?"), hostA, 1, wire.AttentionNone, nil), nil},
+		{"idle stores none", lifecycle.ChangeAttention(attending(running, "none"), 1, lifecycle.Change{To: wire.AttentionIdle, Source: "t", Detail: question("x")}), nil},
+		{"a new question keeps the source", lifecycle.ChangeAttention(with(asked("needs_input", "Continue?"), func(r *lifecycle.Run) { r.AttentionDetail.Source = wire.SourceProviderHook }),
+			1, lifecycle.Change{To: wire.AttentionNeedsInput, Source: "screen", Detail: question("Delete?")}),
+			&wire.AttentionDetail{Source: wire.SourceProviderHook, Text: "Delete?", Choices: question("").Choices}},
+		{"a hook with the screen's question", must(lifecycle.IngestSignal(attending(running, "idle"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+			lifecycle.SignalFacts{Screen: question("Continue?")}, policy, now)),
+			&wire.AttentionDetail{Source: wire.SourceProviderHook, Text: "Continue?", Choices: question("").Choices}},
+		{"a hook without one", must(lifecycle.IngestSignal(attending(running, "none"), sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""),
+			lifecycle.SignalFacts{}, policy, now)), &wire.AttentionDetail{Source: wire.SourceProviderHook, Choices: []wire.Choice{}}},
+	} {
+		if len(tc.d.Steps) != 1 || tc.d.Steps[0].Write != lifecycle.SetAttention {
+			t.Errorf("%s: steps %+v", tc.name, tc.d.Steps)
+			continue
+		}
+		if got := tc.d.Steps[0].AttentionDetail; !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: detail %+v, want %+v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func must(d lifecycle.Decision, err error) lifecycle.Decision {
+	if err != nil {
+		panic(err)
+	}
+	return d
+}
+
 // Every attention write is guarded on running, the attempt and the value
 // it was decided from, journals that change (from, attention, source),
 // and never counts as a status change; the clearing that goes with
 // leaving running says so (source status, the new status).
 func TestAttentionWritesAreGuardedAndJournaled(t *testing.T) {
-	for _, e := range attention {
+	for _, e := range slices.Concat(attention, quietTable()) {
 		d, err := e.decide()
 		if err != nil {
 			t.Fatalf("%s: %v", e.name, err)
@@ -501,7 +630,7 @@ func TestAttentionWritesAreGuardedAndJournaled(t *testing.T) {
 					continue
 				}
 				p := ev.Extra
-				if p["attention"] == nil || p["source"] == nil || p["from"] == nil || p["attention"] == p["from"] {
+				if p["attention"] == nil || p["source"] == nil || p["from"] == nil || (p["attention"] == p["from"] && s.Attention != s.AttentionFrom) {
 					t.Errorf("%s: run.attention payload %v", e.name, p)
 				}
 				if s.Write != lifecycle.SetAttention && (p["source"] != wire.AttentionSourceStatus || p["attention"] != wire.AttentionNone || p["status"] != s.To) {
@@ -518,5 +647,214 @@ func TestAttentionWritesAreGuardedAndJournaled(t *testing.T) {
 		if d.Final() == "" && d.Changed() {
 			t.Errorf("%s: an attention change counts as a status change", e.name)
 		}
+	}
+}
+
+// The pane timers of serve as the tests set them: a working run hangs
+// after 30m of quiet, an ended turn is stopped after 1h.
+var timers = lifecycle.PaneTimers{Hang: 30 * time.Minute, CompletedStop: time.Hour}
+
+// online is a pane on an online host, its floor (serve start, the host's
+// last online transition) long ago, last changed at out.
+func online(out time.Time) lifecycle.Pane {
+	return lifecycle.Pane{HostOnline: true, LastOutput: out, Floor: now.Add(-48 * time.Hour)}
+}
+
+func quiet(r lifecycle.Run, pane lifecycle.Pane, t lifecycle.PaneTimers) func() (lifecycle.Decision, error) {
+	return ok(lifecycle.Quiet(r, pane, t, policy, now))
+}
+
+// What the pane timers decide about a quiet running run.
+type outcome string
+
+const (
+	nothing outcome = "nothing"        // working, not quiet long enough; or waiting
+	hung    outcome = "cli_hang"       // failed cli_hang, requeued
+	stop    outcome = "completed_idle" // stopped, no requeue
+)
+
+// quietEdge is the edge an outcome is, for a run with attention att.
+func quietEdge(name string, decide func() (lifecycle.Decision, error), att string, o outcome) edge {
+	e := edge{name: name, decide: decide}
+	var cleared []wire.Topic
+	if att != wire.AttentionNone {
+		cleared = []wire.Topic{tAttention}
+	}
+	switch o {
+	case hung:
+		e.path, e.reason = []string{failed, pending}, wire.FailCLIHang
+		e.topics = slices.Concat([]wire.Topic{tFailed}, cleared, []wire.Topic{tRequeued})
+	case stop:
+		e.path = []string{stopped}
+		e.topics = slices.Concat([]wire.Topic{wire.TopicRunStopped}, cleared)
+	}
+	return e
+}
+
+// Working, waiting, hung (docs/architecture.md#working-waiting-hung):
+// every attention × completion × input case, its pane quiet for less than
+// the hang timeout, for longer than it, and for longer than the stop
+// timer too. The rule as a table: what a run whose pane has been quiet
+// past both timers comes to. Past the hang timeout only, the hung stay
+// hung and the rest wait; before it, nothing happens to anyone.
+var pastBoth = map[string]map[string]outcome{
+	// completion: none, before the last input (a new turn, or an earlier
+	// attempt's), after the last input (the turn ended).
+	wire.AttentionNone:        {"none": hung, "before": hung, "after": stop},
+	wire.AttentionIdle:        {"none": hung, "before": hung, "after": stop},
+	wire.AttentionNeedsInput:  {"none": nothing, "before": nothing, "after": stop},
+	wire.AttentionRateLimited: {"none": nothing, "before": nothing, "after": nothing},
+}
+
+func quietTable() []edge {
+	var edges []edge
+	for _, att := range []string{wire.AttentionNone, wire.AttentionIdle, wire.AttentionNeedsInput, wire.AttentionRateLimited} {
+		for _, completion := range []string{"none", "before", "after"} {
+			for _, input := range []string{"start", "keys"} {
+				for _, q := range []struct {
+					name string
+					d    time.Duration
+				}{{"quiet 10m", 10 * time.Minute}, {"quiet 45m", 45 * time.Minute}, {"quiet 2h", 2 * time.Hour}} {
+					// The pane's last change is the latest clock, q.d ago;
+					// the start 20m before it, keys 10m before it.
+					out := now.Add(-q.d)
+					r := attending(running, att)
+					r.LastInputAt = out.Add(-20 * time.Minute)
+					if input == "keys" {
+						r.LastInputAt = out.Add(-10 * time.Minute)
+					}
+					switch completion {
+					case "before":
+						r.CompletedAt = r.LastInputAt.Add(-time.Minute)
+					case "after":
+						r.CompletedAt = r.LastInputAt.Add(5 * time.Minute)
+					}
+					want := pastBoth[att][completion]
+					switch {
+					case q.d < timers.Hang:
+						want = nothing
+					case q.d < timers.CompletedStop && want == stop:
+						want = nothing
+					}
+					name := fmt.Sprintf("attention %s, completion %s, input %s, %s: %s", att, completion, input, q.name, want)
+					edges = append(edges, quietEdge(name, quiet(r, online(out), timers), att, want))
+				}
+			}
+		}
+	}
+	return edges
+}
+
+// The clocks: what each timer counts from, and when neither applies.
+var quietClocks = []edge{
+	quietEdge("the hang timer counts from the latest input, not the last output",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-20 * time.Minute) }), online(now.Add(-2*time.Hour)), timers), "none", nothing),
+	quietEdge("the stop timer counts from the completion, not the output before it",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-3*time.Hour), now.Add(-50*time.Minute)
+		}), online(now.Add(-2*time.Hour)), timers), "none", nothing),
+	quietEdge("the stop timer counts from a pane change after the completion",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-3*time.Hour), now.Add(-2*time.Hour)
+		}), online(now.Add(-50*time.Minute)), timers), "none", nothing),
+	quietEdge("a completion in the same instant as the input ends the turn",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-2 * time.Hour); r.CompletedAt = r.LastInputAt }),
+			online(now.Add(-2*time.Hour)), timers), "none", stop),
+	quietEdge("the floor holds the hang timer back (serve or the host came back 10m ago)",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-3 * time.Hour) }),
+			lifecycle.Pane{HostOnline: true, LastOutput: now.Add(-2 * time.Hour), Floor: now.Add(-10 * time.Minute)}, timers), "none", nothing),
+	quietEdge("the floor holds the stop timer back",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-3*time.Hour), now.Add(-3*time.Hour)
+		}), lifecycle.Pane{HostOnline: true, LastOutput: now.Add(-2 * time.Hour), Floor: now.Add(-10 * time.Minute)}, timers), "none", nothing),
+	quietEdge("exactly the hang timeout: not yet",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-time.Hour) }), online(now.Add(-30*time.Minute)), timers), "none", nothing),
+	quietEdge("exactly the stop timer: not yet",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-2*time.Hour), now.Add(-time.Hour)
+		}), online(time.Time{}), timers), "none", nothing),
+	quietEdge("no output ever: the hang timer counts from the start",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-31 * time.Minute) }), online(time.Time{}), timers), "none", hung),
+	quietEdge("stop timer 0 (PAM_COMPLETED_STOP_AFTER=0): an ended turn waits forever",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-48*time.Hour), now.Add(-47*time.Hour)
+		}), online(time.Time{}), lifecycle.PaneTimers{Hang: timers.Hang}), "none", nothing),
+	quietEdge("hang timer 0: the stop sweep alone never fails a working run",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-48 * time.Hour) }), online(time.Time{}),
+			lifecycle.PaneTimers{CompletedStop: timers.CompletedStop}), "none", nothing),
+	quietEdge("hang timer 0: an ended turn is still stopped",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-48*time.Hour), now.Add(-47*time.Hour)
+		}), online(time.Time{}), lifecycle.PaneTimers{CompletedStop: timers.CompletedStop}), "none", stop),
+	quietEdge("host offline: a working run is not hung",
+		quiet(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-48 * time.Hour) }), lifecycle.Pane{}, timers), "none", nothing),
+	quietEdge("host offline: an ended turn is not stopped",
+		quiet(with(run(running), func(r *lifecycle.Run) {
+			r.LastInputAt, r.CompletedAt = now.Add(-48*time.Hour), now.Add(-47*time.Hour)
+		}), lifecycle.Pane{}, timers), "none", nothing),
+	{name: "hung at its last attempt: failed, not requeued",
+		decide: quiet(last(with(run(running), func(r *lifecycle.Run) { r.LastInputAt = now.Add(-48 * time.Hour) })), online(time.Time{}), timers),
+		path:   []string{failed}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed}},
+}
+
+func TestWorkingWaitingHung(t *testing.T) {
+	walk(t, quietTable())
+	walk(t, quietClocks)
+	// Neither timer touches a run that is not running.
+	for _, st := range []string{pending, spawning, exited, failed, stopped} {
+		for _, completed := range []time.Time{{}, now.Add(-47 * time.Hour)} {
+			r := with(run(st), func(r *lifecycle.Run) { r.LastInputAt, r.CompletedAt = now.Add(-48*time.Hour), completed })
+			if d := lifecycle.Quiet(r, online(time.Time{}), timers, policy, now); len(d.Steps) > 0 {
+				t.Errorf("%s, completed %v: %v", st, !completed.IsZero(), d.Topics())
+			}
+		}
+	}
+}
+
+// Waiting is the rule the hang timer asks (and the API may show): a
+// question, a usage limit, or a turn that ended since the last input.
+func TestWaiting(t *testing.T) {
+	input := now.Add(-time.Hour)
+	for _, c := range []struct {
+		attention string
+		completed time.Time
+		waiting   bool
+	}{
+		{wire.AttentionNone, time.Time{}, false},
+		{wire.AttentionIdle, time.Time{}, false},
+		{"", time.Time{}, false},
+		{wire.AttentionNeedsInput, time.Time{}, true},
+		{wire.AttentionRateLimited, time.Time{}, true},
+		{wire.AttentionNone, input.Add(-time.Second), false},
+		{wire.AttentionNone, input, true},
+		{wire.AttentionIdle, input.Add(time.Second), true},
+	} {
+		r := with(run(running), func(r *lifecycle.Run) { r.Attention, r.LastInputAt, r.CompletedAt = c.attention, input, c.completed })
+		if got := lifecycle.Waiting(r); got != c.waiting {
+			t.Errorf("attention %q, completed %s: waiting %v, want %v", c.attention, c.completed, got, c.waiting)
+		}
+	}
+}
+
+// The stop is the orchestrator's, guarded on running and the attempt,
+// and says why: source completed_idle, from running, since when.
+func TestCompletedIdleStop(t *testing.T) {
+	r := with(attending(running, wire.AttentionNeedsInput), func(r *lifecycle.Run) {
+		r.LastInputAt, r.CompletedAt = now.Add(-3*time.Hour), now.Add(-2*time.Hour)
+	})
+	d := lifecycle.Quiet(r, online(now.Add(-90*time.Minute)), timers, policy, now)
+	if len(d.Steps) != 1 {
+		t.Fatalf("steps %v", stepNames(d))
+	}
+	st := d.Steps[0]
+	if st.Write != lifecycle.ToStopped || st.From != running || st.Attempt != 1 || st.Source != "" || st.To != stopped {
+		t.Errorf("step %+v", st)
+	}
+	p := st.Events[0].Extra
+	if p["source"] != wire.StopCompletedIdle || p["from"] != running || p["force"] != false || p["idle_since"] != now.Add(-90*time.Minute) {
+		t.Errorf("run.stopped %v", p)
+	}
+	if !d.Changed() || d.Final() != stopped {
+		t.Errorf("changed %v, final %q", d.Changed(), d.Final())
 	}
 }

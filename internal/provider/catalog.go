@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"pam/internal/screen"
 	"pam/internal/trust"
 )
 
@@ -50,6 +51,8 @@ type Catalog struct {
 	SearchPath string
 
 	providers map[string]Provider
+	// patterns are each provider's screens, compiled when loaded.
+	patterns map[string]*screen.Patterns
 }
 
 // fileEntry is one [providers.NAME] table; pointers tell "not set" (keep
@@ -67,6 +70,16 @@ type fileEntry struct {
 	// Trust is trust: how pam marks its own worktrees trusted for the
 	// CLI ("claude", "codex", "gemini"; "" or "none" for no marking).
 	Trust *string `toml:"trust"`
+	// Screens is the [providers.NAME.screens] table.
+	Screens *fileScreens `toml:"screens"`
+}
+
+// fileScreens is a [providers.NAME.screens] table: each list set
+// replaces the built-in's list of that key.
+type fileScreens struct {
+	NeedsInput  *[]string `toml:"needs_input"`
+	Working     *[]string `toml:"working"`
+	RateLimited *[]string `toml:"rate_limited"`
 }
 
 type fileShape struct {
@@ -100,6 +113,9 @@ func Load(configDir string) (*Catalog, error) {
 func parse(path string, data []byte) (*Catalog, error) {
 	c := &Catalog{Proxy: map[string]string{}, providers: builtins()}
 	if path == "" {
+		if err := c.compileScreens(path); err != nil {
+			return nil, err // not reached: the built-ins compile
+		}
 		return c, nil
 	}
 	c.File = path
@@ -114,7 +130,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options and trust; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, screens and trust; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -160,10 +176,16 @@ func parse(path string, data []byte) (*Catalog, error) {
 		if e.Trust != nil {
 			p.Trust = *e.Trust
 		}
+		if e.Screens != nil {
+			p.Screens = p.Screens.merged(*e.Screens)
+		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
 		}
 		c.providers[name] = p
+	}
+	if err := c.compileScreens(path); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -246,6 +268,7 @@ func (c *Catalog) Get(name string) (Provider, bool) {
 	p.Args = slices.Clone(p.Args)
 	p.ExtraEnv = maps.Clone(p.ExtraEnv)
 	p.PassEnv = slices.Clone(p.PassEnv)
+	p.Screens = p.Screens.clone()
 	return p, true
 }
 

@@ -54,6 +54,9 @@ func FuzzLoadCatalog(f *testing.F) {
 		"[[providers.claude]]\nbinary = \"x\"\n",
 		"[providers.\"a.b\"]\nbinary = \"x\"\n",
 		"[providers.x]\nbinary = \"\"\"\nmulti\nline\"\"\"\n",
+		"[providers.aider.screens]\nneeds_input = [\"Allow edits\\\\?\"]\nworking = [\"thinking\"]\n[providers.aider]\nbinary = \"aider\"\n",
+		"[providers.claude.screens]\nrate_limited = [\"(unclosed\"]\n",
+		"[providers.claude.screens]\nworking = []\nneeds_input = [\".*\"]\n",
 	} {
 		f.Add(s)
 	}
@@ -139,6 +142,9 @@ func catalogInBounds(t *testing.T, c *Catalog) {
 			seen[k] = true
 		}
 		_ = p.HookArgs("/usr/local/bin/pam")
+		if c.Patterns(name) == nil {
+			t.Fatalf("%s: screens not compiled", name)
+		}
 	}
 }
 
@@ -158,7 +164,8 @@ func encodeCatalog(t *testing.T, c *Catalog) []byte {
 		if env == nil {
 			env = map[string]string{}
 		}
-		out.Providers[name] = fileEntry{Binary: &p.Binary, Args: &args, Env: &env, Hooks: &p.Hooks}
+		sc := fileScreens{NeedsInput: &p.Screens.NeedsInput, Working: &p.Screens.Working, RateLimited: &p.Screens.RateLimited}
+		out.Providers[name] = fileEntry{Binary: &p.Binary, Args: &args, Env: &env, Hooks: &p.Hooks, Screens: &sc}
 	}
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(out); err != nil {
@@ -179,6 +186,11 @@ func sameCatalog(a, b *Catalog) bool {
 		}
 		if len(pa.ExtraEnv) == 0 && len(pb.ExtraEnv) == 0 {
 			pa.ExtraEnv, pb.ExtraEnv = nil, nil
+		}
+		for _, l := range []*[]string{&pa.Screens.NeedsInput, &pb.Screens.NeedsInput, &pa.Screens.Working, &pb.Screens.Working, &pa.Screens.RateLimited, &pb.Screens.RateLimited} {
+			if len(*l) == 0 {
+				*l = nil
+			}
 		}
 		if !reflect.DeepEqual(pa, pb) {
 			return false

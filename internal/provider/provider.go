@@ -58,6 +58,8 @@ type Provider struct {
 	// and the CLI asks no folder-trust question; "" marks nothing
 	// (docs/agents.md#trust).
 	Trust string
+	// Screens are the patterns the worker reads its screen with.
+	Screens Screens
 }
 
 // TrustNone is the catalog's spelling of "mark nothing" for trust.
@@ -69,7 +71,7 @@ var ErrPromptLooksLikeOption = errors.New("the prompt starts with \"-\", so this
 
 // builtins are the entries every catalog starts from.
 func builtins() map[string]Provider {
-	return map[string]Provider{
+	b := map[string]Provider{
 		// claude (commander), codex (clap) and gemini (yargs) end their
 		// options at "--"; grok's parser is not known to, so a prompt
 		// starting with "-" is refused for it.
@@ -92,6 +94,12 @@ func builtins() map[string]Provider {
 		// the first operand after "--".
 		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
 	}
+	for name, s := range builtinScreens {
+		p := b[name]
+		p.Screens = s.clone()
+		b[name] = p
+	}
+	return b
 }
 
 // BuiltinNames lists the built-in providers, sorted.

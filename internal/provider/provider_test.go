@@ -167,6 +167,11 @@ func TestLoadErrors(t *testing.T) {
 		{"wrong type", "[providers.claude]\nargs = \"{prompt}\"\n", []string{FileName}},
 		{"syntax", "[providers.claude\n", []string{FileName}},
 		{"too large", big, []string{FileName, "larger than"}},
+		{"a screen pattern that does not compile", "[providers.claude.screens]\nworking = [\"ok\", \"(esc\"]\n",
+			[]string{FileName, "providers.claude.screens.working[1]", `"(esc"`, "does not compile"}},
+		{"a screen pattern that matches every line", "[providers.aider]\nbinary = \"aider\"\n[providers.aider.screens]\nneeds_input = [\"x?\"]\n",
+			[]string{"providers.aider.screens.needs_input[0]", "matches every line"}},
+		{"an unknown screens key", "[providers.claude.screens]\nidle = [\"x\"]\n", []string{FileName, `"providers.claude.screens.idle"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

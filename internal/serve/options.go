@@ -28,6 +28,7 @@ type Options struct {
 	DispatchTimeout     time.Duration // PAM_DISPATCH_TIMEOUT
 	DispatchAckTimeout  time.Duration // PAM_DISPATCH_ACK_TIMEOUT
 	CLIHangTimeout      time.Duration // PAM_CLI_HANG_TIMEOUT
+	CompletedStopAfter  time.Duration // PAM_COMPLETED_STOP_AFTER; defaults.Never (its 0) never stops
 	RestartInitialDelay time.Duration // PAM_RESTART_INITIAL_DELAY
 	RestartMaxDelay     time.Duration // PAM_RESTART_MAX_DELAY
 	MaxAttempts         int           // PAM_MAX_ATTEMPTS

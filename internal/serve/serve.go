@@ -185,7 +185,8 @@ func Run(ctx context.Context, o Options) (err error) {
 	defer placement.Close()
 	dispatcher := dispatch.New(placement, workers, dispatch.Options{
 		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
-		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout, Logger: o.Logger,
+		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout,
+		CompletedStopAfter: o.CompletedStopAfter, Logger: o.Logger,
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,

@@ -248,10 +248,12 @@ func (c *attachClient) readLoop() {
 // its run's attention.
 const attentionClearEvery = time.Second
 
-// inputSeen clears the run's attention (source attach): input through
-// attach is a person answering. The write runs beside the input path,
-// at most once per attentionClearEvery per client, so typing never waits
-// for the database.
+// inputSeen records input into the run (a new turn) and clears its
+// attention (source attach) as an answer (Server.answered): idle whatever
+// follows, needs_input and rate_limited only when the pane changed within
+// two capture intervals after the input. The check runs beside the input
+// path, at most once per attentionClearEvery per client, so typing never
+// waits for it.
 func (c *attachClient) inputSeen() {
 	now := time.Now().UnixNano()
 	last := c.cleared.Load()
@@ -259,13 +261,24 @@ func (c *attachClient) inputSeen() {
 		return
 	}
 	s := c.t.s
-	s.bg.goFunc(func() {
+	done := s.answers.begin(c.runID)
+	before := s.opts.Fleet.Pane(c.runID).Seq
+	if !s.bg.goFunc(func() {
+		defer done()
 		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
 		defer cancel()
-		if _, _, err := s.store.SetAttention(ctx, c.runID, c.attempt, wire.AttentionNone, wire.AttentionSourceAttach); err != nil && ctx.Err() == nil {
-			s.log.Warn("clear attention after attach input", "run_id", c.runID, "err", err)
+		if err := s.store.TouchInput(ctx, c.runID, c.attempt); err != nil && ctx.Err() == nil {
+			s.log.Warn("record attach input", "run_id", c.runID, "err", err)
 		}
-	})
+		run, err := s.store.GetRun(ctx, c.runID)
+		if err != nil || run.Attempt != c.attempt || run.Attention == wire.AttentionNone {
+			return
+		}
+		observed := run.Attention == wire.AttentionIdle || s.paneChangedSince(ctx, c.runID, before)
+		s.answered(ctx, c.runID, c.attempt, run.Attention, observed, wire.AttentionSourceAttach)
+	}) {
+		done()
+	}
 }
 
 // tryAcquire takes the lease if it is free and opens the relay; if it is

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,34 @@ func (w *fakeWorker) snapshot(d wire.Frame, capture string) {
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: d.RunID, Attempt: d.Attempt, Capture: capture, Timestamp: &now})
 }
 
+// answerKeys posts {"key":"1"} to a run of w's and, once w has the
+// send_keys, makes the pane show capture ("" for no change); it returns
+// the answer.
+func (e *runEnv) answerKeys(w *fakeWorker, d wire.Frame, runID, capture string) wire.KeysResult {
+	e.t.Helper()
+	type answer struct {
+		code int
+		body []byte
+	}
+	done := make(chan answer, 1)
+	go func() {
+		code, body := e.call("POST", "/api/v1/runs/"+runID+"/keys", map[string]any{"keys": []map[string]any{{"key": "1"}}})
+		done <- answer{code, body}
+	}()
+	if f := w.expect(wire.FrameSendKeys); f.RunID != runID || len(f.Keys) != 1 || f.Keys[0].Key != "1" {
+		e.t.Fatalf("send_keys %+v", f)
+	}
+	if capture != "" {
+		w.snapshot(d, capture)
+	}
+	a := <-done
+	var kr wire.KeysResult
+	if a.code != 202 || json.Unmarshal(a.body, &kr) != nil {
+		e.t.Fatalf("keys: %d %s", a.code, a.body)
+	}
+	return kr
+}
+
 func (w *fakeWorker) idle(d wire.Frame) {
 	w.send(wire.Frame{Type: wire.FrameRunState, RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
 }
@@ -72,8 +101,9 @@ func (w *fakeWorker) idle(d wire.Frame) {
 // server caches is no evidence of change, a later different one clears it
 // (source pane); a needs_input signal (the hook's, over HTTP with the
 // run's signal token) outranks idle, which then changes nothing; keys
-// clear it (source keys), and so does input through attach (source
-// attach). Every change is journaled once, with its source.
+// that the pane shows clear it (source keys), and input through attach
+// clears idle (source attach). Every change is journaled once, with its
+// source.
 func TestAttentionFromWorkerAndCleared(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runOpts{})
@@ -120,10 +150,8 @@ func TestAttentionFromWorkerAndCleared(t *testing.T) {
 		t.Fatalf("attention %q after idle over needs_input", got.Attention)
 	}
 
-	var kr wire.KeysResult
-	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"text": "y"}, {"key": "Enter"}}}, &kr)
-	if f := w.expect(wire.FrameSendKeys); f.RunID != r.ID {
-		t.Fatalf("send_keys %+v", f)
+	if kr := e.answerKeys(w, d, r.ID, "$ y\n"); kr.Delivery != wire.DeliveryObserved {
+		t.Fatalf("keys answered %+v", kr)
 	}
 	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
 		t.Fatalf("attention %q after keys", got.Attention)
@@ -310,5 +338,283 @@ func TestPaneChangesOffTheReadPath(t *testing.T) {
 	var last time.Time
 	if err := e.store.Pool.QueryRow(ctx, `SELECT last_output_at FROM runs WHERE id = $1`, r.ID).Scan(&last); err != nil || time.Since(last) > time.Minute {
 		t.Fatalf("last_output_at %v (%v)", last, err)
+	}
+}
+
+func (w *fakeWorker) screen(d wire.Frame, attempt int, attention, text string, choices ...wire.Choice) {
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: wire.IntPtr(attempt), Attention: attention, Text: text, Choices: choices})
+}
+
+// barrier waits until the server handled every frame sent before it:
+// frames are handled in order, and a heartbeat is answered.
+func (w *fakeWorker) barrier() {
+	w.t.Helper()
+	now := time.Now()
+	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
+	w.expect(wire.FrameHeartbeatAck)
+}
+
+// The screen frame (docs/architecture.md#the-screen-is-read): a question
+// read on the screen makes the run needs_input with the question and its
+// choices (source screen); the same reading again changes nothing; a new
+// question replaces the detail and is journaled; a pane change no longer
+// clears it, the question leaving the screen does; a usage limit is
+// rate_limited with its reset time; a screen that asks nothing leaves
+// idle alone. A frame about another attempt changes nothing, and one from
+// a host the run was never offered to is refused.
+func TestAttentionFromScreen(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
+
+	w.snapshot(d, "Continue? (y/n) ")
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	got := e.waitAttention(r.ID, wire.AttentionNeedsInput)
+	want := &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: "Continue? (y/n)", Choices: yn}
+	if !reflect.DeepEqual(got.AttentionDetail, want) || got.AttentionSince == nil {
+		t.Fatalf("detail %+v since %v, want %+v", got.AttentionDetail, got.AttentionSince, want)
+	}
+	since := *got.AttentionSince
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...) // the same: nothing
+	w.screen(d, 2, wire.AttentionNone, "")                             // another attempt: nothing
+	w.snapshot(d, "Continue? (y/n) \n")                                // a pane change: not an answer
+	w.idle(d)                                                          // says less; and writes the pane change first
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput || !reflect.DeepEqual(got.AttentionDetail, want) {
+		t.Fatalf("after the same reading, another attempt's and a pane change: %s %+v", got.Attention, got.AttentionDetail)
+	}
+	w.screen(d, 1, wire.AttentionNeedsInput, "Delete build/? (y/n)", yn...)
+	got = e.waitRun(r.ID, "the new question", func(r wire.Run) bool {
+		return r.AttentionDetail != nil && r.AttentionDetail.Text == "Delete build/? (y/n)"
+	})
+	if got.AttentionSince == nil || !got.AttentionSince.Equal(since) {
+		t.Fatalf("a new question of the same attention moved attention_since: %v → %v", since, got.AttentionSince)
+	}
+	w.screen(d, 1, wire.AttentionNone, "")
+	if got := e.waitAttention(r.ID, wire.AttentionNone); got.AttentionDetail != nil {
+		t.Fatalf("cleared with a detail %+v", got.AttentionDetail)
+	}
+
+	resets := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
+	got = e.waitAttention(r.ID, wire.AttentionRateLimited)
+	if got.AttentionDetail == nil || got.AttentionDetail.ResetsAt == nil || !got.AttentionDetail.ResetsAt.Equal(resets) || len(got.AttentionDetail.Choices) != 0 {
+		t.Fatalf("rate_limited detail %+v", got.AttentionDetail)
+	}
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionNone, Working: true})
+	e.waitAttention(r.ID, wire.AttentionNone)
+
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	w.screen(d, 1, wire.AttentionNone, "")
+	other := e.worker("host-b", 4, "shell")
+	other.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	if f := other.expect(wire.FrameError); f.Code != wire.CodeNotFound || f.RunID != r.ID {
+		t.Fatalf("another host's screen: %+v", f)
+	}
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionIdle {
+		t.Fatalf("attention %s after a screen that asks nothing over idle and another host's question", got.Attention)
+	}
+
+	wantLog := []string{"none>needs_input/screen", "needs_input>needs_input/screen", "needs_input>none/screen",
+		"none>rate_limited/screen", "rate_limited>none/screen", "none>idle/pane"}
+	if log := e.attentionLog(r.ID); !slices.Equal(log, wantLog) {
+		t.Fatalf("run.attention events %q, want %q", log, wantLog)
+	}
+}
+
+// A hook's needs_input carries the question the server last read on the
+// run's screen for that attempt; read after the hook, the question fills
+// in the detail the hook set (keeping its source). Either way the
+// question leaving the screen clears it.
+func TestHookNeedsInputTakesTheScreensQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	menu := []wire.Choice{{Key: "1", Label: "Yes"}, {Key: "2", Label: "No"}}
+
+	// The screen first (the worker read a question the hook reports too).
+	a, ad := e.attendedRun(w)
+	w.screen(ad, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	e.waitAttention(a.ID, wire.AttentionNeedsInput)
+	w.screen(ad, 1, wire.AttentionNone, "")
+	e.waitAttention(a.ID, wire.AttentionNone)
+	w.screen(ad, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	e.waitAttention(a.ID, wire.AttentionNeedsInput)
+	if code, _, out := e.signal(ad.SignalToken, a.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	if got := e.run(a.ID); got.AttentionDetail == nil || got.AttentionDetail.Text != "Do you want to proceed?\n❯ 1. Yes\n2. No" || got.AttentionDetail.Source != wire.AttentionSourceScreen {
+		t.Fatalf("after the hook: %+v", got.AttentionDetail)
+	}
+
+	// The hook first: it says who set it, the screen then says what.
+	b, bd := e.attendedRun(w)
+	if code, _, out := e.signal(bd.SignalToken, b.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	got := e.waitAttention(b.ID, wire.AttentionNeedsInput)
+	if !reflect.DeepEqual(got.AttentionDetail, &wire.AttentionDetail{Source: wire.SourceProviderHook, Choices: []wire.Choice{}}) {
+		t.Fatalf("the hook's detail %+v", got.AttentionDetail)
+	}
+	w.screen(bd, 1, wire.AttentionNeedsInput, "Do you want to proceed?\n❯ 1. Yes\n2. No", menu...)
+	got = e.waitRun(b.ID, "the screen's question", func(r wire.Run) bool { return r.AttentionDetail != nil && r.AttentionDetail.Text != "" })
+	if got.AttentionDetail.Source != wire.SourceProviderHook || !slices.Equal(got.AttentionDetail.Choices, menu) {
+		t.Fatalf("detail %+v", got.AttentionDetail)
+	}
+	// A hook now, with the question on the screen, adds nothing.
+	if code, _, out := e.signal(bd.SignalToken, b.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.screen(bd, 1, wire.AttentionNone, "")
+	e.waitAttention(b.ID, wire.AttentionNone)
+	wantLog := []string{"none>needs_input/provider-hook", "needs_input>needs_input/screen", "needs_input>none/screen"}
+	if log := e.attentionLog(b.ID); !slices.Equal(log, wantLog) {
+		t.Fatalf("run.attention events %q, want %q", log, wantLog)
+	}
+}
+
+// A pane change ends idle only: a question (set by a hook or the screen)
+// stays while the pane redraws.
+func TestPaneChangeLeavesAQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	w.snapshot(d, "$ ")
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.snapshot(d, "Allow? spinner 1")
+	w.snapshot(d, "Allow? spinner 2")
+	w.idle(d) // its handler writes the pane changes noted before it first
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %s after pane changes", got.Attention)
+	}
+}
+
+// An answer clears what waits for a person only once it landed
+// (docs/architecture.md#attention): keys the pane does not show
+// (unconfirmed) leave needs_input and rate_limited as they are; keys it
+// shows (observed) clear them, source keys; input through attach clears
+// them only when the pane changed after it, source attach. idle goes
+// with any answer. An answer never clears an attention set after it.
+func TestAnswerClearsOnlyWhatLanded(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "Do you want to proceed?\n❯ 1. Yes\n  2. No\n")
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	e.waitAttention(r.ID, wire.AttentionNeedsInput)
+
+	// Not seen to land: still waiting, nothing journaled.
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("attention %q after unconfirmed keys; events %q", got.Attention, e.attentionLog(r.ID))
+	}
+	// Seen: cleared by the keys.
+	if kr := e.answerKeys(w, d, r.ID, "● Running…\n"); kr.Delivery != wire.DeliveryObserved {
+		t.Fatalf("keys with a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("attention %q after observed keys", got.Attention)
+	}
+
+	// rate_limited (as the screen reports it): the same rule. (Set
+	// through the store: first the pane change noted above, as the
+	// uplink orders a report after the changes before it.)
+	ctx := t.Context()
+	e.srv.FlushOutputs(ctx, r.ID)
+	if _, _, err := e.store.SetAttention(ctx, r.ID, r.Attempt, wire.AttentionRateLimited, wire.AttentionSourceScreen); err != nil {
+		t.Fatal(err)
+	}
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
+		t.Fatalf("attention %q after unconfirmed keys; events %q", got.Attention, e.attentionLog(r.ID))
+	}
+	// Through attach: typing the pane does not show leaves it...
+	c, _ := e.attached(w, r.ID)
+	input := func(b string) {
+		t.Helper()
+		fr, _ := json.Marshal(wire.TermFrame{Type: wire.WSInput, Bytes: []byte(b)})
+		if err := c.Write(ctx, websocket.MessageText, fr); err != nil {
+			t.Fatal(err)
+		}
+		w.expect(wire.FrameAttachInput)
+	}
+	input("x")
+	time.Sleep(300 * time.Millisecond) // two capture intervals (100 ms here) and some
+	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
+		t.Fatalf("attention %q after attach input the pane did not show", got.Attention)
+	}
+	// ...typing it shows clears it (one check a second per client).
+	time.Sleep(time.Second)
+	input("\r")
+	w.snapshot(d, "● Continuing…\n")
+	e.waitAttention(r.ID, wire.AttentionNone)
+	c.Close(websocket.StatusNormalClosure, "")
+	w.expect(wire.FrameAttachClose)
+
+	// idle: keys clear it even unconfirmed (any input ends a quiet spell).
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {
+		t.Fatalf("keys without a pane change: %+v", kr)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("attention %q after keys to an idle run", got.Attention)
+	}
+
+	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys", "none>rate_limited/screen", "rate_limited>none/attach",
+		"none>idle/pane", "idle>none/keys"}
+	if log := e.attentionLog(r.ID); !slices.Equal(log, want) {
+		t.Fatalf("run.attention events %q, want %q", log, want)
+	}
+}
+
+// An answer seen to land never clears an attention set after it went in:
+// the agent asking its next question while the keys were being checked.
+func TestAnswerLeavesTheNextQuestion(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "$ ")
+	w.idle(d)
+	e.waitAttention(r.ID, wire.AttentionIdle)
+	done := make(chan int, 1)
+	go func() {
+		code, _ := e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"key": "y"}}})
+		done <- code
+	}()
+	w.expect(wire.FrameSendKeys)
+	hook := sig(wire.SignalNeedsInput, 1)
+	hook["source"] = wire.SourceProviderHook
+	if code, _, out := e.signal(d.SignalToken, r.ID, hook); code != 202 {
+		t.Fatalf("needs_input: %d %s", code, out)
+	}
+	w.snapshot(d, "$ y\nAnother question? [y/N]\n")
+	if code := <-done; code != 202 {
+		t.Fatalf("keys: %d", code)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNeedsInput {
+		t.Fatalf("the next question's needs_input cleared by the answer before it: %q; events %q", got.Attention, e.attentionLog(r.ID))
 	}
 }

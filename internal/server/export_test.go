@@ -1,5 +1,12 @@
 package server
 
+import "context"
+
 // FramesPerSecond bounds an attach client's data frames in any second,
 // for the tests of package server_test.
 const FramesPerSecond = framesPerSecond
+
+// FlushOutputs writes the pane changes noted for runID now, as an
+// attention change of that run does first: a test that sets an
+// attention through the store directly orders it after them.
+func (s *Server) FlushOutputs(ctx context.Context, runID string) { s.outputs.flushRun(ctx, runID) }

@@ -179,13 +179,11 @@ func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Sign
 // dispatcher when a run's status changed, and calls done (from the
 // batcher's goroutine: done must not block).
 func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, done func(store.SignalOut)) {
+	in := store.SignalIn{RunID: runID, Sender: hostID, Signal: sig}
 	if sig.Kind == wire.SignalNeedsInput {
-		// A pane change noted before it must not clear it after.
-		ctx, cancel := context.WithTimeout(context.Background(), outputWriteTimeout)
-		s.outputs.flushRun(ctx, runID)
-		cancel()
+		in.Screen = s.screenQuestion(runID, hostID, sig.Attempt)
 	}
-	s.signals.Submit(store.SignalIn{RunID: runID, Sender: hostID, Signal: sig}, func(o store.SignalOut) {
+	s.signals.Submit(in, func(o store.SignalOut) {
 		if o.Err == nil {
 			s.metrics.signals.WithLabelValues(sig.Kind, o.Result).Inc()
 			if o.StopSender {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -116,8 +117,9 @@ func (o *outputs) flushRun(ctx context.Context, runID string) {
 }
 
 // write moves last_output_at of every run in batch in one statement,
-// and clears the attention of the runs whose pane changed while they
-// waited for a person.
+// and ends the quiet spell (idle, and idle only) of the runs whose pane
+// changed (docs/architecture.md#attention) — but for a run whose answer
+// is being checked: the answer clears it, journaled as its own (answer.go).
 func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 	ids := make([]string, 0, len(batch))
 	for id := range batch {
@@ -129,8 +131,11 @@ func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 		return
 	}
 	for id, attempt := range waiting {
-		if n := batch[id]; n.changed && n.attempt == attempt {
-			if _, _, err := o.s.store.SetAttention(ctx, id, attempt, wire.AttentionNone, wire.AttentionSourcePane); err != nil {
+		if n := batch[id]; n.changed && n.attempt == attempt && !o.s.answers.busy(id) {
+			_, _, err := o.s.store.ChangeAttention(ctx, id, func(r lifecycle.Run) lifecycle.Decision {
+				return lifecycle.ChangeAttention(r, attempt, lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: []string{wire.AttentionIdle}})
+			})
+			if err != nil {
 				o.s.log.Warn("clear attention on a pane change", "run_id", id, "err", err)
 			}
 		}

@@ -124,7 +124,8 @@ func (s *Server) completeRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // sendKeys checks the allowlist, pushes send_keys to the run's host and
-// answers observed when the pane changes within two capture intervals.
+// answers observed when the pane changes within two capture intervals;
+// only an observed answer clears needs_input or rate_limited.
 func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 	run, err := s.store.GetRun(r.Context(), r.PathValue("id"))
 	if err != nil {
@@ -144,27 +145,24 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Conflict(wire.CodeIllegalTransition, "keys go only to a running run; this one is %s", run.Status))
 		return
 	}
+	defer s.answers.begin(run.ID)()
 	before := s.opts.Fleet.Pane(run.ID).Seq
 	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: in.Keys}); err != nil {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
-	// Input is a person answering: the run no longer waits for one.
-	if _, _, err := s.store.SetAttention(r.Context(), run.ID, run.Attempt, wire.AttentionNone, wire.AttentionSourceKeys); err != nil {
-		s.log.Warn("clear attention after keys", "run_id", run.ID, "err", err)
+	// Input starts a new turn: a completion before it is an earlier one's.
+	if err := s.store.TouchInput(r.Context(), run.ID, run.Attempt); err != nil {
+		s.log.Warn("record keys as input", "run_id", run.ID, "err", err)
 	}
-	delivery := "unconfirmed"
-	deadline := time.Now().Add(2 * s.opts.CaptureInterval)
-	for time.Now().Before(deadline) {
-		if s.opts.Fleet.Pane(run.ID).Seq > before {
-			delivery = "observed"
-			break
-		}
-		select {
-		case <-r.Context().Done():
-			return
-		case <-time.After(20 * time.Millisecond):
-		}
+	observed := s.paneChangedSince(r.Context(), run.ID, before)
+	if r.Context().Err() != nil {
+		return
+	}
+	s.answered(r.Context(), run.ID, run.Attempt, run.Attention, observed, wire.AttentionSourceKeys)
+	delivery := wire.DeliveryUnconfirmed
+	if observed {
+		delivery = wire.DeliveryObserved
 	}
 	writeJSON(w, http.StatusAccepted, wire.KeysResult{Delivery: delivery})
 }

@@ -819,6 +819,18 @@ func TestRunValidation(t *testing.T) {
 	if code != 400 || errorOf(t, body).Code != "key_not_allowed" {
 		t.Errorf("keys with ';': %d %s", code, body)
 	}
+	// An unknown key: the entry named, the keys there are listed.
+	code, body = e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"key": "1"}, {"key": "F1"}}})
+	if we := errorOf(t, body); code != 400 || we.Code != "key_not_allowed" || we.Details["index"] != 1.0 ||
+		!strings.Contains(we.Message, `key "F1" is not allowed; the keys are Enter, Escape, Tab`) {
+		t.Errorf("keys with F1: %d %s", code, body)
+	}
+	for _, bad := range []map[string]any{{"text": "a\x1bb"}, {"paste": "ok\x1b[201~"}, {"text": "x", "paste": "y"}, {"paste": ""}} {
+		code, body = e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{bad}})
+		if we := errorOf(t, body); code != 400 || we.Code != "key_not_allowed" || we.Details["index"] != 0.0 {
+			t.Errorf("keys %q: %d %s", bad, code, body)
+		}
+	}
 	code, body = e.call("POST", "/api/v1/runs/"+r.ID+"/keys", map[string]any{"keys": []map[string]any{{"key": "Enter"}}})
 	if code != 409 {
 		t.Errorf("keys to a pending run: %d %s", code, body)

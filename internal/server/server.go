@@ -85,6 +85,8 @@ type Server struct {
 	signals   *store.SignalBatcher
 	// paneWatch: when each watched run's worker was last told (pane.go).
 	paneWatch paneWatches
+	// answers: the runs whose answer is being checked (answer.go).
+	answers answerSet
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections

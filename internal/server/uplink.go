@@ -339,6 +339,9 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 			u.refuse(f, err)
 		}
 
+	case wire.FrameScreen:
+		u.screen(ctx, f)
+
 	case wire.FrameRunState:
 		// A pane change reported before this (idle) is written first.
 		s.outputs.flushRun(ctx, f.RunID)

@@ -15,6 +15,21 @@ import (
 // and its run.attention event commit together. It returns the run as it
 // is afterwards and whether its attention changed.
 func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to, source string) (wire.Run, bool, error) {
+	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
+		return lifecycle.Attention(r, attempt, to, source)
+	})
+	if err != nil {
+		return out, false, fmt.Errorf("set attention of run %s to %s: %w", runID, to, err)
+	}
+	return out, changed, nil
+}
+
+// ChangeAttention applies an attention decision (lifecycle.ChangeAttention,
+// lifecycle.Screen) made by decide under the run's row lock: the guarded
+// write and its run.attention event, if any, commit together. It returns
+// the run as it is afterwards and whether the decision wrote anything
+// (the attention or its detail).
+func (s *Store) ChangeAttention(ctx context.Context, runID string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -23,7 +38,7 @@ func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to,
 			return err
 		}
 		out = r
-		d := lifecycle.Attention(lifecycle.FromWire(r), attempt, to, source)
+		d := decide(lifecycle.FromWire(r))
 		if len(d.Steps) == 0 {
 			return nil
 		}
@@ -34,16 +49,18 @@ func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to,
 		return nil
 	})
 	if err != nil {
-		return out, false, fmt.Errorf("set attention of run %s to %s: %w", runID, to, err)
+		return out, false, fmt.Errorf("change the attention of run %s: %w", runID, err)
 	}
 	return out, changed, nil
 }
 
 // TouchOutputs records that the panes of runs changed: last_output_at
 // moves (the hang timer), in one statement for all of them. It returns
-// the runs among them that wait for a person (attention not none), with
-// their current attempt: a pane change of that attempt clears it (the
-// caller's decision, SetAttention with source pane).
+// the runs among them that are idle, with their current attempt: a pane
+// change of that attempt ends the quiet spell (the caller's decision,
+// source pane). A question or a usage limit is not cleared by a pane
+// change — a TUI redraws while it asks — but by the screen, an answer
+// or the end of running (docs/architecture.md#attention).
 func (s *Store) TouchOutputs(ctx context.Context, runIDs []string) (map[string]int, error) {
 	rows, err := s.Pool.Query(ctx, `UPDATE runs SET last_output_at = now() WHERE id = ANY($1::uuid[]) RETURNING id::text, attention, attempt`, runIDs)
 	if err != nil {
@@ -57,7 +74,7 @@ func (s *Store) TouchOutputs(ctx context.Context, runIDs []string) (map[string]i
 		if err := rows.Scan(&id, &attention, &attempt); err != nil {
 			return nil, fmt.Errorf("record output: %w", translate(err))
 		}
-		if attention != wire.AttentionNone {
+		if attention == wire.AttentionIdle {
 			waiting[id] = attempt
 		}
 	}

@@ -13,13 +13,15 @@ import (
 )
 
 // The central fleet duties of docs/architecture.md#central-duties that need more than a heartbeat: the
-// host-lost bound (T_dead), the CLI-hang timer and the journal entry of a
-// session no run owns. The dispatcher calls them on every pass.
+// host-lost bound (T_dead), the pane timers (a hung CLI, an agent idle
+// after its turn ended) and the journal entry of a session no run owns.
+// The dispatcher calls them on every pass.
 //
-// Both timers count from the latest of the last sign of life (output for a
-// hang, heartbeat for T_dead), the start of this serve and the host's last
-// transition to online: a long outage of serve itself, or of the network
-// before a host came back, never counts against a run.
+// The timers count from the latest of the last sign of life (output or
+// input for the pane timers, heartbeat for T_dead), the start of this
+// serve and the host's last transition to online: a long outage of serve
+// itself, or of the network before a host came back, never counts against
+// a run.
 
 // Hang is a run failed cli_hang whose host must stop its session.
 type Hang struct {
@@ -105,17 +107,34 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 	return failed, err
 }
 
+// IdleStop is a run stopped completed_idle whose host must stop its
+// session.
+type IdleStop struct {
+	RunID   string
+	Attempt int // the attempt that was stopped
+	HostID  string
+}
+
+// onlineHost is the pane timers' condition on a run's host h: online, or
+// disabled and still heartbeating within offlineAfter ($2).
+const onlineHost = `(h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $2::interval))`
+
 // FailHungRuns fails, with failure_reason cli_hang and through the restart
-// policy, every running run whose pane has not changed for hangTimeout
-// while its host is online (an online host, or a disabled one whose
-// heartbeat is within offlineAfter). The timer counts from the latest of
-// the run's last output, its start, its host's last online transition and
-// serveStart. It returns the runs whose sessions must be stopped.
+// policy, every working running run (docs/architecture.md#working-waiting-hung:
+// not waiting for a person, its limit or its next input) whose pane and
+// input have been quiet for hangTimeout while its host is online (an
+// online host, or a disabled one whose heartbeat is within offlineAfter).
+// The timer counts from the latest of the run's last output, its last
+// input (its start at the earliest), its host's last online transition
+// and serveStart. It returns the runs whose sessions must be stopped.
 func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
+	// A prefilter of lifecycle.Quiet's rule; the rule decides under the
+	// row lock.
 	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
-		WHERE r.status = 'running'
-		AND (h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $2::interval))
-		AND greatest(r.last_output_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
+		WHERE r.status = 'running' AND `+onlineHost+`
+		AND r.attention NOT IN ('needs_input', 'rate_limited')
+		AND NOT coalesce(r.completed_at >= coalesce(greatest(r.last_input_at, r.started_at), '-infinity'), false)
+		AND greatest(r.last_output_at, r.last_input_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
 		LIMIT 500`, hangTimeout, offlineAfter, serveStart)
 	if err != nil {
 		return nil, translate(err)
@@ -124,28 +143,72 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 	if err != nil {
 		return nil, fmt.Errorf("find hung runs: %w", translate(err))
 	}
-	var hung []Hang
+	return s.quietRuns(ctx, ids, lifecycle.PaneTimers{Hang: hangTimeout}, offlineAfter, serveStart)
+}
+
+// StopCompletedRuns stops (run.stopped, source completed_idle; no requeue,
+// the work item keeps its status) every running run whose agent completed
+// its turn after the last input into it and that has since had no input
+// and no pane change for stopAfter while its host is online, counted from
+// the latest of the completion, the last input, the last output, its
+// host's last online transition and serveStart; a rate-limited run waits
+// for its limit instead (docs/architecture.md#working-waiting-hung).
+// stopAfter 0 (or less) stops nothing. It returns the runs whose sessions
+// must be stopped.
+func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter time.Duration, serveStart time.Time) ([]IdleStop, error) {
+	if stopAfter <= 0 {
+		return nil, nil
+	}
+	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
+		WHERE r.status = 'running' AND `+onlineHost+`
+		AND r.attention <> 'rate_limited'
+		AND r.completed_at >= coalesce(greatest(r.last_input_at, r.started_at), '-infinity')
+		AND greatest(r.completed_at, r.last_output_at, r.last_input_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
+		LIMIT 500`, stopAfter, offlineAfter, serveStart)
+	if err != nil {
+		return nil, translate(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("find idle completed runs: %w", translate(err))
+	}
+	ended, err := s.quietRuns(ctx, ids, lifecycle.PaneTimers{CompletedStop: stopAfter}, offlineAfter, serveStart)
+	stops := make([]IdleStop, 0, len(ended))
+	for _, h := range ended {
+		stops = append(stops, IdleStop(h))
+	}
+	return stops, err
+}
+
+// quietRuns decides each of the running runs a pane timer's scan found
+// with lifecycle.Quiet, in a transaction of its own with the run row
+// locked: output, input, a completion or a signal may have come since the
+// scan. The clocks are the database's, and so is the time they are
+// judged at. It returns the runs it ended.
+func (s *Store) quietRuns(ctx context.Context, ids []string, t lifecycle.PaneTimers, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
+	var ended []Hang
 	for _, id := range ids {
 		var h *Hang
 		err := s.InTx(ctx, func(tx *Tx) error {
 			h = nil
 			r, err := runByID(ctx, tx, id, true)
-			if err != nil {
+			if err != nil || r.HostID == nil {
 				return err
 			}
-			// Decided again under the row lock: output or a signal may
-			// have come since the scan.
-			var still bool
-			if err := tx.QueryRow(ctx, `SELECT r.status = 'running' AND r.attempt = $2
-				AND (h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $4::interval))
-				AND greatest(r.last_output_at, r.started_at, h.last_online_at, $5::timestamptz) < now() - $3::interval
-				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, r.Attempt, hangTimeout, offlineAfter, serveStart).Scan(&still); err != nil {
+			var pane lifecycle.Pane
+			var out *time.Time
+			var now time.Time
+			if err := tx.QueryRow(ctx, `SELECT `+onlineHost+`, r.last_output_at, greatest(h.last_online_at, $3::timestamptz), now()
+				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, offlineAfter, serveStart).Scan(&pane.HostOnline, &out, &pane.Floor, &now); err != nil {
 				return err
 			}
-			if !still {
+			if out != nil {
+				pane.LastOutput = *out
+			}
+			d := lifecycle.Quiet(lifecycle.FromWire(r), pane, t, s.Policy, now)
+			if !d.Changed() {
 				return nil
 			}
-			d := lifecycle.Expired(lifecycle.FromWire(r), lifecycle.CLIHang, false, *r.HostID, s.Policy, s.now())
 			if _, err := s.apply(ctx, tx, r, d); err != nil {
 				return err
 			}
@@ -156,13 +219,13 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 			continue
 		}
 		if err != nil {
-			return hung, err
+			return ended, err
 		}
 		if h != nil {
-			hung = append(hung, *h)
+			ended = append(ended, *h)
 		}
 	}
-	return hung, nil
+	return ended, nil
 }
 
 // journalOrphan records a session on a host's tmux socket that maps to no

@@ -263,7 +263,8 @@ func TestCLIHang(t *testing.T) {
 	f := newFleet(t, 2)
 	r := f.running()
 	quiet := func(output, online time.Duration) {
-		f.sql(`UPDATE runs SET last_output_at = now() - $2::interval, started_at = now() - interval '5 hours' WHERE id = $1`, r.ID, output)
+		f.sql(`UPDATE runs SET last_output_at = now() - $2::interval, started_at = now() - interval '5 hours', last_input_at = now() - interval '5 hours'
+			WHERE id = $1`, r.ID, output)
 		f.sql(`UPDATE hosts SET last_online_at = now() - $2::interval WHERE id = $1`, f.host.ID, online)
 	}
 	for _, c := range []struct {
@@ -304,7 +305,8 @@ func TestCLIHang(t *testing.T) {
 	f2 := newFleet(t, 1)
 	r2 := f2.running()
 	f2.sql(`UPDATE hosts SET disabled = true WHERE id = $1`, f2.host.ID)
-	f2.sql(`UPDATE runs SET last_output_at = now() - interval '2 hours', started_at = now() - interval '2 hours' WHERE id = $1`, r2.ID)
+	f2.sql(`UPDATE runs SET last_output_at = now() - interval '2 hours', started_at = now() - interval '2 hours', last_input_at = now() - interval '2 hours'
+		WHERE id = $1`, r2.ID)
 	f2.sql(`UPDATE hosts SET last_online_at = now() - interval '3 hours', last_seen_at = now() WHERE id = $1`, f2.host.ID)
 	if hung, _ := f2.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo); len(hung) != 1 {
 		t.Errorf("disabled live host: hung %+v", hung)

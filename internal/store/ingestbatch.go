@@ -19,6 +19,10 @@ type SignalIn struct {
 	RunID  string
 	Sender string
 	Signal wire.Signal
+	// Screen is the question the server last read on the run's screen
+	// from Sender at the signal's attempt (lifecycle.SignalFacts.Screen);
+	// nil when none.
+	Screen *wire.AttentionDetail
 }
 
 // SignalOut is what became of one signal of a batch: what IngestSignal
@@ -76,7 +80,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 		return out, true
 	}
 	for _, i := range live {
-		res, err := s.IngestSignal(ctx, in[i].RunID, in[i].Sender, in[i].Signal)
+		res, err := s.ingestOne(ctx, in[i])
 		out[i] = SignalOut{Ingest: res, Err: err}
 	}
 	return out, false
@@ -192,6 +196,7 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			out[i].Err = wire.NotFound("run")
 			continue
 		}
+		f.facts.Screen = sg.Screen
 		d, err := s.decideSignal(st.run, sg.Sender, sg.Signal, f.facts)
 		if err != nil {
 			out[i].Err = err // refused: nothing written

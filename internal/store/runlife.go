@@ -148,7 +148,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
 		}
 	}
 	if f.Attention != "" && f.Attention != AttentionAny && !wire.ValidAttention(f.Attention) {
-		return nil, wire.Invalid("attention", "attention must be any, none, needs_input or idle")
+		return nil, wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
 	}
 	if f.Limit == 0 {
 		f.Limit = 100
@@ -263,8 +263,9 @@ func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
 // complete records a completion (manual or a hook's) and, when the
 // project's auto_done is set, moves the work item to done.
 func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string) (wire.Run, error) {
-	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = coalesce(completed_at, now()),
-		completion_source = coalesce(completion_source, $2), updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source))
+	// completed_at is the latest turn's (docs/architecture.md#working-waiting-hung).
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = now(),
+		completion_source = $2, updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source))
 	if err != nil {
 		return out, err
 	}

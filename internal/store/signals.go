@@ -23,6 +23,13 @@ type Ingest struct {
 // status write, then the journal — all in one transaction, with the run
 // row locked so concurrent signals of one run are applied one at a time.
 func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig wire.Signal) (Ingest, error) {
+	return s.ingestOne(ctx, SignalIn{RunID: runID, Sender: senderHost, Signal: sig})
+}
+
+// ingestOne is IngestSignal of one signal of a batch, with what the
+// server knows besides it (the screen's question).
+func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
+	runID, senderHost, sig := in.RunID, in.Sender, in.Signal
 	if err := validateSignal(sig); err != nil {
 		return Ingest{}, err
 	}
@@ -39,7 +46,7 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 		if !known {
 			return wire.NotFound("run")
 		}
-		res, err = s.applySignal(ctx, tx, r, senderHost, sig)
+		res, err = s.applySignal(ctx, tx, r, senderHost, sig, in.Screen)
 		return err
 	})
 	return res, err
@@ -76,7 +83,7 @@ func validateSignal(sig wire.Signal) error {
 	return wire.CheckPayload(sig.Payload)
 }
 
-func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal) (Ingest, error) {
+func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal, screen *wire.AttentionDetail) (Ingest, error) {
 	var facts lifecycle.SignalFacts
 	if sig.Attempt != nil && *sig.Attempt <= r.Attempt {
 		var err error
@@ -84,6 +91,7 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 			return Ingest{}, err
 		}
 	}
+	facts.Screen = screen
 	d, err := s.decideSignal(r, sender, sig, facts)
 	if err != nil {
 		return Ingest{}, err

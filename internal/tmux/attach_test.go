@@ -18,9 +18,9 @@ import (
 	"pam/internal/wire"
 )
 
-// Text goes in as a bracketed paste exactly when the pane's program has
-// asked for bracketed-paste mode, and literally otherwise; no paste
-// buffer is left behind.
+// A paste goes in as a bracketed paste exactly when the pane's program
+// has asked for bracketed-paste mode, and literally otherwise; a text is
+// typed, never bracketed; no paste buffer is left behind.
 func TestSendKeysBracketedPaste(t *testing.T) {
 	t.Parallel()
 	s := newServer(t)
@@ -29,7 +29,7 @@ func TestSendKeysBracketedPaste(t *testing.T) {
 	// cat -v shows the paste brackets as ^[[200~ … ^[[201~.
 	s.spawn(on, runA, "/bin/sh", "-c", `printf '\033[?2004h'; exec cat -v`)
 	s.spawn(off, "0123abce-1111-4111-8111-111111111111", "/bin/sh", "-c", `exec cat -v`)
-	keys := []wire.Key{{Text: "-hello world"}, {Key: "Enter"}}
+	keys := []wire.Key{{Paste: "-hello world"}, {Key: "Enter"}, {Text: "-typed"}, {Key: "Enter"}}
 	for _, n := range []SessionName{on, off} {
 		if err := s.tm.SendKeys(c, n, keys); err != nil {
 			t.Fatal(err)
@@ -39,15 +39,18 @@ func TestSendKeysBracketedPaste(t *testing.T) {
 	// after Enter: wait for both, then check there are exactly two, both
 	// bracketed. (Counting right after the first showed up raced cat.)
 	var got string
-	eventually.Wait(t, 10*time.Second, "the echo and cat's copy of the paste", func() bool {
+	eventually.Wait(t, 10*time.Second, "the echo and cat's copy of the paste and the text", func() bool {
 		got, _ = s.tm.Capture(c, on)
-		return strings.Count(got, "-hello world") >= 2
+		return strings.Count(got, "-hello world") >= 2 && strings.Count(got, "-typed") >= 2
 	})
 	if strings.Count(got, "^[[200~-hello world^[[201~") != 2 || strings.Count(got, "-hello world") != 2 {
 		t.Errorf("bracketed pane:\n%s", got)
 	}
-	got = waitCapture(t, s.tm, off, "-hello world")
-	if strings.Contains(got, "200~") {
+	if strings.Count(got, "-typed") != 2 || strings.Contains(got, "~-typed") || strings.Contains(got, "-typed^[") {
+		t.Errorf("the typed text was bracketed:\n%s", got)
+	}
+	got = waitCapture(t, s.tm, off, "-typed")
+	if strings.Contains(got, "200~") || !strings.Contains(got, "-hello world") {
 		t.Errorf("a pane without bracketed-paste mode got the brackets:\n%s", got)
 	}
 	if out, _ := s.raw("list-buffers"); strings.TrimSpace(out) != "" {

@@ -52,10 +52,11 @@ var (
 // turns them into tmux arguments. Whatever the input: no panic; what the
 // allowlist or the name check refuses never becomes a command; what is
 // accepted becomes, as tmux reads the argv, exactly one send-keys per
-// named key (an allowed name, aimed at the session by exact match) and
-// one set-buffer/paste-buffer pair per text, the text after "--" and
-// intact, each buffer its own. And any argument survives tmux's command
-// splitting unchanged once escaped.
+// named key (an allowed name, aimed at the session by exact match), one
+// literal send-keys per text (-l, the text after "--" and intact: never
+// a key name or an option) and one set-buffer/paste-buffer pair per
+// paste, the paste after "--" and intact, each buffer its own. And any
+// argument survives tmux's command splitting unchanged once escaped.
 func FuzzSendKeysArgs(f *testing.F) {
 	for _, s := range []struct{ keys, name, raw string }{
 		{`[{"key":"Enter"},{"text":"hello"}]`, "pam-0123abcd", "x;"},
@@ -68,6 +69,9 @@ func FuzzSendKeysArgs(f *testing.F) {
 		{`[{"key":"Enter"}]`, "", "-t"},
 		{`[{"key":"Enter"}]`, "pam-0123ABCD", "a;b;"},
 		{`[]`, "pam-0123abcd", " "},
+		{`[{"key":"1"},{"key":"Escape"},{"key":"BTab"},{"key":"PageUp"},{"text":"--"},{"text":"-l"}]`, "pam-0123abcd", "--"},
+		{`[{"paste":"two\nlines;"},{"paste":"x;\n;"},{"key":"Enter"}]`, "pam-0123abcd", "a\n;"},
+		{`[{"paste":"\u001b[201~"}]`, "pam-0123abcd", ""},
 	} {
 		f.Add([]byte(s.keys), s.name, s.raw)
 	}
@@ -105,21 +109,28 @@ func FuzzSendKeysArgs(f *testing.F) {
 		seen := map[string]bool{}
 		i := 0
 		for _, k := range keys {
-			if k.Key != "" {
+			switch {
+			case k.Key != "":
 				if want := []string{"send-keys", "-t", target, k.Key}; !slices.Equal(got[i], want) {
 					t.Fatalf("key %q reads as %q, want %q", k.Key, got[i], want)
+				}
+				i++
+				continue
+			case k.Text != "":
+				if want := []string{"send-keys", "-l", "-t", target, "--", k.Text}; !slices.Equal(got[i], want) {
+					t.Fatalf("text %q reads as %q, want %q", k.Text, got[i], want)
 				}
 				i++
 				continue
 			}
 			set, paste := got[i], got[i+1]
 			i += 2
-			if len(set) != 5 || set[0] != "set-buffer" || set[1] != "-b" || set[3] != "--" || set[4] != k.Text {
-				t.Fatalf("text %q reads as %q", k.Text, set)
+			if len(set) != 5 || set[0] != "set-buffer" || set[1] != "-b" || set[3] != "--" || set[4] != k.Paste {
+				t.Fatalf("paste %q reads as %q", k.Paste, set)
 			}
 			buf := set[2]
 			if want := []string{"paste-buffer", "-p", "-d", "-b", buf, "-t", target}; !slices.Equal(paste, want) {
-				t.Fatalf("paste of %q reads as %q, want %q", k.Text, paste, want)
+				t.Fatalf("paste of %q reads as %q, want %q", k.Paste, paste, want)
 			}
 			if !bufferRe.MatchString(buf) || seen[buf] || !slices.Contains(buffers, buf) {
 				t.Fatalf("buffer %q: malformed, reused or not reported (%q)", buf, buffers)

@@ -246,14 +246,19 @@ func (t *Tmux) Capture(ctx context.Context, name SessionName) (string, error) {
 	return out, nil
 }
 
-// SendKeys types keys into the session after checking them against the
-// allowlist again (wire.ValidateKeys), in one tmux invocation. Named keys
-// go as tmux key names. Text always goes in literally, as a paste: it is
-// put in a buffer of its own (set-buffer -- TEXT, so it is never read as
-// a key name or a flag) and pasted with paste-buffer -p, which wraps it
-// in ESC[200~ … ESC[201~ exactly when the pane's program has asked for
-// bracketed-paste mode. An agent's prompt thus takes a pasted line as
-// text, not as typing that could trigger its key bindings.
+// SendKeys delivers keys into the session after checking them against
+// the allowlist again (wire.ValidateKeys), in one tmux invocation
+// (docs/api.md#keys):
+//
+//   - a named key goes as its tmux key name (send-keys -t NAME KEY);
+//   - a text is typed literally, key by key (send-keys -l -t NAME --
+//     TEXT): -l sends the characters and never looks them up as key
+//     names, "--" keeps a text starting with "-" from being an option.
+//     A TUI's menu sees keystrokes, as from a keyboard;
+//   - a paste is put in a buffer of its own (set-buffer -- TEXT) and
+//     pasted with paste-buffer -p, which wraps it in ESC[200~ … ESC[201~
+//     exactly when the pane's program has asked for bracketed-paste mode:
+//     an agent's prompt takes several lines as one message.
 func (t *Tmux) SendKeys(ctx context.Context, name SessionName, keys []wire.Key) error {
 	cmds, buffers, err := sendKeysCommands(name, keys)
 	if err != nil {
@@ -289,20 +294,23 @@ func sendKeysCommands(name SessionName, keys []wire.Key) (cmds [][]string, buffe
 	}
 	cmds = make([][]string, 0, 2*len(keys))
 	for _, k := range keys {
-		if k.Key != "" {
+		switch {
+		case k.Key != "":
 			cmds = append(cmds, []string{"send-keys", "-t", name.target(), k.Key})
-			continue
+		case k.Text != "":
+			cmds = append(cmds, []string{"send-keys", "-l", "-t", name.target(), "--", k.Text})
+		default:
+			buf := pasteBuffer(name)
+			buffers = append(buffers, buf)
+			cmds = append(cmds,
+				[]string{"set-buffer", "-b", buf, "--", k.Paste},
+				[]string{"paste-buffer", "-p", "-d", "-b", buf, "-t", name.target()})
 		}
-		buf := pasteBuffer(name)
-		buffers = append(buffers, buf)
-		cmds = append(cmds,
-			[]string{"set-buffer", "-b", buf, "--", k.Text},
-			[]string{"paste-buffer", "-p", "-d", "-b", buf, "-t", name.target()})
 	}
 	return cmds, buffers, nil
 }
 
-// pasteBuffer is a fresh buffer name for one text entry: concurrent
+// pasteBuffer is a fresh buffer name for one paste entry: concurrent
 // requests never paste each other's text.
 func pasteBuffer(name SessionName) string {
 	var b [4]byte

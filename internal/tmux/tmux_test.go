@@ -262,6 +262,8 @@ func TestSendKeys(t *testing.T) {
 		{Text: "Enter"}, {Key: "Enter"},
 		{Text: "C-c"}, {Key: "Enter"},
 		{Text: "x -- y"}, {Key: "Enter"},
+		{Text: "--"}, {Key: "Enter"},
+		{Paste: "-l"}, {Key: "Enter"},
 		{Text: "end"}, {Key: "Enter"},
 	}
 	if err := s.tm.SendKeys(c, name, keys); err != nil {
@@ -277,7 +279,7 @@ func TestSendKeys(t *testing.T) {
 	for _, l := range strings.Split(out, "\n") {
 		lines[l]++
 	}
-	for _, line := range []string{"-t", "Enter", "C-c", "x -- y", "end"} {
+	for _, line := range []string{"-t", "Enter", "C-c", "x -- y", "--", "-l", "end"} {
 		if lines[line] != 2 {
 			t.Errorf("text %q did not arrive literally:\n%s", line, out)
 		}
@@ -286,6 +288,7 @@ func TestSendKeys(t *testing.T) {
 	for _, bad := range [][]wire.Key{
 		{{Text: "$(touch /tmp/x)"}}, {{Text: "a; b"}}, {{Text: "`id`"}}, {{Text: "a|b"}}, {{Text: "a&"}},
 		{{Text: "\x1b[2J"}}, {{Text: "\x02d"}}, {{Key: "C-b"}}, {{Key: "-t"}}, {{Key: "Enter;"}}, {},
+		{{Paste: "ok\x1b[201~"}}, {{Key: "F1"}},
 	} {
 		err := s.tm.SendKeys(c, name, bad)
 		var we *wire.Error

@@ -545,6 +545,11 @@ func TestDashboard(t *testing.T) {
 		needsInputLeavesInbox(t, d)
 	})
 
+	t.Run("AnswerWithoutTerminal", func(t *testing.T) {
+		d.t = t
+		answerWithoutTerminal(t, d)
+	})
+
 	var gpuToken string
 	t.Run("FleetAddHost", func(t *testing.T) {
 		d.t = t

@@ -91,6 +91,7 @@ var frameChecks = map[string]frameRule{
 	FrameRunState:       {"run_id attempt state detail", checkRunState},
 	FrameAttachOutput:   {"attach_id bytes", checkAttachOutput},
 	FrameAttachClosed:   {"attach_id reason", checkAttachClosed},
+	FrameScreen:         {"run_id attempt attention working text choices resets_at", checkScreen},
 	// Workspaces, both ways (workspace.go).
 	FrameWorkspaceRequest: {"request_id run_id op", checkWorkspaceRequest},
 	FrameWorkspaceReply:   {"request_id run_id text eof code message", checkWorkspaceReply},
@@ -148,6 +149,10 @@ var frameFields = []frameField{
 	{"project_id", func(f *Frame) bool { return f.ProjectID != "" }},
 	{"workspace", func(f *Frame) bool { return f.Workspace != nil }},
 	{"ok", func(f *Frame) bool { return f.OK != nil }},
+	{"attention", func(f *Frame) bool { return f.Attention != "" }},
+	{"working", func(f *Frame) bool { return f.Working }},
+	{"choices", func(f *Frame) bool { return len(f.Choices) > 0 }},
+	{"resets_at", func(f *Frame) bool { return f.ResetsAt != nil }},
 }
 
 // Validate checks everything about f that needs no state: it carries only
@@ -450,6 +455,47 @@ func checkRunState(f *Frame) error {
 		return err
 	}
 	return checkText("detail", f.Detail, MaxText)
+}
+
+// checkScreen: a reading asks (needs_input, rate_limited) or it does not
+// (none, perhaps working); what it asks is plain text within the bounds
+// of attention_detail, so that it can be stored and shown as it is.
+func checkScreen(f *Frame) error {
+	if err := checkRunAttempt(f); err != nil {
+		return err
+	}
+	switch f.Attention {
+	case AttentionNeedsInput, AttentionRateLimited:
+		if f.Working {
+			return Invalid("working", "a screen that asks is not working")
+		}
+	case AttentionNone:
+		if f.Text != "" || len(f.Choices) > 0 || f.ResetsAt != nil {
+			return Invalid("attention", "a screen that asks nothing has no text, choices or resets_at")
+		}
+	default:
+		return Invalid("attention", "attention %s is not none, needs_input or rate_limited", quote(f.Attention))
+	}
+	if err := CheckAttentionText("text", f.Text, true); err != nil {
+		return err
+	}
+	if len(f.Choices) > MaxChoices {
+		return Invalid("choices", "at most %d choices", MaxChoices)
+	}
+	seen := map[string]bool{}
+	for i, c := range f.Choices {
+		if !ValidChoiceKey(c.Key) || seen[c.Key] {
+			return Invalid("choices", "choices[%d]: key %s is not one of 0-9, y, n (each once)", i, quote(c.Key))
+		}
+		seen[c.Key] = true
+		if c.Label == "" {
+			return Invalid("choices", "choices[%d]: label is empty", i)
+		}
+		if err := CheckAttentionText("choices", c.Label, false); err != nil {
+			return err
+		}
+	}
+	return checkTimestamp(f.ResetsAt)
 }
 
 func checkAttachOutput(f *Frame) error { return checkAttachBytes(f) }

@@ -56,6 +56,9 @@ func validFrames() map[string]Frame {
 		FrameWorkspaceReady:   {Type: FrameWorkspaceReady, RunID: tRun, Attempt: IntPtr(1), Workspace: &tWorkspace},
 		FrameWorkspaceRemoved: {Type: FrameWorkspaceRemoved, RunID: tRun, Workspace: &tWorkspace, Reason: "retention"},
 		FrameWorkspacePushed:  {Type: FrameWorkspacePushed, RunID: tRun, Workspace: &tWorkspace, OK: yes(), Detail: "pushed"},
+
+		FrameScreen: {Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNeedsInput, Text: "Do you want to proceed?\n❯ 1. Yes\n2. No",
+			Choices: []Choice{{Key: "1", Label: "Yes"}, {Key: "2", Label: "No, and tell Claude what to do differently (esc)"}}},
 	}
 }
 
@@ -90,6 +93,11 @@ func TestValidateAcceptsValidFrames(t *testing.T) {
 			Workspace: &Workspace{Branch: "pam/x-0a0a0a0a"}}, // the repo was removed: the worker fails the attempt
 		{Type: FrameWorkspaceReply, RequestID: tRequest, RunID: tRun, EOF: true, Code: CodeNoWorkspace, Message: "no worktree"},
 		{Type: FrameRunState, RunID: tRun, Attempt: IntPtr(1), State: StateWorkspaceFailed, Detail: "git fetch: exit status 128"},
+		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNone},
+		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNone, Working: true},
+		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(2), Attention: AttentionRateLimited, Text: "5-hour limit reached ∙ resets 3pm", ResetsAt: valid[FrameHeartbeat].Timestamp},
+		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNeedsInput, Text: strings.Repeat("x", MaxAttentionText),
+			Choices: []Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: strings.Repeat("é", MaxAttentionText/2)}}},
 	}
 	for typ, f := range valid {
 		if err := f.Validate(); err != nil {
@@ -155,6 +163,24 @@ func TestValidateRefuses(t *testing.T) {
 		}, "workspace.path"},
 		{FrameWorkspaceReady, "short commit", func(f *Frame) { f.Workspace = &Workspace{Path: "/wt", Branch: "pam/x", BaseCommit: "abc"} }, "workspace.base_commit"},
 		{FrameWorkspacePushed, "no ok", func(f *Frame) { f.OK = nil }, "ok"},
+
+		{FrameScreen, "no attempt", func(f *Frame) { f.Attempt = nil }, "attempt"},
+		{FrameScreen, "an unknown attention", func(f *Frame) { f.Attention = "idle" }, "attention"},
+		{FrameScreen, "no attention", func(f *Frame) { f.Attention = "" }, "attention"},
+		{FrameScreen, "asking and working", func(f *Frame) { f.Working = true }, "working"},
+		{FrameScreen, "none with a text", func(f *Frame) { f.Attention, f.Choices = AttentionNone, nil }, "attention"},
+		{FrameScreen, "text too long", func(f *Frame) { f.Text = strings.Repeat("é", MaxAttentionText/2+1) }, "text"},
+		{FrameScreen, "an escape in the text", func(f *Frame) { f.Text = "\x1b[2Jhi" }, "text"},
+		{FrameScreen, "a bidi override in the text", func(f *Frame) { f.Text = "a\u202eb" }, "text"},
+		{FrameScreen, "a C1 control in the text", func(f *Frame) { f.Text = "a\u009bb" }, "text"},
+		{FrameScreen, "bad UTF-8", func(f *Frame) { f.Text = "\xff" }, "text"},
+		{FrameScreen, "a newline in a label", func(f *Frame) { f.Choices[0].Label = "a\nb" }, "choices"},
+		{FrameScreen, "an empty label", func(f *Frame) { f.Choices[0].Label = "" }, "choices"},
+		{FrameScreen, "a key off the allowlist", func(f *Frame) { f.Choices[0].Key = "Enter" }, "choices"},
+		{FrameScreen, "a two-digit key", func(f *Frame) { f.Choices[0].Key = "10" }, "choices"},
+		{FrameScreen, "a key twice", func(f *Frame) { f.Choices[1].Key = "1" }, "choices"},
+		{FrameScreen, "too many choices", func(f *Frame) { f.Choices = slices.Repeat(f.Choices, 7) }, "choices"},
+		{FrameScreen, "a capture", func(f *Frame) { f.Capture = "x" }, "capture"},
 		{FrameRunDispatch, "no signal token", func(f *Frame) { f.SignalToken = "" }, "signal_token"},
 		{FrameRunDispatch, "signal token with a line break", func(f *Frame) { f.SignalToken = "a\r\nX-Evil: 1" }, "signal_token"},
 		{FrameRunDispatch, "signal token too long", func(f *Frame) { f.SignalToken = long(MaxToken + 1) }, "signal_token"},

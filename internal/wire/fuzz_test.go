@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -46,6 +47,8 @@ var (
 		FrameWorkspaceReady:   "run_id attempt workspace",
 		FrameWorkspaceRemoved: "run_id workspace reason",
 		FrameWorkspacePushed:  "run_id workspace ok detail",
+		// What the screen asks (docs/architecture.md#the-screen-is-read).
+		FrameScreen: "run_id attempt attention working text choices resets_at",
 	}
 )
 
@@ -278,6 +281,20 @@ func inBounds(t *testing.T, f Frame) {
 			id("run_id", f.RunID)
 			attempt()
 		}
+	case FrameScreen:
+		id("run_id", f.RunID)
+		attempt()
+		if !slices.Contains([]string{"none", "needs_input", "rate_limited"}, f.Attention) || len(f.Text) > 1000 || len(f.Choices) > 12 {
+			fail("attention %q, text of %d bytes, %d choices", f.Attention, len(f.Text), len(f.Choices))
+		}
+		if strings.ContainsAny(f.Text, "\x00\x1b\r\u009b\u202e") || !utf8.ValidString(f.Text) {
+			fail("text %.40q", f.Text)
+		}
+		for _, c := range f.Choices {
+			if !regexp.MustCompile(`^[0-9yn]$`).MatchString(c.Key) || len(c.Label) > 1000 || strings.ContainsAny(c.Label, "\x00\x1b\n\u009b\u202e") {
+				fail("choice %+v", c)
+			}
+		}
 	case FrameError:
 		if f.Code == "" || strings.ToLower(f.Code) != f.Code || strings.ContainsAny(f.Code, " \x00") {
 			fail("code %q", f.Code)
@@ -289,19 +306,26 @@ func inBounds(t *testing.T, f Frame) {
 	}
 }
 
-// keysInBounds is the keys allowlist (docs/api.md#runs), restated.
+// keysInBounds is the keys allowlist (docs/api.md#keys), restated.
 func keysInBounds(t *testing.T, keys []Key) {
 	t.Helper()
 	if len(keys) < 1 || len(keys) > 64 {
 		t.Fatalf("%d key entries accepted", len(keys))
 	}
+	named := regexp.MustCompile(`^(Enter|Escape|Tab|BTab|Space|BSpace|DC|Up|Down|Left|Right|Home|End|PageUp|PageDown|C-c|C-d|[0-9]|y|n)$`)
 	total := 0
 	for i, k := range keys {
+		set := 0
+		for _, s := range []string{k.Key, k.Text, k.Paste} {
+			if s != "" {
+				set++
+			}
+		}
 		switch {
-		case k.Key != "" && k.Text != "":
-			t.Fatalf("keys[%d] is both a key and a text", i)
+		case set != 1:
+			t.Fatalf("keys[%d] has %d of key, text and paste", i, set)
 		case k.Key != "":
-			if !slices.Contains([]string{"Enter", "C-c", "C-d", "BSpace", "DC"}, k.Key) {
+			if !named.MatchString(k.Key) {
 				t.Fatalf("keys[%d]: key %q accepted", i, k.Key)
 			}
 		case k.Text != "":
@@ -312,15 +336,26 @@ func keysInBounds(t *testing.T, keys []Key) {
 				}
 			}
 		default:
-			t.Fatalf("keys[%d] is empty", i)
+			total += len(k.Paste)
+			if !utf8.ValidString(k.Paste) {
+				t.Fatalf("keys[%d]: paste %q is not UTF-8", i, k.Paste)
+			}
+			for _, r := range k.Paste {
+				// No C0 or C1 control but the newline (ESC would end a
+				// bracketed paste or start a sequence), no DEL, no
+				// format character (bidi overrides).
+				if (r < 0x20 && r != '\n') || (r >= 0x7f && r <= 0x9f) || unicode.Is(unicode.Cf, r) {
+					t.Fatalf("keys[%d]: paste %q accepted", i, k.Paste)
+				}
+			}
 		}
 	}
 	if total > 4096 {
-		t.Fatalf("%d bytes of text accepted", total)
+		t.Fatalf("%d bytes of text and paste accepted", total)
 	}
 }
 
-// FuzzValidateKeys feeds hostile keys requests to the keys allowlist (docs/api.md#runs), which
+// FuzzValidateKeys feeds hostile keys requests to the keys allowlist (docs/api.md#keys), which
 // the server and the worker both apply: what it accepts is within the
 // allowlist; what it refuses is a 400 naming the entry (key_not_allowed)
 // or the list (validation_failed), with a short message.
@@ -332,6 +367,12 @@ func FuzzValidateKeys(f *testing.F) {
 		`[{"text":"$(touch /tmp/x)"}]`, `[{"text":"a; b"}]`, "[{\"text\":\"`id`\"}]", `[{"text":"\u001b[2J"}]`, `[{"text":"é"}]`,
 		`[{"key":"` + strings.Repeat("K", 3000) + `"}]`,
 		`[{"text":"` + strings.Repeat("a", 4097) + `"}]`,
+		`[{"key":"1"},{"key":"y"},{"key":"Escape"},{"key":"BTab"},{"key":"Up"},{"key":"PageDown"},{"key":"Space"}]`,
+		`[{"key":"10"}]`, `[{"key":"Y"}]`, `[{"key":"F1"}]`, `[{"key":"M-x"}]`, `[{"key":"C-b"},{"key":"1"}]`,
+		`[{"paste":"line one\nline two; $(x) | y"},{"key":"Enter"}]`, `[{"paste":"caf\u00e9 \u2713"}]`,
+		`[{"paste":"\u001b[201~"}]`, `[{"paste":"a\rb"}]`, `[{"paste":"a\tb"}]`, `[{"paste":"\u009b2J"}]`, `[{"paste":"\u202e"}]`,
+		`[{"paste":"x","text":"y"}]`, `[{"paste":"x","key":"Enter"}]`,
+		`[{"paste":"` + strings.Repeat("b", 2048) + `"},{"text":"` + strings.Repeat("a", 2049) + `"}]`,
 		`[` + strings.Repeat(`{"key":"Enter"},`, 64) + `{"key":"Enter"}]`,
 	} {
 		f.Add([]byte(s))

@@ -70,6 +70,7 @@ func TestWireFieldsNeverOmitted(t *testing.T) {
 		FrameWorkspaceReady:   "run_id attempt workspace",
 		FrameWorkspaceRemoved: "run_id workspace reason",
 		FrameWorkspacePushed:  "run_id workspace ok detail",
+		FrameScreen:           "run_id attempt attention working text choices resets_at",
 	}
 	if len(frames) != len(frameChecks) {
 		t.Errorf("%d frame types listed, %d known", len(frames), len(frameChecks))
@@ -114,6 +115,9 @@ func normalize(f Frame) Frame {
 	}
 	if len(f.Bytes) == 0 {
 		f.Bytes = nil
+	}
+	if len(f.Choices) == 0 {
+		f.Choices = nil
 	}
 	return f
 }

@@ -26,6 +26,12 @@ const (
 	FailHostLost        = "host_lost"
 )
 
+// StopCompletedIdle is run.stopped's source when pam stopped a run whose
+// agent completed its turn and then had no input and no pane change for
+// PAM_COMPLETED_STOP_AFTER (docs/architecture.md#working-waiting-hung); a
+// stop by an operator has source manual.
+const StopCompletedIdle = "completed_idle"
+
 // Attention values of a run (docs/architecture.md#attention): whether a
 // live run waits for a person. Only a running run has one other than none.
 const (
@@ -119,10 +125,13 @@ type Pane struct {
 	Timestamp *time.Time `json:"timestamp"`
 }
 
-// Key is one entry of POST /runs/{id}/keys: exactly one of Key or Text.
+// Key is one entry of POST /runs/{id}/keys: exactly one of Key (a named
+// key pressed), Text (typed key by key) or Paste (one bracketed paste),
+// docs/api.md#keys.
 type Key struct {
-	Key  string `json:"key,omitempty"`
-	Text string `json:"text,omitempty"`
+	Key   string `json:"key,omitempty"`
+	Text  string `json:"text,omitempty"`
+	Paste string `json:"paste,omitempty"`
 }
 
 // SendKeys is the body of POST /runs/{id}/keys.
@@ -132,8 +141,15 @@ type SendKeys struct {
 
 // KeysResult is the answer of POST /runs/{id}/keys.
 type KeysResult struct {
-	Delivery string `json:"delivery"` // observed | unconfirmed
+	Delivery string `json:"delivery"` // DeliveryObserved | DeliveryUnconfirmed
 }
+
+// Deliveries of a keys request: observed when the pane changed within two
+// capture intervals after the keys went in, unconfirmed otherwise.
+const (
+	DeliveryObserved    = "observed"
+	DeliveryUnconfirmed = "unconfirmed"
+)
 
 // HostList is the body of GET /hosts.
 type HostList struct {

@@ -48,6 +48,11 @@ const (
 	FrameRunState       = "run_state"
 	FrameAttachOutput   = "attach_output"
 	FrameAttachClosed   = "attach_closed"
+	// FrameScreen: what the worker read on a run's screen changed — a
+	// question (needs_input, with its text and choices), a usage limit
+	// (rate_limited, with resets_at), a busy agent (working) or none of
+	// them (docs/architecture.md#the-screen-is-read).
+	FrameScreen = "screen"
 )
 
 // run_state states.
@@ -124,6 +129,13 @@ type Frame struct {
 	State  string `json:"state,omitempty"`
 	Detail string `json:"detail,omitempty"`
 
+	// screen (and text): what the screen asks, and whether the agent is
+	// busy (docs/architecture.md#the-screen-is-read).
+	Attention string     `json:"attention,omitempty"`
+	Working   bool       `json:"working,omitempty"`
+	Choices   []Choice   `json:"choices,omitempty"`
+	ResetsAt  *time.Time `json:"resets_at,omitempty"`
+
 	// workspace_* (docs/architecture.md#workspaces); run_dispatch carries
 	// repo, project_id and workspace when the run wants a worktree.
 	Op        string     `json:"op,omitempty"`
@@ -170,6 +182,7 @@ var frameCarries = map[string][]string{
 	FrameRunState:       {"run_id", "attempt", "state", "detail"},
 	FrameAttachOutput:   {"attach_id", "bytes"},
 	FrameAttachClosed:   {"attach_id", "reason"},
+	FrameScreen:         {"run_id", "attempt", "attention", "working", "text", "choices", "resets_at"},
 	// Workspace frames (workspace.go).
 	FrameWorkspaceRequest: {"request_id", "run_id", "op"},
 	FrameWorkspaceReply:   {"request_id", "run_id", "text", "eof"},
@@ -181,11 +194,11 @@ var frameCarries = map[string][]string{
 // emptyJSON is how a field of Frame is spelled when it is empty.
 func emptyJSON(field string) string {
 	switch field {
-	case "attempt", "timestamp", "accepted", "seq", "offset", "payload", "workspace", "repo", "ok":
+	case "attempt", "timestamp", "accepted", "seq", "offset", "payload", "workspace", "repo", "ok", "resets_at":
 		return "null"
-	case "args", "keys":
+	case "args", "keys", "choices":
 		return "[]"
-	case "force", "eof":
+	case "force", "eof", "working":
 		return "false"
 	case "rows", "cols":
 		return "0"

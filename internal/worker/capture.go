@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	screenread "pam/internal/screen"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 )
@@ -32,6 +33,10 @@ type snapshot struct {
 	hash    uint64
 	capture string
 	at      time.Time
+	// reading is what the capture shows the agent waiting for
+	// (screens.go); unsent, that its last change found no uplink.
+	reading screenread.Reading
+	unsent  bool
 }
 
 func (s snapshot) frame(runID string) wire.Frame {
@@ -170,7 +175,7 @@ func (w *agent) captured(d due, base time.Duration, out string, err error) {
 		return
 	}
 	at := time.Now()
-	w.schedule(d, base, w.record(d.r.id, d.attempt, out, at), at)
+	w.schedule(d, base, w.record(d.r, d.attempt, out, at), at)
 	w.setLastCapture(d, at)
 }
 
@@ -228,7 +233,7 @@ func (w *agent) captureWatched(ctx context.Context, base time.Duration) bool {
 			continue
 		}
 		at := time.Now()
-		if w.record(d.r.id, d.attempt, c.Text, at) {
+		if w.record(d.r, d.attempt, c.Text, at) {
 			w.schedule(d, base, true, at)
 		}
 		w.setLastCapture(d, at)
@@ -274,7 +279,8 @@ func (w *agent) schedule(d due, base time.Duration, changed bool, at time.Time) 
 			d.r.lastChange, d.r.interval, d.r.idleSent = at, base, false
 		} else if quiet := at.Sub(d.r.lastChange); quiet >= w.o.IdleAfter {
 			d.r.interval = min(d.r.interval*2, idleFactor*base)
-			if !d.r.idleSent && !d.r.ended {
+			// A busy agent (its screen says working) is not idle.
+			if !d.r.idleSent && !d.r.ended && !d.r.working {
 				d.r.idleSent, idle = true, true
 			}
 		}
@@ -322,26 +328,30 @@ func (w *agent) inputArrived(runID string) {
 	r.next, r.interval, r.lastChange, r.idleSent = now, w.o.CaptureInterval, now, false
 }
 
-// record compares a capture with the cached one and, when it changed,
-// caches it, appends it to the run log and uplinks it. It reports
-// whether it changed.
-func (w *agent) record(runID string, attempt int, capture string, at time.Time) bool {
+// record compares a capture of run r with the cached one and, when it
+// changed, caches it, appends it to the run log and uplinks it, and reads
+// the screen: a reading that differs from the last one is uplinked too
+// (screens.go). It reports whether the capture changed.
+func (w *agent) record(r *run, attempt int, capture string, at time.Time) bool {
+	runID := r.id
 	h := fnv.New64a()
 	_, _ = io.WriteString(h, capture)
 	sum := h.Sum64()
 	w.snapMu.Lock()
 	defer w.snapMu.Unlock()
-	if prev, ok := w.snaps.Get(runID); ok && prev.attempt == attempt && prev.hash == sum {
+	prev, ok := w.snaps.Get(runID)
+	if ok && prev.attempt == attempt && prev.hash == sum {
 		return false
 	}
 	s := snapshot{attempt: attempt, hash: sum, capture: capture, at: at.UTC()}
-	w.snaps.Add(runID, s)
 	if err := w.appendLog(runID, s); err != nil {
 		w.log.Warn("run log", "run_id", runID, "err", err)
 	}
 	if err := w.send(s.frame(runID)); err != nil && !errors.Is(err, errNotConnected) {
 		w.log.Warn("snapshot not sent", "run_id", runID, "err", err)
 	}
+	w.readScreen(r, &s, prev, ok && prev.attempt == attempt)
+	w.snaps.Add(runID, s)
 	return true
 }
 

@@ -280,6 +280,7 @@ func isType(typ, runID string) func(wire.Frame) bool {
 const fakePam = `#!/bin/sh
 case "$*" in *7777*) trap '' TERM;; esac
 echo "fake pam: $*"
+case "$*" in *5555aaaa*) printf 'Continue? (y/n) '; read a; echo "answered $a";; *6666bbbb*) echo "* Working (esc to interrupt)";; esac
 while :; do sleep 1; done
 `
 

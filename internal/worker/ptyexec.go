@@ -281,18 +281,20 @@ func (e *ptyExecutor) Capture(_ context.Context, name tmux.SessionName) (string,
 	return sc.render(), nil
 }
 
-// SendKeys types keys through a write-mode reader: named keys as the
-// bytes a terminal sends, text literally, bracketed when the program
-// asked for bracketed paste (as tmux's paste-buffer -p does).
+// SendKeys delivers keys through a write-mode reader as the bytes the
+// tmux executor's send-keys and paste-buffer put in (docs/api.md#keys):
+// named keys as tmux sends them (arrows in the cursor-key mode the
+// program asked for), text as typed, a paste with its newlines as
+// carriage returns, bracketed when the program asked for bracketed paste.
 func (e *ptyExecutor) SendKeys(_ context.Context, name tmux.SessionName, keys []wire.Key) error {
 	if err := wire.ValidateKeys(keys); err != nil {
 		return fmt.Errorf("send keys to %s: %w", name, err)
 	}
-	paste := false
+	var m termModes
 	if sc, err := e.screen(name.String(), true); err == nil {
-		paste = sc.bracketedPaste()
+		m = sc.modes()
 	}
-	b, err := keyBytes(keys, paste)
+	b, err := keyBytes(keys, m)
 	if err != nil {
 		return fmt.Errorf("send keys to %s: %w", name, err)
 	}
@@ -307,25 +309,55 @@ func (e *ptyExecutor) SendKeys(_ context.Context, name tmux.SessionName, keys []
 	return nil
 }
 
-// keyBytes is what a terminal sends for keys.
-func keyBytes(keys []wire.Key, paste bool) ([]byte, error) {
+// termModes are the input modes a program set on its terminal that
+// change what a key sends.
+type termModes struct {
+	paste     bool // bracketed paste (CSI ?2004h)
+	appCursor bool // application cursor keys (CSI ?1h, DECCKM)
+}
+
+// keySeqs are the bytes tmux 3.3 sends for each named key of
+// wire.KeyNames (its input-keys table; TestExecutorsSendTheSameBytes
+// holds the two executors to it). appCursorSeqs replace the arrows while
+// the program asked for application cursor keys.
+var (
+	keySeqs = map[string]string{
+		"Enter": "\r", "Escape": "\x1b", "Tab": "\t", "BTab": "\x1b[Z", "Space": " ", "BSpace": "\x7f", "DC": "\x1b[3~",
+		"Up": "\x1b[A", "Down": "\x1b[B", "Right": "\x1b[C", "Left": "\x1b[D",
+		"Home": "\x1b[1~", "End": "\x1b[4~", "PageUp": "\x1b[5~", "PageDown": "\x1b[6~",
+		"C-c": "\x03", "C-d": "\x04",
+		"0": "0", "1": "1", "2": "2", "3": "3", "4": "4", "5": "5", "6": "6", "7": "7", "8": "8", "9": "9", "y": "y", "n": "n",
+	}
+	appCursorSeqs = map[string]string{"Up": "\x1bOA", "Down": "\x1bOB", "Right": "\x1bOC", "Left": "\x1bOD"}
+)
+
+// keyBytes is what a terminal sends for keys under modes m.
+func keyBytes(keys []wire.Key, m termModes) ([]byte, error) {
 	var b []byte
 	for _, k := range keys {
-		if k.Key == "" {
-			if paste {
+		switch {
+		case k.Key != "":
+			seq, ok := keySeqs[k.Key]
+			if app, ok := appCursorSeqs[k.Key]; ok && m.appCursor {
+				seq = app
+			}
+			if !ok {
+				return nil, fmt.Errorf("key %q has no terminal sequence", k.Key)
+			}
+			b = append(b, seq...)
+		case k.Text != "":
+			b = append(b, k.Text...)
+		default:
+			// As tmux's paste-buffer without -r: a newline is pasted
+			// as the carriage return a terminal's Enter sends.
+			if m.paste {
 				b = append(b, "\x1b[200~"...)
 			}
-			b = append(b, k.Text...)
-			if paste {
+			b = append(b, strings.ReplaceAll(k.Paste, "\n", "\r")...)
+			if m.paste {
 				b = append(b, "\x1b[201~"...)
 			}
-			continue
 		}
-		seq, ok := map[string]string{"Enter": "\r", "C-c": "\x03", "C-d": "\x04", "BSpace": "\x7f", "DC": "\x1b[3~"}[k.Key]
-		if !ok {
-			return nil, fmt.Errorf("key %q has no terminal sequence", k.Key)
-		}
-		b = append(b, seq...)
 	}
 	return b, nil
 }
@@ -481,14 +513,17 @@ type screen struct {
 	// paste: the program asked for bracketed paste (CSI ?2004h); tail
 	// keeps the end of the last chunk, for a sequence cut in two. Kept
 	// from every byte read, skipped or not.
-	paste  bool
-	tail   []byte
-	wake   chan struct{}
-	eof    bool // the connection ended; the queue is the last input
-	resync bool // the holder skipped output: a fresh model, a redraw
-	done   chan struct{}
-	resets int // fresh emulators after skipping (for tests)
-	budget int // modelBudget (a benchmark's baseline lifts it)
+	paste bool
+	// appCursor: the program asked for application cursor keys (CSI
+	// ?1h), tracked as paste is.
+	appCursor bool
+	tail      []byte
+	wake      chan struct{}
+	eof       bool // the connection ended; the queue is the last input
+	resync    bool // the holder skipped output: a fresh model, a redraw
+	done      chan struct{}
+	resets    int // fresh emulators after skipping (for tests)
+	budget    int // modelBudget (a benchmark's baseline lifts it)
 }
 
 // modelInput is output bytes or, with data nil, a size change.
@@ -692,20 +727,12 @@ func (s *screen) apply(in []modelInput, skipped bool) int {
 	return n
 }
 
-// trackPaste follows the bracketed-paste mode (s.qmu held), without
-// copying p: the last switch in p decides, else one cut in two between
-// the previous chunk's tail and p's head.
+// trackPaste follows the input modes keys depend on (s.qmu held):
+// bracketed paste and application cursor keys.
 func (s *screen) trackPaste(p []byte) {
-	const on, off = "\x1b[?2004h", "\x1b[?2004l"
-	const keep = len(on) - 1
-	i, j := bytes.LastIndex(p, []byte(on)), bytes.LastIndex(p, []byte(off))
-	if i < 0 && j < 0 {
-		seam := append(append(make([]byte, 0, 2*keep), s.tail...), p[:min(len(p), keep)]...)
-		i, j = bytes.LastIndex(seam, []byte(on)), bytes.LastIndex(seam, []byte(off))
-	}
-	if i >= 0 || j >= 0 {
-		s.paste = i > j
-	}
+	const keep = len("\x1b[?2004h") - 1
+	s.paste = trackMode(s.paste, s.tail, p, "\x1b[?2004h", "\x1b[?2004l")
+	s.appCursor = trackMode(s.appCursor, s.tail, p, "\x1b[?1h", "\x1b[?1l")
 	if len(p) >= keep {
 		s.tail = append(s.tail[:0], p[len(p)-keep:]...)
 	} else {
@@ -714,10 +741,26 @@ func (s *screen) trackPaste(p []byte) {
 	}
 }
 
-func (s *screen) bracketedPaste() bool {
+// trackMode is a mode after the output p, switched by the sequences on
+// and off, without copying p: the last switch in p decides, else one cut
+// in two between the previous chunk's tail and p's head.
+func trackMode(cur bool, tail, p []byte, on, off string) bool {
+	i, j := bytes.LastIndex(p, []byte(on)), bytes.LastIndex(p, []byte(off))
+	if i < 0 && j < 0 {
+		keep := len(on) - 1
+		seam := append(append(make([]byte, 0, len(tail)+keep), tail...), p[:min(len(p), keep)]...)
+		i, j = bytes.LastIndex(seam, []byte(on)), bytes.LastIndex(seam, []byte(off))
+	}
+	if i >= 0 || j >= 0 {
+		return i > j
+	}
+	return cur
+}
+
+func (s *screen) modes() termModes {
 	s.qmu.Lock()
 	defer s.qmu.Unlock()
-	return s.paste
+	return termModes{paste: s.paste, appCursor: s.appCursor}
 }
 
 func (s *screen) ended() bool {

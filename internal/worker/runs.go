@@ -139,6 +139,7 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
 		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
 		r.attempt, r.state, r.ended = attempt, stateSpawning, false
+		r.provider, r.providerRead = f.Provider, true
 		r.gen++
 	default:
 		for _, o := range w.runs {
@@ -153,7 +154,7 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 			refuse(fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns))
 			return
 		}
-		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1}
+		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1, provider: f.Provider, providerRead: true}
 		w.runs[f.RunID] = r
 		undo = func() { delete(w.runs, f.RunID) }
 	}

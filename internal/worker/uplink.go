@@ -190,8 +190,9 @@ func (w *agent) dial(ctx context.Context) (*websocket.Conn, error) {
 
 // greet sends what a fresh uplink needs, before the connection is made
 // the current one: a heartbeat, the latest snapshot of every live
-// session (so the orchestrator's cache is complete after its own
-// restart), and the run_state frames that found no uplink.
+// session and its screen reading (so the orchestrator's cache is
+// complete after its own restart), and the run_state frames that found
+// no uplink.
 func (w *agent) greet(conn *websocket.Conn, hostID string) error {
 	w.mu.Lock()
 	w.hostID = hostID
@@ -219,6 +220,14 @@ func (w *agent) greet(conn *websocket.Conn, hostID string) error {
 		if err := w.sendOn(conn, s.frame(r.id)); err != nil {
 			w.requeue(pending)
 			return err
+		}
+		if f, ok := s.resendScreen(r.id); ok {
+			if err := w.sendOn(conn, f); err != nil {
+				w.requeue(pending)
+				return err
+			}
+			s.unsent = false
+			w.snaps.Add(r.id, s)
 		}
 	}
 	for i, f := range pending {

@@ -32,6 +32,7 @@ import (
 	"pam/internal/apiclient"
 	"pam/internal/datadir"
 	"pam/internal/defaults"
+	screenread "pam/internal/screen"
 	"pam/internal/tmux"
 	"pam/internal/wire"
 	"pam/internal/workspace"
@@ -88,6 +89,11 @@ type Options struct {
 	// Providers maps each provider usable on this host to the absolute
 	// path of its binary; called at registration and on each dispatch.
 	Providers func() map[string]string
+	// Screens returns the named provider's screen patterns (the host
+	// catalog's, compiled), which every changed capture of its runs is
+	// read with (docs/architecture.md#the-screen-is-read); nil, or a nil
+	// result, reads with the generic set alone.
+	Screens func(provider string) *screenread.Patterns
 	// PassEnv returns the variables of the worker's environment that the
 	// named provider's CLI gets (its pass_env and PAM_PASS_ENV), by name;
 	// called on each dispatch, the values go into the dispatch file only.
@@ -267,6 +273,13 @@ type run struct {
 	// hold-open; it no longer counts against MaxRuns (activeCount). A new
 	// attempt of the run clears it.
 	ended bool
+	// provider is the run's provider, from its dispatch (an adopted run's
+	// is read from its dispatch file when its screen is first read;
+	// providerRead says it was); working, that its screen shows the
+	// agent busy, which is never idle.
+	provider     string
+	providerRead bool
+	working      bool
 }
 
 // Run starts the worker and runs it until ctx ends. It fails at once if

@@ -26,7 +26,7 @@ export async function toggleNotify() {
   return 'on';
 }
 
-const words = { needs_input: 'needs input', idle: 'is idle', failed: 'failed', completed: 'completed' };
+const words = { needs_input: 'needs input', rate_limited: 'hit a usage limit', idle: 'is idle', failed: 'failed', completed: 'completed' };
 
 hooks.runChanged = (before, after) => {
   if (!loaded.value || !notifyOn.value || !before) return;

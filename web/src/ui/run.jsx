@@ -1,10 +1,12 @@
-// The run page (contract §15): the live pane in xterm.js, read-only until
-// Take control opens attach/ws under the lease (who holds it, and a
-// revoke); stop, retry, complete; tabs Events (by attempt), Logs and
-// Changes (the run's worktree, changes.jsx).
+// The run page (docs/architecture.md#web-dashboard): what the run is
+// asked, answered without the terminal (answer.jsx); the live pane in
+// xterm.js, read-only until Take control opens attach/ws under the lease
+// (who holds it, and a revoke); stop, retry, complete; tabs Events (by
+// attempt), Logs and Changes (the run's worktree, changes.jsx).
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
+import { Answer } from './answer.jsx';
 import { Changes } from './changes.jsx';
 import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
 import { Icon } from './icons.jsx';
@@ -55,6 +57,7 @@ export function RunPage({ id }) {
           {!run.completed_at && <button class="btn" onClick={() => act('complete', 'Marked complete')} data-testid="complete"><Icon name="check" size={14} />Complete</button>}
         </div>
       </div>
+      <Answer run={run} />
       <TerminalPanel run={run} />
       <div class="run-lower">
         <Tabs run={run} />
@@ -102,7 +105,7 @@ function TerminalPanel({ run }) {
     };
   }, [run.id]);
   const running = run.status === 'running';
-  const asks = running && attentionOf(run) === 'needs_input';
+  const asks = running && (attentionOf(run) === 'needs_input' || attentionOf(run) === 'rate_limited');
   const c = ctl.current;
   const revoke = async () => {
     const ok = await attempt(async () => { await del(`/runs/${run.id}/lease`); return true; }, 'Lease revoked');

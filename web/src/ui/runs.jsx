@@ -5,7 +5,7 @@ import { attentionOf, hostName, hosts, isActive, projects, providers, runs, task
 import { Ago, Empty, StatusBadge, duration, shortId } from './common.jsx';
 
 const STATUSES = ['pending', 'spawning', 'running', 'exited', 'failed', 'stopped'];
-const ATTENTION = [['any', 'Needs a person'], ['needs_input', 'Needs input'], ['idle', 'Idle'], ['none', 'None']];
+const ATTENTION = [['any', 'Needs a person'], ['needs_input', 'Needs input'], ['rate_limited', 'Usage limit'], ['idle', 'Idle'], ['none', 'None']];
 
 /** Runs is the filterable list of runs. */
 export function Runs({ query }) {

@@ -1,0 +1,104 @@
+package provider
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/screen"
+	"pam/internal/wire"
+)
+
+// [providers.NAME.screens] merges key by key: a list set replaces the
+// built-in's list of that key, the others stay; a new provider has only
+// what it sets, and one without screens reads with the generic set alone.
+func TestScreensMerged(t *testing.T) {
+	t.Parallel()
+	c, err := Load(writeCatalog(t, `
+[providers.claude.screens]
+needs_input = ["Approve\\?"]
+
+[providers.aider]
+binary = "aider"
+[providers.aider.screens]
+working = ["Thinking"]
+rate_limited = ["quota hit"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	claude, _ := c.Get("claude")
+	if !slices.Equal(claude.Screens.NeedsInput, []string{`Approve\?`}) || !slices.Equal(claude.Screens.Working, builtinScreens["claude"].Working) ||
+		!slices.Equal(claude.Screens.RateLimited, builtinScreens["claude"].RateLimited) {
+		t.Fatalf("claude's screens %+v", claude.Screens)
+	}
+	aider, _ := c.Get("aider")
+	if aider.Screens.NeedsInput != nil || !slices.Equal(aider.Screens.Working, []string{"Thinking"}) {
+		t.Fatalf("aider's screens %+v", aider.Screens)
+	}
+	now := time.Now()
+	for _, tc := range []struct {
+		provider, capture string
+		attention         string
+		working           bool
+	}{
+		{"claude", "Approve?\n", wire.AttentionNeedsInput, false},
+		{"claude", "Do you want to proceed?\nmore\n", wire.AttentionNone, false}, // replaced
+		{"claude", "✻ Working… (esc to interrupt)\n", wire.AttentionNone, true},  // kept
+		{"aider", "Thinking...\n", wire.AttentionNone, true},
+		{"aider", "quota hit, sorry\n", wire.AttentionRateLimited, false},
+		{"shell", "Continue? (y/n) \n", wire.AttentionNeedsInput, false}, // the generic set
+		{"nosuch", "Continue? (y/n) \n", wire.AttentionNeedsInput, false},
+	} {
+		r := screen.Read(tc.capture, c.Patterns(tc.provider), now, time.UTC)
+		if r.Attention != tc.attention || r.Working != tc.working {
+			t.Errorf("%s reads %q as %+v, want %s (working %v)", tc.provider, tc.capture, r, tc.attention, tc.working)
+		}
+	}
+}
+
+// The built-in patterns against screens of the real CLIs (the pinned
+// releases, captured with capture-pane -p -e in a fresh HOME): their
+// folder-trust, API-key and login questions are needs_input with their
+// menus, Claude Code's idle prompt is nothing and its spinner line is
+// working.
+func TestBuiltinScreensOnRealCLIs(t *testing.T) {
+	t.Parallel()
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		file, provider string
+		attention      string
+		working        bool
+		text           string // the question's first line
+		keys           string
+	}{
+		{"claude-trust", "claude", wire.AttentionNeedsInput, false, "Quick safety check: Is this a project you created or one you trust?", "12"},
+		{"claude-apikey", "claude", wire.AttentionNeedsInput, false, "Do you want to use this API key?", "12"},
+		{"claude-idle", "claude", wire.AttentionNone, false, "", ""},
+		{"claude-working", "claude", wire.AttentionNone, true, "", ""},
+		{"codex-login", "codex", wire.AttentionNeedsInput, false, "Choose how you want to use Codex.", "123"},
+		{"codex-apikey", "codex", wire.AttentionNeedsInput, false, "> Use your own OpenAI API key for usage-based billing", ""},
+		{"gemini-trust", "gemini", wire.AttentionNeedsInput, false, "Do you trust the files in this folder?", "123"},
+		{"gemini-auth", "gemini", wire.AttentionNeedsInput, false, "How would you like to authenticate for this project?", "123"},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "screen", "testdata", tc.file+".screen"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := screen.Read(string(b), c.Patterns(tc.provider), time.Now(), time.UTC)
+		keys := ""
+		for _, ch := range r.Choices {
+			keys += ch.Key
+		}
+		first, _, _ := strings.Cut(r.Text, "\n")
+		if r.Attention != tc.attention || r.Working != tc.working || !strings.HasPrefix(first, tc.text) || keys != tc.keys {
+			t.Errorf("%s: %+v; want %s (working %v), a text starting %q, keys %q", tc.file, r, tc.attention, tc.working, tc.text, tc.keys)
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package webui_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"pam/internal/pamtest"
+	"pam/internal/wire"
+)
+
+// Answering without the terminal (docs/architecture.md#web-dashboard,
+// #attention): the question a run is asked and its choices, in its Inbox
+// card and on its run page; a choice's button presses its key, the reply
+// box types a reply and Enter, and what came of it shows.
+
+// setAttention writes a running run's attention and its detail straight
+// into the database, as the screen reading will (no event: the page is
+// loaded again after it).
+func (d *dash) setAttention(id, attention string, detail map[string]any) {
+	d.t.Helper()
+	b, err := json.Marshal(detail)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	conn, err := pgx.Connect(d.t.Context(), d.serveOpts.DatabaseURL)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer conn.Close(d.t.Context())
+	tag, err := conn.Exec(d.t.Context(), `UPDATE runs SET attention = $2, attention_since = coalesce(attention_since, now()), attention_detail = $3::jsonb
+		WHERE id = $1 AND status = 'running'`, id, attention, string(b))
+	if err != nil || tag.RowsAffected() != 1 {
+		d.t.Fatalf("set the attention of %s: %v (%d rows)", id, err, tag.RowsAffected())
+	}
+}
+
+// answerWithoutTerminal: a run asks a question with choices (its hook
+// says needs_input, the detail is what the screen reading gives). Its
+// Inbox card shows the question and one button per choice, labels as
+// text whatever they hold; a run stopped by a usage limit says when it
+// resets; both fit a phone. Clicking a choice presses its key: the
+// program reads it, the delivery shows, and the run leaves the Inbox.
+// A second question is answered from the run page's reply box: the
+// reply (a paste: it holds ";") and Enter reach the program, and the
+// delivery shows there.
+func answerWithoutTerminal(t *testing.T, d *dash) {
+	gate := pamtest.ShortDir(t, "pamq-")
+	hook := hookScript(t, "needs-input")
+	r := d.shellRun("Apply the migration", fmt.Sprintf(`printf 'Do you want to apply the migration?\n> 1. Yes\n  2. No\n'; while [ ! -e %[1]s/ask ]; do sleep 0.05; done; %[2]s; `+
+		`stty -icanon min 1; c=$(dd bs=1 count=1 2>/dev/null); stty icanon; echo "picked $c"; `+
+		`while [ ! -e %[1]s/again ]; do sleep 0.05; done; %[2]s; read line; echo "reply: $line"; exec cat`, gate, hook))
+	d.waitPane(r.ID, "2. No")
+	if err := os.WriteFile(gate+"/ask", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitRun(r.ID, "to need input", func(r wire.Run) bool { return r.Attention == wire.AttentionNeedsInput })
+	d.setAttention(r.ID, wire.AttentionNeedsInput, map[string]any{"source": "screen", "resets_at": nil,
+		"text": "Do you want to apply the migration?\nIt rewrites the runs table.",
+		"choices": []map[string]string{{"key": "1", "label": "Yes"}, {"key": "2", "label": "No, and tell the agent \x1b[31mwhy\x1b[0m"},
+			{"key": "Escape", "label": `<img src=x onerror="document.title='pwned'">`}}})
+	limited := d.shellRun("Summarise the logs", "echo 'Claude usage limit reached.'; exec cat")
+	d.waitPane(limited.ID, "usage limit")
+	resets := time.Now().Add(3 * time.Hour).UTC().Truncate(time.Minute)
+	d.setAttention(limited.ID, wire.AttentionRateLimited, map[string]any{"source": "screen", "text": "Claude usage limit reached.",
+		"choices": []any{}, "resets_at": resets.Format(time.RFC3339)})
+
+	d.open(d.ctx, "/inbox")
+	card := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, r.ID)
+	d.waitJS(d.ctx, 10*time.Second, "the question and its three choices in the card",
+		card+` && `+card+`.querySelector('[data-testid=question]').textContent.startsWith('Do you want to apply the migration?') && `+
+			card+`.querySelectorAll('[data-testid=choice]').length === 3`)
+	var choices []struct{ Key, Text, HTML string }
+	if err := json.Unmarshal([]byte(eval[string](d, d.ctx, `JSON.stringify([...`+card+`.querySelectorAll('[data-testid=choice]')].map((b) => ({key: b.dataset.key, text: b.textContent, html: b.innerHTML})))`)), &choices); err != nil {
+		t.Fatal(err)
+	}
+	if len(choices) != 3 || choices[0].Key != "1" || choices[0].Text != "1Yes" || choices[1].Text != "2No, and tell the agent ^[[31mwhy^[[0m" ||
+		choices[2].Key != "Escape" || !strings.Contains(choices[2].Text, `<img src=x onerror=`) || strings.Contains(choices[2].HTML, "<img") {
+		t.Errorf("the choices shown: %+v", choices)
+	}
+	if title := eval[string](d, d.ctx, `document.title`); strings.Contains(title, "pwned") {
+		t.Errorf("a choice label ran as HTML: title %q", title)
+	}
+	lim := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, limited.ID)
+	d.waitJS(d.ctx, 10*time.Second, "the usage limit's reset in its card", lim+` && `+lim+`.dataset.why === 'rate_limited' && `+
+		lim+`.querySelector('[data-testid=resets]').textContent.startsWith('Waiting for the usage limit, resets at ') && !`+lim+`.querySelector('[data-testid=choice]')`)
+	d.waitJS(d.ctx, 10*time.Second, "the cards' live panes", card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
+	d.shot(d.ctx, "desktop-inbox-question")
+
+	phone := d.phoneTab()
+	d.open(phone, "/inbox")
+	d.waitJS(phone, 10*time.Second, "the question and the panes on the phone", card+` && `+card+`.querySelectorAll('[data-testid=choice]').length === 3 && `+
+		card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+` && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
+	d.noOverflow(phone, "/inbox with a question")
+	if w := eval[float64](d, phone, card+`.querySelector('[data-testid=choice]').getBoundingClientRect().width`); w < 200 {
+		t.Errorf("a choice is %.0f px wide on the phone, want the card's width", w)
+	}
+	d.shot(phone, "phone-inbox-question")
+	_ = eval[bool](d, phone, `(`+card+`.scrollIntoView({block: 'start'}), true)`)
+	d.shot(phone, "phone-inbox-question-card")
+
+	// A choice presses its key.
+	d.click(d.ctx, fmt.Sprintf(`[data-testid=inbox-card][data-run=%q] [data-testid=choice][data-key="1"]`, r.ID))
+	d.waitJS(d.ctx, 10*time.Second, "the delivery of the choice", `[...document.querySelectorAll('.toast')].some((t) => t.textContent.startsWith('Pressed 1 “Yes”: Delivered'))`)
+	d.waitPane(r.ID, "picked 1")
+	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	d.waitJS(d.ctx, 10*time.Second, "the answered run out of the inbox", `!`+card+` && `+lim)
+	var ev wire.EventList
+	d.api(200, "GET", "/runs/"+r.ID+"/events", nil, &ev)
+	var sources []string
+	for _, e := range ev.Events {
+		if e.Topic == string(wire.TopicRunAttention) {
+			var p map[string]any
+			_ = json.Unmarshal(e.Payload, &p)
+			sources = append(sources, fmt.Sprint(p["attention"], "/", p["source"]))
+		}
+	}
+	if !slices.Equal(sources, []string{"needs_input/provider-hook", "none/keys"}) {
+		t.Errorf("run.attention %q, want needs_input then cleared by the keys", sources)
+	}
+
+	// The next question, answered from the run page's reply box.
+	if err := os.WriteFile(gate+"/again", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitRun(r.ID, "to need input again", func(r wire.Run) bool { return r.Attention == wire.AttentionNeedsInput })
+	d.setAttention(r.ID, wire.AttentionNeedsInput, map[string]any{"source": "screen", "text": "What should the commit message say?",
+		"choices": []any{}, "resets_at": nil})
+	d.open(d.ctx, "/runs/"+r.ID)
+	d.waitJS(d.ctx, 10*time.Second, "the question on the run page", `document.querySelector('[data-testid=answer] [data-testid=question]').textContent === 'What should the commit message say?' && !document.querySelector('[data-testid=answer] [data-testid=choice]')`)
+	d.setField(d.ctx, `[data-testid=answer] [data-testid=reply]`, "fix: keys; typed")
+	d.waitJS(d.ctx, 10*time.Second, "the pane in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('picked 1')`)
+	d.shot(d.ctx, "desktop-run-question")
+	d.click(d.ctx, `[data-testid=answer] [data-testid=reply-send]`)
+	d.waitJS(d.ctx, 10*time.Second, "the reply's delivery on the run page", `(() => { const e = document.querySelector('[data-testid=delivery]'); return e && e.dataset.delivery === 'observed' && e.textContent.startsWith('Reply: Delivered'); })()`)
+	d.waitPane(r.ID, "reply: fix: keys; typed")
+	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	d.waitJS(d.ctx, 10*time.Second, "the reply box gone with the question, the delivery still shown",
+		`!document.querySelector('[data-testid=reply]') && document.querySelector('[data-testid=delivery]')`)
+
+	for _, id := range []string{r.ID, limited.ID} {
+		d.api(202, "POST", "/runs/"+id+"/stop", map[string]any{"force": true}, nil)
+	}
+}

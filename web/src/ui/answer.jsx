@@ -1,0 +1,156 @@
+// Answering a run that waits for a person without taking its terminal
+// (docs/architecture.md#web-dashboard): the question
+// (attention_detail.text) and its choices as buttons, each pressing its
+// key; a reply box; when a usage limit resets.
+// Everything goes through POST /runs/{id}/keys, whose delivery says
+// whether the screen changed: only then does the run leave the inbox.
+import { signal } from '@preact/signals';
+import { useState } from 'preact/hooks';
+import { post } from '../api.js';
+import { attentionOf } from '../store.js';
+import { toast } from './common.jsx';
+
+/** The keys POST /runs/{id}/keys takes by name (docs/api.md#keys). */
+const KEYS = new Set(['Enter', 'Escape', 'Tab', 'BTab', 'Space', 'BSpace', 'DC', 'Up', 'Down', 'Left', 'Right',
+  'Home', 'End', 'PageUp', 'PageDown', 'C-c', 'C-d', '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'y', 'n']);
+
+/** How long an answer's delivery stays shown after the run stopped waiting. */
+const SHOWN_FOR = 15000;
+
+/**
+ * The last answer given to each run in this page's life: run id →
+ * {what, state: sending | observed | unconfirmed | failed, message, at}.
+ * @type {import('@preact/signals').Signal<Map<string, {what: string, state: string, message: string, at: number}>>}
+ */
+const answers = signal(new Map());
+
+function note(runId, a) {
+  const m = new Map(answers.value);
+  m.set(runId, { ...a, at: Date.now() });
+  answers.value = m;
+}
+
+/** sendKeys posts keys to a running run and returns its delivery. */
+export async function sendKeys(runId, keys) {
+  const r = await post(`/runs/${runId}/keys`, { keys });
+  return r.delivery;
+}
+
+/** What a text entry may hold: printable ASCII without | & ; $ and backtick. */
+const TYPABLE = /^[\x20-\x7e]*$/;
+const UNTYPABLE = /[|&;$`]/;
+
+/**
+ * reply sends text as the answer to the run's prompt and presses Enter:
+ * one line typed key by key, anything else (several lines, characters a
+ * typed text cannot hold) as one paste. The one place a reply is sent,
+ * for the message API to replace.
+ */
+export function reply(runId, text) {
+  const t = text.replace(/\r\n?/g, '\n').replace(/\n+$/, '');
+  const typed = !t.includes('\n') && TYPABLE.test(t) && !UNTYPABLE.test(t);
+  return sendKeys(runId, [typed ? { text: t } : { paste: t }, { key: 'Enter' }]);
+}
+
+/** answer sends one answer and records (and toasts) how it went. */
+async function answer(run, what, send) {
+  note(run.id, { what, state: 'sending', message: 'Sending…' });
+  try {
+    const d = await send();
+    const ok = d === 'observed';
+    const message = ok ? 'Delivered: the screen changed.' : 'Sent, but the screen has not changed: the run still waits.';
+    note(run.id, { what, state: ok ? 'observed' : 'unconfirmed', message });
+    toast(`${what}: ${message}`, ok ? 'info' : 'error');
+    return ok;
+  } catch (e) {
+    const message = (e && e.message) || String(e);
+    note(run.id, { what, state: 'failed', message });
+    if (!e || e.status !== 401) toast(`${what}: ${message}`, 'error');
+    return false;
+  }
+}
+
+/**
+ * visible shows the control characters a screen may carry (an escape
+ * sequence in a label) in caret notation (ESC as ^[, DEL as ^?), as a
+ * terminal's echo does, so they read as text in any font; newlines stay.
+ */
+export function visible(s) {
+  // eslint-disable-next-line no-control-regex
+  return String(s || '').replace(/[\x00-\x09\x0b-\x1f\x7f]/g, (c) => '^' + (c === '\x7f' ? '?' : String.fromCharCode(c.charCodeAt(0) + 64)));
+}
+
+/** resetsAt is a usage limit's reset time, with the day when not today. */
+function resetsAt(iso) {
+  const t = new Date(iso);
+  if (Number.isNaN(t.getTime())) return '';
+  const time = t.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit' });
+  return t.toDateString() === new Date().toDateString() ? time : `${t.toLocaleDateString([], { month: 'short', day: 'numeric' })} ${time}`;
+}
+
+/** waitsForAnswer reports whether the run is asked something a person can answer here. */
+export function waitsForAnswer(run) {
+  const att = attentionOf(run);
+  return run.status === 'running' && (att === 'needs_input' || att === 'rate_limited');
+}
+
+/**
+ * Answer is the question of a run that waits for a person and the ways
+ * to answer it; after an answer, its delivery for a while, even once the
+ * run stopped waiting. compact is the inbox card's form.
+ */
+export function Answer({ run, compact = false }) {
+  const [text, setText] = useState('');
+  const last = answers.value.get(run.id);
+  const recent = last && (last.state === 'sending' || Date.now() - last.at < SHOWN_FOR);
+  const waiting = waitsForAnswer(run);
+  if (!waiting && !recent) return null;
+  const att = attentionOf(run);
+  const d = run.attention_detail || null;
+  const choices = waiting && d && Array.isArray(d.choices) ? d.choices : [];
+  const busy = !!last && last.state === 'sending';
+  const press = (c) => answer(run, `Pressed ${c.key}${c.label ? ' “' + visible(c.label) + '”' : ''}`, () => sendKeys(run.id, [{ key: c.key }]));
+  const submit = async (e) => {
+    e.preventDefault();
+    if (!text.trim() || busy) return;
+    if (await answer(run, 'Reply', () => reply(run.id, text))) setText('');
+  };
+  const rows = Math.min(5, Math.max(1, text.split('\n').length));
+  return (
+    <section class={'answer' + (compact ? ' compact' : ' card')} data-testid="answer" data-run={run.id} aria-label="Answer the agent">
+      {!compact && waiting && <h3 class="answer-head"><span class="dot" />{att === 'rate_limited' ? 'Stopped by a usage limit' : 'The agent asks'}</h3>}
+      {waiting && att === 'rate_limited' && (
+        <p class="answer-limit" data-testid="resets">
+          Waiting for the usage limit{d && d.resets_at ? <>, resets at <time dateTime={d.resets_at} title={new Date(d.resets_at).toLocaleString()}>{resetsAt(d.resets_at)}</time></> : ''}.
+        </p>
+      )}
+      {waiting && d && d.text && <p class="answer-q" data-testid="question">{visible(d.text)}</p>}
+      {choices.length > 0 && (
+        <div class="answer-choices" role="group" aria-label="Choices">
+          {choices.map((c, i) => {
+            const ok = KEYS.has(c.key);
+            return (
+              <button key={i} type="button" class={'btn sm choice' + (i === 0 ? ' primary' : '')} data-testid="choice" data-key={c.key}
+                disabled={busy || !ok} title={ok ? `Press ${c.key}` : 'Not a key pam can press'} onClick={() => press(c)}>
+                <kbd>{visible(c.key)}</kbd><span class="choice-label">{visible(c.label) || visible(c.key)}</span>
+              </button>
+            );
+          })}
+        </div>
+      )}
+      {waiting && (
+        <form class="answer-reply" onSubmit={submit}>
+          <textarea rows={rows} value={text} placeholder={choices.length ? 'Or type a reply…' : 'Type a reply…'} aria-label="Reply" data-testid="reply"
+            onInput={(e) => setText(e.currentTarget.value)}
+            onKeyDown={(e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) submit(e); }} />
+          <button type="submit" class="btn sm" disabled={busy || !text.trim()} data-testid="reply-send">Send</button>
+        </form>
+      )}
+      {last && recent && (
+        <p class={'answer-delivery ad-' + last.state} data-testid="delivery" data-delivery={last.state} role="status">
+          <span class="dot" />{last.what}: {last.message}
+        </p>
+      )}
+    </section>
+  );
+}
