@@ -133,9 +133,11 @@ const claudeKey = "sk-ant-e2e-fake-0123456789-abcdefghijklmnop"
 //   - a run in a fresh worktree reaches its model with nobody pressing a
 //     key (pam marked the worktree trusted; the operator's one-time
 //     set-up is in HOME), and its Stop hook marks it completed;
-//   - a tool call that needs permission makes the run needs_input
-//     (Claude's Notification hook); Enter picks "1. Yes", the tool runs
-//     in the worktree, and its result reaches the model.
+//   - a tool call that needs permission makes the run needs_input with
+//     the question and its choices (read from the screen, or Claude's
+//     Notification hook first); the key 1 picks "Yes", the tool runs in
+//     the worktree, its result reaches the model, and the question is
+//     cleared.
 func TestRealClaude(t *testing.T) {
 	t.Parallel()
 	claude := pamtest.AgentCLI(t, "claude")
@@ -177,6 +179,11 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 		return strings.Contains(a.pane(r.ID), "Hello from the fake model.")
 	})
 	t.Logf("claude completed %s after the run was started", time.Since(start).Round(time.Millisecond))
+	// Nobody was asked anything: no trust, API-key or login question
+	// ever showed.
+	if log := a.s.attentionLog(r.ID); len(log) != 0 {
+		t.Errorf("run.attention %q on a run that should ask nothing", log)
+	}
 
 	// (b) A tool that needs permission.
 	model.Script(
@@ -188,24 +195,26 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 	r = a.start("claude", "PROMPT-CLAUDE-B write the file")
 	wt = a.worktree(r.ID)
 	a.modelRequest(model, r.ID, 60*time.Second, "the prompt", "PROMPT-CLAUDE-B")
-	asked := a.s.waitRun(r.ID, "needs_input", 60*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNeedsInput })
-	if !strings.Contains(a.pane(r.ID), "Do you want to proceed?") {
-		t.Errorf("needs_input, but the screen shows no question:\n%s", a.pane(r.ID))
+	asked := a.s.waitRun(r.ID, "needs_input with the question's choices", 60*time.Second, func(r wire.Run) bool {
+		return r.Attention == wire.AttentionNeedsInput && r.AttentionDetail != nil && len(r.AttentionDetail.Choices) > 0
+	})
+	d := asked.AttentionDetail
+	t.Logf("claude asked for permission %s after the run was started (source %s)", time.Since(start).Round(time.Millisecond), d.Source)
+	if !strings.Contains(d.Text, "Do you want to proceed?") || len(d.Choices) != 3 ||
+		d.Choices[0] != (wire.Choice{Key: "1", Label: "Yes"}) || d.Choices[2] != (wire.Choice{Key: "3", Label: "No"}) {
+		t.Errorf("attention_detail %+v", d)
 	}
-	t.Logf("claude asked for permission %s after the run was started (attention %s)", time.Since(start).Round(time.Millisecond), asked.Attention)
 	if _, err := os.Stat(filepath.Join(wt, "tool-out.txt")); err == nil {
 		t.Fatal("the tool ran before anybody answered")
 	}
-	a.s.keys(r.ID, map[string]any{"key": "Enter"})
+	a.s.keys(r.ID, map[string]any{"key": "1"})
 	a.modelRequest(model, r.ID, 30*time.Second, "the tool's result", `"tool_use_id":"toolu_e2e_bash"`, `"type":"tool_result"`)
 	if b, err := os.ReadFile(filepath.Join(wt, "tool-out.txt")); err != nil || string(b) != "tool-ran\n" {
 		t.Errorf("the tool's file in the worktree: %q %v", b, err)
 	}
 	got = a.s.waitRun(r.ID, "completed", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
-	if got.Attention == wire.AttentionNeedsInput {
-		t.Errorf("still needs_input after the answer landed and the turn ended")
-	}
-	if log := a.s.attentionLog(r.ID); len(log) == 0 || log[0] != "none>needs_input/provider-hook" {
+	a.s.waitRun(r.ID, "its question cleared by the answer", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	if log := a.s.attentionLog(r.ID); len(log) == 0 || !strings.HasPrefix(log[0], "none>needs_input/") {
 		t.Errorf("run.attention %q", log)
 	}
 }
@@ -213,11 +222,13 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 // TestRealCodexAndGemini: the pinned codex and gemini, each against its
 // fake model. pam marks the worktree trusted in each CLI's own config,
 // so neither shows its folder-trust question: each run's prompt reaches
-// its model with nobody pressing a key. codex asks to approve a command;
-// the end of its title thread (notified like a turn) does not complete
-// the run while the question waits; Enter approves, the command runs,
-// its output reaches the model, and the end of that turn completes the
-// run.
+// its model with nobody pressing a key, and neither run is ever flagged
+// as asking something. codex asks to approve a command: the run is
+// needs_input with the question's choices read from the screen, and the
+// end of codex's title thread (notified like a turn) does not complete
+// it meanwhile; the key y approves, the command runs, its output reaches
+// the model, the end of that turn completes the run, and the question is
+// cleared.
 func TestRealCodexAndGemini(t *testing.T) {
 	t.Parallel()
 	codex := pamtest.AgentCLI(t, "codex")
@@ -294,9 +305,12 @@ binary = "`+gemini+`"
 
 	// codex asks to approve the command. Its title thread has ended by
 	// then (its request answered), and that is no completion.
-	eventually.Wait(t, 30*time.Second, "codex's approval question", func() bool {
-		return strings.Contains(a.pane(cx.ID), "Would you like to run the following command?")
+	asked := a.s.waitRun(cx.ID, "codex's approval question, read from the screen", 30*time.Second, func(r wire.Run) bool {
+		return r.Attention == wire.AttentionNeedsInput && r.AttentionDetail != nil && len(r.AttentionDetail.Choices) == 3
 	})
+	if d := asked.AttentionDetail; !strings.Contains(d.Text, "Would you like to run the following command?") || d.Choices[0] != (wire.Choice{Key: "1", Label: "Yes, proceed (y)"}) {
+		t.Errorf("codex's attention_detail %+v", d)
+	}
 	t.Logf("codex asked for approval %s after the run was started", time.Since(start).Round(time.Millisecond))
 	if _, ok := openai.Wait(30*time.Second, func(r fakemodel.Request) bool { return !r.Agent && r.Status == 200 }); !ok {
 		t.Fatalf("codex asked for no title\n%s", openai.Describe())
@@ -310,7 +324,7 @@ binary = "`+gemini+`"
 		}
 	}
 	answered := time.Now()
-	a.s.keys(cx.ID, map[string]any{"key": "Enter"})
+	a.s.keys(cx.ID, map[string]any{"key": "y"})
 	a.modelRequest(openai, cx.ID, 30*time.Second, "the command's output", `"call_id":"call_e2e_exec"`, `"type":"function_call_output"`)
 	if b, err := os.ReadFile(filepath.Join(cwt, "codex-out.txt")); err != nil || string(b) != "codex-ran\n" {
 		t.Errorf("the command's file in the worktree: %q %v", b, err)
@@ -323,4 +337,9 @@ binary = "`+gemini+`"
 		return strings.Contains(a.pane(cx.ID), "Codex's fake model answers.")
 	})
 	t.Logf("codex completed %s after the approval", time.Since(answered).Round(time.Millisecond))
+	a.s.waitRun(cx.ID, "codex's question cleared by the answer", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	// gemini asked nothing: no trust or auth question ever showed.
+	if log := a.s.attentionLog(gm.ID); len(log) != 0 {
+		t.Errorf("gemini's run.attention %q", log)
+	}
 }
