@@ -137,7 +137,9 @@ const claudeKey = "sk-ant-e2e-fake-0123456789-abcdefghijklmnop"
 //     the question and its choices (read from the screen, or Claude's
 //     Notification hook first); the key 1 picks "Yes", the tool runs in
 //     the worktree, its result reaches the model, and the question is
-//     cleared.
+//     cleared;
+//   - as a subscriber (a login token), the plan's usage limit makes the
+//     run rate_limited with the time the screen says it resets.
 func TestRealClaude(t *testing.T) {
 	t.Parallel()
 	claude := pamtest.AgentCLI(t, "claude")
@@ -153,6 +155,18 @@ ANTHROPIC_BASE_URL = "`+model.URL()+`"
 [providers.claude]
 binary = "`+claude+`"
 env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+
+# Claude Code as a subscriber would run it (a login token, no API key),
+# for the usage limit of a plan: an entry of the operator's, with the
+# built-in's hooks, trust and usage-limit screen.
+[providers.claude-plan]
+binary = "`+claude+`"
+hooks = "claude"
+trust = "claude"
+end_of_options = "--"
+pass_env = []
+env = { CLAUDE_CODE_OAUTH_TOKEN = "sk-ant-oat01-e2e-fake", DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1" }
+screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working = ["esc to interrupt"] }
 `, "ANTHROPIC_API_KEY="+claudeKey)
 
 	// (a) The prompt reaches the model; the Stop hook completes the run.
@@ -216,6 +230,18 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 	a.s.waitRun(r.ID, "its question cleared by the answer", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
 	if log := a.s.attentionLog(r.ID); len(log) == 0 || !strings.HasPrefix(log[0], "none>needs_input/") {
 		t.Errorf("run.attention %q", log)
+	}
+
+	// (c) The plan's usage limit: rate_limited, with the time it resets.
+	resets := time.Now().Add(2 * time.Hour)
+	model.Script(fakemodel.AnthropicUsageLimit(resets))
+	r = a.start("claude-plan", "PROMPT-CLAUDE-C more work")
+	a.modelRequest(model, r.ID, 60*time.Second, "the prompt", "PROMPT-CLAUDE-C")
+	limited := a.s.waitRun(r.ID, "rate_limited", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionRateLimited })
+	d = limited.AttentionDetail
+	if d == nil || !strings.Contains(d.Text, "You've hit your session limit") || d.ResetsAt == nil ||
+		d.ResetsAt.After(resets) || d.ResetsAt.Before(resets.Add(-time.Minute)) {
+		t.Errorf("usage limit until %v: attention_detail %+v", resets, d)
 	}
 }
 
