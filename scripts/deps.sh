@@ -3,7 +3,7 @@
 # PostgreSQL's server binaries (initdb and postgres) for the embedded
 # database, and Node.js with npm to build the web dashboard (web/); when
 # root, also the postgres system user the database runs as. With --test it
-# also wants Chromium, which the dashboard's browser tests drive, and
+# also wants Chromium, which the dashboard's browser tests drive, jq, and
 # installs the pinned agent CLIs (claude, codex, gemini) that the tests run
 # for real from internal/agentrig/testdata/clis (docs/agents.md).
 # Quiet when everything is there. As root it installs what is missing with
@@ -49,6 +49,8 @@ missing() {
 	if $for_tests && ! have chromium && ! have chromium-browser && ! have google-chrome; then
 		pkgs+=(chromium fonts-liberation)
 	fi
+	# jq: the set-up commands pam doctor prints use it, and a test runs them.
+	$for_tests && ! have jq && pkgs+=(jq)
 	echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"pam/internal/pamtest"
 )
 
 // doctorChecks runs doctor --json and returns its checks by name.
@@ -33,9 +35,7 @@ func doctorChecks(t *testing.T, e *testEnv) (map[string]check, string) {
 // environment), that command makes the check pass. No key is printed.
 func TestDoctorAgentSetup(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("jq"); err != nil {
-		t.Skip("SKIP: jq is not installed; the fixes doctor prints use it (apt-get install -y jq)")
-	}
+	pamtest.Require(t, "jq") // the fixes doctor prints use it
 	e := isolate(t)
 	home := e.vars["HOME"]
 	bin := t.TempDir()
