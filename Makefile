@@ -42,7 +42,7 @@ deps:
 	@bash scripts/deps.sh
 
 # What the tests need on top: Chromium for the dashboard's browser tests,
-# and the pinned agent CLIs (npm ci in internal/agentrig/testdata/clis
+# jq, and the pinned agent CLIs (npm ci in internal/agentrig/testdata/clis
 # when the installed tree is not the lockfile's; docs/agents.md).
 deps-test:
 	@bash scripts/deps.sh --test
