@@ -119,6 +119,7 @@ func Mark(kind string, getenv func(string) string, dir string, o Options) (strin
 	}
 	// Like the CLIs, a configuration file that is a symbolic link is
 	// edited where it points.
+	named := file
 	if real, err := filepath.EvalSymlinks(file); err == nil {
 		file = real
 	}
@@ -127,14 +128,14 @@ func Mark(kind string, getenv func(string) string, dir string, o Options) (strin
 	switch kind {
 	case Claude:
 		// saveConfigWithLock: proper-lockfile's lockSync with the lock
-		// directory <file>.lock.
-		edit, cliLock = editClaude, file+".lock"
+		// directory named after the file's path as Claude names it.
+		edit, cliLock = editClaude, named+".lock"
 	case Codex:
 		// codex takes no lock on config.toml.
 		edit = editCodex
 	case Gemini:
 		// TrustedFolders.setValue: proper-lockfile's lock on the file,
-		// whose lock directory is <file>.lock.
+		// whose lock directory is its real path + ".lock".
 		edit, cliLock = editGemini, file+".lock"
 	}
 	if err := update(file, cliLock, o, func(b []byte) ([]byte, bool, error) { return edit(b, dirs) }); err != nil {
