@@ -41,7 +41,9 @@ web:
 deps:
 	@bash scripts/deps.sh
 
-# What the tests need on top: Chromium for the dashboard's browser tests.
+# What the tests need on top: Chromium for the dashboard's browser tests,
+# jq, and the pinned agent CLIs (npm ci in internal/agentrig/testdata/clis
+# when the installed tree is not the lockfile's; docs/agents.md).
 deps-test:
 	@bash scripts/deps.sh --test
 

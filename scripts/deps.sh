@@ -3,7 +3,9 @@
 # PostgreSQL's server binaries (initdb and postgres) for the embedded
 # database, and Node.js with npm to build the web dashboard (web/); when
 # root, also the postgres system user the database runs as. With --test it
-# also wants Chromium, which the dashboard's browser tests drive.
+# also wants Chromium, which the dashboard's browser tests drive, jq, and
+# installs the pinned agent CLIs (claude, codex, gemini) that the tests run
+# for real from internal/agentrig/testdata/clis (docs/agents.md).
 # Quiet when everything is there. As root it installs what is missing with
 # apt-get; otherwise it prints the command to run and exits 1.
 #
@@ -47,11 +49,42 @@ missing() {
 	if $for_tests && ! have chromium && ! have chromium-browser && ! have google-chrome; then
 		pkgs+=(chromium fonts-liberation)
 	fi
+	# jq: the set-up commands pam doctor prints use it, and a test runs them.
+	$for_tests && ! have jq && pkgs+=(jq)
 	echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 
+# agent_clis installs the pinned agent CLIs with npm ci when the
+# installed tree is not the one the lockfile names: a stamp holding the
+# lockfile's checksum, written after a complete install, says it is (so a
+# second run costs a checksum), and each CLI must answer --version.
+agent_clis() {
+	local dir stamp sum c
+	dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/internal/agentrig/testdata/clis"
+	stamp="$dir/node_modules/.pam-lock-sha256"
+	sum=$(sha256sum "$dir/package-lock.json" | cut -d' ' -f1)
+	if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ] &&
+		[ -x "$dir/node_modules/.bin/claude" ] && [ -x "$dir/node_modules/.bin/codex" ] && [ -x "$dir/node_modules/.bin/gemini" ]; then
+		return 0
+	fi
+	echo "deps: installing the agent CLIs of $dir/package.json with npm ci (about 1 GB)" >&2
+	rm -f "$stamp"
+	(cd "$dir" && npm ci --no-audit --no-fund --loglevel=error) >&2
+	for c in claude codex gemini; do
+		echo "deps: $c $("$dir/node_modules/.bin/$c" --version </dev/null 2>&1 | head -n1)" >&2
+		"$dir/node_modules/.bin/$c" --version </dev/null >/dev/null 2>&1 || {
+			echo "deps: $dir/node_modules/.bin/$c --version fails after npm ci" >&2
+			exit 1
+		}
+	done
+	echo "$sum" >"$stamp"
+}
+
 pkgs=$(missing)
-[ -z "$pkgs" ] && exit 0
+if [ -z "$pkgs" ]; then
+	$for_tests && agent_clis
+	exit 0
+fi
 
 if ! is_root; then
 	echo "pam needs packages that are missing: $pkgs" >&2
@@ -94,3 +127,6 @@ if [ -n "$left" ]; then
 	echo "deps: still missing after install: $left" >&2
 	exit 1
 fi
+
+$for_tests && agent_clis
+exit 0

@@ -51,13 +51,13 @@ const healthTimeout = 3 * time.Second
 
 var doctorCmd = &command{
 	name:    "doctor",
-	summary: "check what this host needs (data dir, token, executor and tmux, git, database, orchestrator, providers) and say how to fix each failure",
+	summary: "check what this host needs (data dir, token, executor and tmux, git, database, orchestrator, providers and their CLIs' one-time set-up) and say how to fix each failure",
 	group:   "doctor",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		asJSON := fs.Bool("json", false, "print the checks as JSON")
 		return func(x *invocation) error {
 			dir := x.cfg.str("PAM_DATA_DIR")
-			provCheck, providers := checkProviders(x)
+			provCheck, providers, cat := checkProviders(x)
 			checks := []check{
 				checkDataDir(dir),
 				checkToken(dir, x.cfg.str("PAM_TOKEN")),
@@ -69,6 +69,7 @@ var doctorCmd = &command{
 				checkOrchestrator(x.ctx, x.cfg.str("PAM_URL"), x.cfg.str("PAM_CA_FILE")),
 				provCheck,
 			)
+			checks = append(checks, checkAgentSetups(x, cat)...)
 			failed := 0
 			for _, c := range checks {
 				if !c.OK {
@@ -318,7 +319,7 @@ type doctorEnvVar struct {
 // (PAM_CONFIG_DIR, PAM_PASS_ENV, PATH) and lists every provider. A
 // missing binary is not a failure (a host need not have every CLI); a
 // catalog or a PAM_PASS_ENV the worker would refuse is.
-func checkProviders(x *invocation) (check, []doctorProvider) {
+func checkProviders(x *invocation) (check, []doctorProvider, *provider.Catalog) {
 	const name = "providers"
 	configDir := x.cfg.str("PAM_CONFIG_DIR")
 	if configDir == "" {
@@ -326,7 +327,7 @@ func checkProviders(x *invocation) (check, []doctorProvider) {
 	}
 	cat, err := provider.Load(configDir)
 	if err != nil {
-		return fail(name, "fix the file, or move it aside to use the built-in providers", "%v", err), []doctorProvider{}
+		return fail(name, "fix the file, or move it aside to use the built-in providers", "%v", err), []doctorProvider{}, nil
 	}
 	cat.SearchPath = x.env.getenv("PATH")
 	// A bad PAM_PASS_ENV fails the check (the worker would not start), but
@@ -354,9 +355,9 @@ func checkProviders(x *invocation) (check, []doctorProvider) {
 		from = cat.File + " over the built-in entries"
 	}
 	if passErr != nil {
-		return fail(name, "set PAM_PASS_ENV (--pass-env) to variable names separated by commas or spaces, none of them PAM_*", "%v", passErr), out
+		return fail(name, "set PAM_PASS_ENV (--pass-env) to variable names separated by commas or spaces, none of them PAM_*", "%v", passErr), out, cat
 	}
-	return pass(name, "%d of %d found (%s); %s", len(found), len(out), strings.Join(found, ", "), from), out
+	return pass(name, "%d of %d found (%s); %s", len(found), len(out), strings.Join(found, ", "), from), out, cat
 }
 
 // printProviders is the providers table of `pam doctor`.

@@ -42,7 +42,7 @@ var hookCmd = &command{
 
 // runHook is `pam hook`: the stdin JSON (Claude Code's hook event) is
 // read and ignored; an extra argument (codex's notify event) is read only
-// for its type, which may make the hook a needs-input
+// for its type, which may make the hook a needs-input, or nothing at all
 // (provider.HookKindOfEvent).
 func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
 	drained := drain(env.Stdin)
@@ -58,7 +58,9 @@ func runHook(ctx context.Context, env Env, args []string, stderr io.Writer) {
 	}
 	kind := args[0]
 	if len(args) > 1 {
-		kind = provider.HookKindOfEvent(kind, args[1])
+		if kind = provider.HookKindOfEvent(kind, args[1]); kind == "" {
+			return // an event that says nothing of the run (codex's title thread)
+		}
 	}
 	out, err := wrap.Hook(ctx, wrap.HookOptions{
 		Kind:          kind,

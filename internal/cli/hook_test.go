@@ -56,6 +56,10 @@ func TestHook(t *testing.T) {
 	if r := e.pam("hook", "completed", `{"type":"approval-requested","call-id":"c1"}`); r.code != 0 || r.stderr != "" {
 		t.Errorf("codex's approval request: %v", r)
 	}
+	// The end of codex's title thread posts nothing.
+	if r := e.pam("hook", "completed", `{"type":"agent-turn-complete","thread-id":"t2","input-messages":["Generate a concise, single-line task title of at most 36 characters\n\nUser prompt:\nx"]}`); r.code != 0 || r.stderr != "" {
+		t.Errorf("codex's title thread: %v", r)
+	}
 	mu.Lock()
 	if len(got) != 4 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
 		t.Errorf("posted %+v", got)

@@ -205,3 +205,15 @@ func TestNotLinkedIntoPam(t *testing.T) {
 		}
 	}
 }
+
+// TestAgentCLI: the pinned CLIs make deps-test installs are found and
+// run (skipped, saying how to install them, when they are not there).
+func TestAgentCLI(t *testing.T) {
+	for _, name := range []string{"claude", "codex", "gemini"} {
+		p := AgentCLI(t, name)
+		out, err := exec.Command(p, "--version").CombinedOutput()
+		if err != nil || len(out) == 0 {
+			t.Errorf("%s --version: %v %s", p, err, out)
+		}
+	}
+}

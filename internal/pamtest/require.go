@@ -34,10 +34,15 @@ var tools = map[string]tool{
 		found:   func() bool { return onPath("git") },
 		install: "apt-get install -y git (or make deps)",
 	},
+	"jq": {
+		found:   func() bool { return onPath("jq") },
+		install: "apt-get install -y jq (or make deps-test)",
+	},
 }
 
 // Require stops the test when one of the named tools (tmux, postgres,
-// chromium, git) is missing: under CI it fails, since a green CI run must not
+// chromium, git, jq, and the pinned agent CLIs claude, codex and gemini)
+// is missing: under CI it fails, since a green CI run must not
 // hide tests that never ran; elsewhere it skips, saying what to install,
 // and Main repeats that when the package's tests end.
 func Require(t testing.TB, names ...string) {

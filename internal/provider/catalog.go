@@ -17,6 +17,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"pam/internal/screen"
+	"pam/internal/trust"
 )
 
 // FileName is the catalog file inside the config dir.
@@ -66,6 +67,9 @@ type fileEntry struct {
 	// EndOfOptions is end_of_options: the argument that ends the CLI's
 	// options ("--"), or "" when it takes none.
 	EndOfOptions *string `toml:"end_of_options"`
+	// Trust is trust: how pam marks its own worktrees trusted for the
+	// CLI ("claude", "codex", "gemini"; "" or "none" for no marking).
+	Trust *string `toml:"trust"`
 	// Screens is the [providers.NAME.screens] table.
 	Screens *fileScreens `toml:"screens"`
 }
@@ -126,7 +130,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options and screens; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, screens and trust; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -168,6 +172,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		if e.EndOfOptions != nil {
 			p.EndOfOptions = *e.EndOfOptions
+		}
+		if e.Trust != nil {
+			p.Trust = *e.Trust
 		}
 		if e.Screens != nil {
 			p.Screens = p.Screens.merged(*e.Screens)
@@ -235,6 +242,12 @@ func (p *Provider) validate() error {
 		if err := PassEnvName(k); err != nil {
 			return fmt.Errorf("pass_env[%d]: %w", i, err)
 		}
+	}
+	switch {
+	case p.Trust == TrustNone:
+		p.Trust = ""
+	case p.Trust != "" && !trust.Known(p.Trust):
+		return fmt.Errorf("trust: %q is not one of %s, or %s", p.Trust, strings.Join(trust.Kinds(), ", "), TrustNone)
 	}
 	switch p.Hooks {
 	case "":

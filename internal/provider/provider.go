@@ -15,6 +15,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"pam/internal/trust"
 )
 
 // Hook wirings: how a provider tells pam that it completed its work.
@@ -50,9 +52,18 @@ type Provider struct {
 	// never read as an option; "" when the CLI takes none, and such a
 	// prompt is refused (docs/architecture.md#provider-catalog).
 	EndOfOptions string
+	// Trust names how the CLI records a trusted folder (package trust:
+	// "claude", "codex", "gemini"), so that the wrapper marks the
+	// worktree pam made for a run trusted before the CLI starts in it
+	// and the CLI asks no folder-trust question; "" marks nothing
+	// (docs/agents.md#trust).
+	Trust string
 	// Screens are the patterns the worker reads its screen with.
 	Screens Screens
 }
+
+// TrustNone is the catalog's spelling of "mark nothing" for trust.
+const TrustNone = "none"
 
 // ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
 // with no end-of-options marker: the CLI would parse it as an option.
@@ -65,12 +76,17 @@ func builtins() map[string]Provider {
 		// options at "--"; grok's parser is not known to, so a prompt
 		// starting with "-" is refused for it.
 		// Each passes its own credential variables.
+		// Each marks pam's worktrees trusted in its own config (trust).
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
-			PassEnv: []string{"ANTHROPIC_API_KEY"}},
-		"codex": {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
-			PassEnv: []string{"OPENAI_API_KEY"}},
+			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude},
+		// --no-daemon: codex otherwise hands the session to a shared
+		// background server that it starts detached, outside the
+		// session, and that keeps the environment (the run's PAM_*
+		// variables) of the run that started it (docs/agents.md#codex).
+		"codex": {Name: "codex", Binary: "codex", Args: []string{"--no-daemon", "{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
+			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
-			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}},
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini},
 		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
 			PassEnv: []string{"XAI_API_KEY"}},
 		// The operator explicitly asking for a shell command in the session.
@@ -271,23 +287,35 @@ const HookNeedsInput = "needs-input"
 // here in one place.
 var codexRequestTypes = map[string]bool{"approval-requested": true, "user-input-requested": true}
 
+// codexTitlePrompt starts the one input message of the side thread in
+// which codex 0.171 titles each new session. That thread's turn ends with
+// an agent-turn-complete notify like the agent's own turns, often while
+// the agent still works or waits for an approval, so it says nothing of
+// the run (docs/agents.md#codex).
+const codexTitlePrompt = "Generate a concise, single-line task title"
+
 // HookKindOfEvent is the `pam hook` kind to post for kind called with a
 // provider's event argument (codex's notify appends its event as JSON):
 // an event that asks for a person is needs-input whatever kind the
-// wiring named, anything else (no argument, another type, not JSON)
+// wiring named; the end of a turn of codex's own title thread is ""
+// (post nothing); anything else (no argument, another type, not JSON)
 // keeps kind.
 func HookKindOfEvent(kind, event string) string {
 	if event == "" {
 		return kind
 	}
 	var ev struct {
-		Type string `json:"type"`
+		Type  string   `json:"type"`
+		Input []string `json:"input-messages"`
 	}
 	if json.Unmarshal([]byte(event), &ev) != nil {
 		return kind
 	}
 	if codexRequestTypes[ev.Type] || strings.HasSuffix(ev.Type, "-requested") {
 		return HookNeedsInput
+	}
+	if ev.Type == "agent-turn-complete" && len(ev.Input) == 1 && strings.HasPrefix(ev.Input[0], codexTitlePrompt) {
+		return ""
 	}
 	return kind
 }

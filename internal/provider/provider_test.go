@@ -45,8 +45,13 @@ func TestBuiltins(t *testing.T) {
 		t.Errorf("claude = %+v", cl)
 	}
 	cx, _ := c.Get("codex")
-	if cx.Hooks != HooksCodex {
+	if cx.Hooks != HooksCodex || !slices.Equal(cx.Args, []string{"--no-daemon", "{prompt}"}) {
 		t.Errorf("codex = %+v", cx)
+	}
+	for name, want := range map[string]string{"claude": "claude", "codex": "codex", "gemini": "gemini", "grok": "", "shell": ""} {
+		if p, _ := c.Get(name); p.Trust != want {
+			t.Errorf("%s: trust %q, want %q", name, p.Trust, want)
+		}
 	}
 	if _, ok := c.Get("nope"); ok {
 		t.Error("Get(nope) found something")
@@ -119,6 +124,21 @@ args = ["--message", "{prompt}"]
 	}
 }
 
+// TestTrustKey: a custom entry may set trust; "none" (or "") turns a
+// built-in's off.
+func TestTrustKey(t *testing.T) {
+	t.Parallel()
+	c, err := Load(writeCatalog(t, "[providers.claude]\ntrust = \"none\"\n[providers.gemini]\ntrust = \"\"\n[providers.mycodex]\nbinary = \"/opt/codex\"\ntrust = \"codex\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"claude": "", "gemini": "", "mycodex": "codex", "codex": "codex"} {
+		if p, _ := c.Get(name); p.Trust != want {
+			t.Errorf("%s: trust %q, want %q", name, p.Trust, want)
+		}
+	}
+}
+
 func TestLoadErrors(t *testing.T) {
 	t.Parallel()
 	big := "# " + strings.Repeat("x", MaxFileSize) + "\n"
@@ -137,6 +157,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env", "[providers.claude]\nenv = { \"1BAD\" = \"x\" }\n", []string{"providers.claude.env.1BAD"}},
 		{"bad env dash", "[providers.claude]\nenv = { \"A-B\" = \"x\" }\n", []string{"providers.claude.env.A-B"}},
 		{"bad hooks", "[providers.claude]\nhooks = \"cursor\"\n", []string{"providers.claude.hooks"}},
+		{"bad trust", "[providers.claude]\ntrust = \"cursor\"\n", []string{"providers.claude.trust", `"cursor"`, "claude, codex, gemini"}},
 		{"bad pass_env", "[providers.claude]\npass_env = [\"OK\", \"A-B\"]\n", []string{"providers.claude.pass_env[1]", "A-B"}},
 		{"pass_env of pam's secrets", "[providers.claude]\npass_env = [\"PAM_WORKER_TOKEN\"]\n", []string{"providers.claude.pass_env[0]", "PAM_*"}},
 		{"pass_env not a list", "[providers.claude]\npass_env = \"X\"\n", []string{FileName}},
@@ -260,7 +281,7 @@ func TestPromptStartingWithDashNeverAnOption(t *testing.T) {
 		args       []string // the run's extra args
 	}{
 		{"claude", bi["claude"], "--dangerously-skip-permissions", nil, []string{"--", "--dangerously-skip-permissions"}, false, nil},
-		{"codex", bi["codex"], "-c x=y", nil, []string{"--", "-c x=y"}, false, nil},
+		{"codex", bi["codex"], "-c x=y", []string{"--no-daemon"}, []string{"--", "-c x=y"}, false, nil},
 		{"gemini", bi["gemini"], "-y", nil, []string{"--", "-y"}, false, nil},
 		{"grok takes no --", bi["grok"], "-h", nil, nil, true, nil},
 		{"shell", bi["shell"], "-x", []string{"-c"}, []string{"--", "-x"}, false, nil},
@@ -420,6 +441,9 @@ func TestHookKindOfEvent(t *testing.T) {
 		{"progress", `not json`, "progress"},
 		{"completed", `{"kind":"approval-requested"}`, "completed"},
 		{HookNeedsInput, `{"hook_event_name":"Notification"}`, HookNeedsInput},
+		// codex 0.171's title thread, as its notify reported it.
+		{"completed", `{"type":"agent-turn-complete","thread-id":"t2","turn-id":"u2","cwd":"/w","client":"codex-tui","input-messages":["Generate a concise, single-line task title of at most 36 characters and under five words where possible.\n\nUser prompt:\nrun the echo"],"last-assistant-message":"Run the echo"}`, ""},
+		{"completed", `{"type":"agent-turn-complete","thread-id":"t1","input-messages":["run the echo"],"last-assistant-message":"All done."}`, "completed"},
 	} {
 		if got := HookKindOfEvent(c.kind, c.event); got != c.want {
 			t.Errorf("HookKindOfEvent(%q, %q) = %q, want %q", c.kind, c.event, got, c.want)

@@ -41,8 +41,9 @@ func (s Screens) clone() Screens {
 
 // builtinScreens are what the built-in CLIs show, in the wording of the
 // pinned releases (Claude Code 2.1.197, codex 0.171.0, gemini-cli
-// 0.61.0); the first-run screens among them are tested against captures
-// of the real CLIs (screen/testdata, TestBuiltinScreensOnRealCLIs).
+// 0.61.0); they are tested against captures of the real CLIs
+// (screen/testdata and agentrig/testdata/screens,
+// TestBuiltinScreensOnRealCLIs and TestBuiltinScreensOnAgentRigCaptures).
 var builtinScreens = map[string]Screens{
 	"claude": {
 		NeedsInput: []string{
@@ -53,14 +54,17 @@ var builtinScreens = map[string]Screens{
 			`Do you want to use this API key\?`, // ANTHROPIC_API_KEY's first use
 			`Select login method`,               // login
 		},
-		Working:     []string{`esc to interrupt`},
-		RateLimited: []string{`(?i)usage limit reached`, `\d+-hour limit reached`, `limit reached\s*[∙·•]\s*resets`, `You[’']ve hit your [\w ]{0,24}limit`},
+		Working: []string{`esc to interrupt`},
+		RateLimited: []string{`(?i)usage limit reached`, `\d+-hour limit reached`, `limit reached\s*[∙·•]\s*resets`, `You[’']ve hit your [\w ]{0,24}limit`,
+			// A 429 with an API key, or as a subscriber when the server
+			// limits requests: the turn ends with this line.
+			`API Error: (?:Request rejected \(429\)|Server is temporarily limiting requests)`},
 	},
 	"codex": {
 		NeedsInput: []string{
 			`Allow command\?`, `Would you like to run the following command\?`, `Would you like to make the following edits\?`,
 			`Would you like to grant these permissions\?`,
-			`Do you trust the contents of this directory`,
+			`Do you trust the contents of this directory`, `Trust this folder\?`, // folder trust (0.171.0 asks the latter)
 			`Sign in with ChatGPT`, `Choose how you want to use Codex`, `Use your own OpenAI API key`, // login
 		},
 		Working:     []string{`esc to interrupt`},
@@ -70,7 +74,7 @@ var builtinScreens = map[string]Screens{
 		NeedsInput: []string{
 			`Do you trust (?:the files in )?this folder\?`, // folder trust
 			`Allow execution`, `Apply this change\?`, `Do you want to proceed\?`,
-			`How would you like to authenticate`, // login
+			`How would you like to authenticate`, `Please enter your Gemini API key`, // login
 		},
 		Working:     []string{`esc to cancel`},
 		RateLimited: []string{`Quota exceeded`, `(?i)usage limit reached`, `exhausted your daily quota`},

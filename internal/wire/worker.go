@@ -147,4 +147,8 @@ type Dispatch struct {
 	// credentials reach it through this 0600 file, never a command line
 	// or the tmux server's environment. Unset variables are absent.
 	PassEnv map[string]string `json:"pass_env,omitempty"`
+	// Worktree is set when Cwd is the worktree the worker made for this
+	// run (<data>/worktrees/<run_id>, docs/architecture.md#workspaces):
+	// the only folders the wrapper marks trusted for the CLI.
+	Worktree string `json:"worktree,omitempty"`
 }

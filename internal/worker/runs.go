@@ -195,13 +195,14 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		w.sendState(r.id, attempt, wire.StateSpawnFailed, detail)
 	}
 	cwd := f.Cwd // absolute or empty (Validate)
+	worktree := ""
 	if f.Workspace != nil {
 		// The run's worktree is its cwd (workspaces.go).
 		ws, ok := w.prepareWorkspace(ctx, r, gen, f, attempt)
 		if !ok {
 			return
 		}
-		cwd = ws.Path
+		cwd, worktree = ws.Path, ws.Path
 	}
 	if cwd == "" {
 		home, err := os.UserHomeDir()
@@ -223,7 +224,7 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		RunID: r.id, Attempt: attempt, APIURL: w.o.URL, SignalToken: f.SignalToken,
 		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
 		Prompt: f.Prompt, Args: f.Args, Cwd: cwd, SessionName: r.name.String(),
-		WorkerDataDir: w.dir, CAFile: w.o.CAFile,
+		WorkerDataDir: w.dir, CAFile: w.o.CAFile, Worktree: worktree,
 	}
 	if w.o.PassEnv != nil {
 		d.PassEnv = w.o.PassEnv(f.Provider)

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -65,6 +66,12 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
 		if got := h.sessionPath(id); got != ws[i].Path {
 			t.Errorf("session of %s started in %s, want its worktree %s", id, got, ws[i].Path)
+		}
+		// The dispatch names it as the run's worktree: the wrapper marks
+		// only such a folder trusted for the CLI.
+		var d wire.Dispatch
+		if b, err := os.ReadFile(filepath.Join(h.opts.DataDir, "worker", "dispatch", id+".json")); err != nil || json.Unmarshal(b, &d) != nil || d.Worktree != ws[i].Path || d.Cwd != ws[i].Path {
+			t.Errorf("dispatch of %s: worktree %q cwd %q (%v)", id, d.Worktree, d.Cwd, err)
 		}
 	}
 	if err := os.WriteFile(filepath.Join(ws[0].Path, "only-a.txt"), []byte("from a\n"), 0o644); err != nil {

@@ -332,6 +332,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 		pamVars = append(pamVars, "PAM_CA_FILE="+d.CAFile)
 	}
 	env = setEnv(env, pamVars)
+	w.markTrust(p, env)
 
 	cmd := &exec.Cmd{
 		Path:   d.Binary,
