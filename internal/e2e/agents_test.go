@@ -34,11 +34,18 @@ type agentRig struct {
 	project wire.Project
 }
 
+// agentHangTimeout is serve's PAM_CLI_HANG_TIMEOUT in the real-agent
+// tests: longer than a CLI's slowest first screen on a loaded machine.
+const agentHangTimeout = 20 * time.Second
+
 // newAgentRig starts serve and a worker whose HOME is home (prepared by
 // the caller), whose catalog is catalog, and whose environment adds env.
 func newAgentRig(t *testing.T, home, catalog string, env ...string) *agentRig {
 	t.Helper()
-	s, _ := newFaultSystem(t, "")
+	// Every real agent runs under the hang rule, short enough that a test
+	// can wait it out: an agent that waits for a person, or has completed
+	// its turn, must never be failed as hung (docs/architecture.md#working-waiting-hung).
+	s, _ := newFaultSystem(t, "", "PAM_CLI_HANG_TIMEOUT="+agentHangTimeout.String())
 	conf := pamtest.ShortDir(t, "pamc-")
 	if err := os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(catalog), 0o600); err != nil {
 		t.Fatal(err)
@@ -198,6 +205,10 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 	if log := a.s.attentionLog(r.ID); len(log) != 0 {
 		t.Errorf("run.attention %q on a run that should ask nothing", log)
 	}
+	// Claude now waits at its prompt: a completed turn is waiting, not
+	// hung. Checked at the end, twice the hang timeout after the
+	// completion, while the other parts run.
+	waiting, completed := r.ID, *got.CompletedAt
 
 	// (b) A tool that needs permission.
 	model.Script(
@@ -243,6 +254,48 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 		d.ResetsAt.After(resets) || d.ResetsAt.Before(resets.Add(-time.Minute)) {
 		t.Errorf("usage limit until %v: attention_detail %+v", resets, d)
 	}
+
+	// (a), again: through twice the hang timeout after its Stop hook, the
+	// first run is still running its first attempt. Claude's footer
+	// shows passing hints for a while after a turn; the check goes on
+	// until the screen has also been quiet for longer than the hang
+	// timeout and a dispatcher pass (a moving screen never looks hung, so
+	// only a quiet one proves the rule).
+	seq, quietSince := a.paneSeq(waiting), time.Now()
+	deadline := completed.Add(4 * agentHangTimeout)
+	for time.Since(completed) < 2*agentHangTimeout || time.Since(quietSince) < agentHangTimeout+2*time.Second {
+		if got := a.s.getRun(waiting); got.Status != wire.RunRunning || got.Attempt != 1 {
+			t.Fatalf("a completed claude %s after its completion: status %s, attempt %d, failure %v; events %q",
+				time.Since(completed).Round(time.Second), got.Status, got.Attempt, got.FailureReason, a.s.topics(waiting))
+		}
+		if now := a.paneSeq(waiting); now != seq {
+			seq, quietSince = now, time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the completed claude's screen never stayed unchanged for %s (last change %s ago): its quiet was not tested",
+				agentHangTimeout, time.Since(quietSince).Round(time.Second))
+		}
+		select {
+		case <-t.Context().Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	t.Logf("the completed claude stayed running %s after its completion, its screen unchanged for the last %s",
+		time.Since(completed).Round(time.Second), time.Since(quietSince).Round(time.Second))
+	if n := countTopic(a.s.events(waiting), "run.failed"); n != 0 {
+		t.Errorf("run.failed ×%d on a completed run: %q", n, a.s.topics(waiting))
+	}
+}
+
+// paneSeq is the run's pane snapshot sequence as serve has it.
+func (a *agentRig) paneSeq(runID string) int64 {
+	a.t.Helper()
+	var p struct {
+		Seq int64 `json:"seq"`
+	}
+	a.s.must(200, "GET", "/api/v1/runs/"+runID+"/pane", nil, &p)
+	return p.Seq
 }
 
 // TestRealCodexAndGemini: the pinned codex and gemini, each against its
