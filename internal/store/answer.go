@@ -16,30 +16,15 @@ import (
 // as it is, so an answer never clears the next question. The decision is
 // lifecycle.Attention's, under the run's row lock, as SetAttention's.
 func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, from, question, source string) (wire.Run, bool, error) {
-	var out wire.Run
-	changed := false
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, runID, true)
-		if err != nil {
-			return err
-		}
-		out = r
+	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
 		asked := ""
 		if r.AttentionDetail != nil {
 			asked = r.AttentionDetail.Text
 		}
 		if r.Attention != from || asked != question {
-			return nil
+			return lifecycle.Decision{}
 		}
-		d := lifecycle.Attention(lifecycle.FromWire(r), attempt, wire.AttentionNone, source)
-		if len(d.Steps) == 0 {
-			return nil
-		}
-		if out, err = s.apply(ctx, tx, r, d); err != nil {
-			return err
-		}
-		changed = true
-		return nil
+		return lifecycle.Attention(r, attempt, wire.AttentionNone, source)
 	})
 	if err != nil {
 		return out, false, fmt.Errorf("clear the answered %s of run %s: %w", from, runID, err)
