@@ -339,6 +339,34 @@ func HookKindOfEvent(kind, event string) string {
 	return kind
 }
 
+// SessionOfHookInput reads the CLI's own session id from the JSON a hook
+// gets on its stdin: Claude Code's hooks and gemini's (0.61) carry
+// session_id. "" when there is none; the caller validates what it gets
+// (wire.ValidAgentSessionID).
+func SessionOfHookInput(stdin []byte) string {
+	var in struct {
+		SessionID string `json:"session_id"`
+	}
+	if json.Unmarshal(stdin, &in) != nil {
+		return ""
+	}
+	return in.SessionID
+}
+
+// SessionOfEvent reads the CLI's session id from a hook's event argument:
+// codex's notify event names its conversation thread-id (codex 0.171:
+// {"type":"agent-turn-complete","thread-id":…,"turn-id":…}). "" when
+// there is none.
+func SessionOfEvent(event string) string {
+	var ev struct {
+		ThreadID string `json:"thread-id"`
+	}
+	if json.Unmarshal([]byte(event), &ev) != nil {
+		return ""
+	}
+	return ev.ThreadID
+}
+
 // compactJSON encodes v on one line without HTML escaping.
 func compactJSON(v any) string {
 	var b strings.Builder

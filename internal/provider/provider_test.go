@@ -508,3 +508,32 @@ resume_args = []
 		t.Errorf("fake argv = %q", argv)
 	}
 }
+
+// The CLIs' session ids, where their hooks carry them: session_id in the
+// stdin JSON of Claude Code's and gemini's hooks, thread-id in codex's
+// notify argument.
+func TestSessionOfHookInput(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"session_id":"5f0c6d3e-1d2b","transcript_path":"/h/.claude/p/5f0c.jsonl","hook_event_name":"Stop"}`: "5f0c6d3e-1d2b",
+		`{"session_id":"g-1","hook_event_name":"AfterAgent","cwd":"/w"}`:                                      "g-1",
+		`{"hook_event_name":"Stop"}`: "",
+		`{"session_id":42}`:          "",
+		`not json`:                   "",
+		``:                           "",
+	} {
+		if got := SessionOfHookInput([]byte(in)); got != want {
+			t.Errorf("SessionOfHookInput(%s) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		`{"type":"agent-turn-complete","thread-id":"b5f6c1c2-1111","turn-id":"12345","cwd":"/w","input-messages":["x"],"last-assistant-message":"y"}`: "b5f6c1c2-1111",
+		`{"type":"agent-turn-complete","turn-id":"1"}`: "",
+		`{"thread_id":"underscored"}`:                  "",
+		`oops`:                                         "",
+	} {
+		if got := SessionOfEvent(in); got != want {
+			t.Errorf("SessionOfEvent(%s) = %q, want %q", in, got, want)
+		}
+	}
+}
