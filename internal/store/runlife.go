@@ -236,7 +236,7 @@ func (s *Store) RetryRun(ctx context.Context, id string) (wire.Run, error) {
 		if err != nil {
 			return err
 		}
-		d, err := lifecycle.Retry(lifecycle.FromWire(r), s.now())
+		d, err := lifecycle.Retry(lifecycle.FromWire(r), false, "", s.now())
 		if err != nil {
 			return err
 		}
