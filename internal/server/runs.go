@@ -105,7 +105,16 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"))
+	if _, err := s.store.GetRun(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var in wire.RetryRun
+	if err := decodeOptionalJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -14,12 +14,11 @@ import (
 func TestWireFieldsNeverOmitted(t *testing.T) {
 	// Output shapes: all their fields are the contract's. Request bodies
 	// whose fields the contract marks optional (`x?`) are left out, and
-	// so are Signal's seq? and payload?, and what a worker reports beyond
-	// the contract (Register's resumable).
+	// so are Signal's seq? and payload?.
 	shapes := []any{Project{}, WorkItem{}, Run{}, Host{}, Event{}, ProjectList{}, WorkItemList{}, EventList{}, RunList{}, HostList{},
 		Pane{}, PaneSnapshot{}, KeysResult{}, HostCreated{}, WorkerToken{}, ProviderHosts{}, ProviderList{}, WSTicket{}, Health{},
 		Error{}, Envelope{}, Register{}, Registered{}, WorkerRun{}, WorkerRunList{}, RunAttempt{}, SignalResult{}, Signal{}}
-	optional := map[string]bool{"Signal.seq": true, "Signal.payload": true, "Register.resumable": true}
+	optional := map[string]bool{"Signal.seq": true, "Signal.payload": true}
 	for _, v := range shapes {
 		typ := reflect.TypeOf(v)
 		b, err := json.Marshal(v)

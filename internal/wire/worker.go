@@ -21,9 +21,9 @@ type Register struct {
 	// Resumable names the providers whose catalog entry on this host can
 	// resume a conversation (resume_args): the server refuses to continue
 	// a run its host could not resume (docs/architecture.md#resume-and-continue).
-	// A worker that does not say leaves the server to its built-in
-	// knowledge.
-	Resumable []string `json:"resumable,omitempty"`
+	// A worker that does not say (null: an older worker) leaves the
+	// server to its built-in knowledge.
+	Resumable []string `json:"resumable"`
 }
 
 // Registered is the answer of POST /api/internal/worker/register.
