@@ -497,7 +497,8 @@ type ContinueFacts struct {
 	// Resumable: the provider of the new run has resume_args on the run's
 	// host (as the host reported its catalog, or the built-in's).
 	Resumable bool
-	// WorktreeGone: the run had a worktree and it was removed since.
+	// WorktreeGone: the run wants a worktree and has none now (removed,
+	// or never made).
 	WorktreeGone bool
 }
 
@@ -520,7 +521,7 @@ func Continue(r Run, f ContinueFacts, newRun string) (Decision, error) {
 	case !f.Resumable:
 		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the provider cannot resume a conversation on the run's host (no resume_args)")
 	case f.WorktreeGone:
-		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run's worktree was removed: its conversation cannot be resumed where it was")
+		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run's worktree is gone (removed, or never made): its conversation cannot be resumed where it was")
 	}
 	return Decision{Steps: []Step{journal(wire.TopicRunContinued, map[string]any{"run_id": newRun})}}, nil
 }
