@@ -316,14 +316,15 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 			return wire.Workspace{}, err
 		}
 	}
-	// Whatever is there without a record was left half-made (a worker
-	// killed while making it): start again.
-	if err := m.removeDir(ctx, s.ProjectID, path); err != nil {
-		return wire.Workspace{}, err
-	}
 	asked := time.Now()
 	unlock, err := m.lock(ctx, s.ProjectID)
 	if err != nil {
+		return wire.Workspace{}, err
+	}
+	// Whatever is there without a record was left half-made (a worker
+	// killed while making it): start again.
+	if err := m.removeDir(ctx, s.ProjectID, path); err != nil {
+		unlock()
 		return wire.Workspace{}, err
 	}
 	mirror, base, err := m.sync(ctx, s, asked)
@@ -344,7 +345,7 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 	made := Record{RunID: s.RunID, ProjectID: s.ProjectID, URL: s.URL, Workspace: ws, CreatedAt: time.Now().UTC()}
 	b, _ := json.MarshalIndent(made, "", "  ")
 	if err := datadir.WriteFileAtomic(m.recordPath(s.RunID), append(b, '\n'), 0o600); err != nil {
-		_ = m.removeDir(context.WithoutCancel(ctx), s.ProjectID, path)
+		_ = m.removeLocked(context.WithoutCancel(ctx), s.ProjectID, path)
 		return wire.Workspace{}, fmt.Errorf("record the worktree: %w", err)
 	}
 	return ws, nil
@@ -556,7 +557,7 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 		}
 		return wire.Workspace{}, false, nil
 	}
-	if err := m.removeDir(ctx, rec.ProjectID, rec.Workspace.Path); err != nil {
+	if err := m.removeLocked(ctx, rec.ProjectID, rec.Workspace.Path); err != nil {
 		return wire.Workspace{}, true, err
 	}
 	if err := os.Remove(m.recordPath(runID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -566,13 +567,41 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 	return rec.Workspace, true, nil
 }
 
-// PruneAll runs git worktree prune in every mirror.
+// removeLocked is removeDir under the project's mirror lock, for callers
+// that do not hold it: git's worktree bookkeeping in the mirror is not
+// safe against a worktree being added to it at the same time.
+func (m *Manager) removeLocked(ctx context.Context, projectID, path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := datadir.Ensure(m.reposDir(), false); err != nil {
+		return err
+	}
+	unlock, err := m.lock(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.removeDir(ctx, projectID, path)
+}
+
+// PruneAll runs git worktree prune in every mirror, each under its lock.
 func (m *Manager) PruneAll(ctx context.Context) {
 	list, _ := filepath.Glob(filepath.Join(m.reposDir(), "*.git"))
 	for _, mirror := range list {
+		project := strings.TrimSuffix(filepath.Base(mirror), ".git")
+		if !wire.ValidUUID(project) {
+			continue
+		}
+		unlock, err := m.lock(ctx, project)
+		if err != nil {
+			m.log.Warn("worktree prune", "mirror", mirror, "err", err)
+			continue
+		}
 		if _, err := m.git(ctx, mirror, "worktree", "prune"); err != nil {
 			m.log.Warn("worktree prune", "mirror", mirror, "err", err)
 		}
+		unlock()
 	}
 }
 
