@@ -500,6 +500,10 @@ type ContinueFacts struct {
 	// WorktreeGone: the run wants a worktree and has none now (removed,
 	// or never made).
 	WorktreeGone bool
+	// Host is where the conversation is, which the continuation is pinned
+	// to: the host holding the run's worktree, or the one it last ran on;
+	// "" when it never ran anywhere.
+	Host string
 }
 
 // Continue decides POST /runs/{id}/continue of r by a new run newRun
@@ -516,7 +520,7 @@ func Continue(r Run, f ContinueFacts, newRun string) (Decision, error) {
 			With("status", r.Status).With("continued_by", f.ContinuedBy)
 	case r.AgentSessionID == "":
 		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run has no agent session: its CLI's hooks never reported one")
-	case r.HostID == "":
+	case f.Host == "":
 		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run never ran on a host")
 	case !f.Resumable:
 		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the provider cannot resume a conversation on the run's host (no resume_args)")

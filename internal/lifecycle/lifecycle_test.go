@@ -916,16 +916,16 @@ var conversations = []edge{
 	},
 		err: wire.CodeIllegalTransition},
 
-	{name: "continue of an exited run", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
-	{name: "continue of a stopped run", decide: cont(sessionOf(run(stopped), "s1"), lifecycle.ContinueFacts{Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
-	{name: "continue of a failed run", decide: cont(sessionOf(last(run(failed)), "s1"), lifecycle.ContinueFacts{Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
-	{name: "continue of a pending run", decide: cont(sessionOf(run(pending), "s1"), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeIllegalTransition},
-	{name: "continue of a spawning run", decide: cont(sessionOf(run(spawning), "s1"), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeIllegalTransition},
-	{name: "continue of a running run", decide: cont(sessionOf(run(running), "s1"), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeIllegalTransition},
-	{name: "continue of a run continued already", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Resumable: true, ContinuedBy: "run-2"}), err: wire.CodeIllegalTransition},
-	{name: "continue without an agent session", decide: cont(run(exited), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeNotResumable},
-	{name: "continue of a provider without resume_args", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{}), err: wire.CodeNotResumable},
-	{name: "continue after the worktree was removed", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Resumable: true, WorktreeGone: true}), err: wire.CodeNotResumable},
+	{name: "continue of an exited run", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a stopped run", decide: cont(sessionOf(run(stopped), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a failed run", decide: cont(sessionOf(last(run(failed)), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a pending run", decide: cont(sessionOf(run(pending), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a spawning run", decide: cont(sessionOf(run(spawning), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a running run", decide: cont(sessionOf(run(running), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a run continued already", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true, ContinuedBy: "run-2"}), err: wire.CodeIllegalTransition},
+	{name: "continue without an agent session", decide: cont(run(exited), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeNotResumable},
+	{name: "continue of a provider without resume_args", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA}), err: wire.CodeNotResumable},
+	{name: "continue after the worktree was removed", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true, WorktreeGone: true}), err: wire.CodeNotResumable},
 	{name: "continue of a run never placed", decide: cont(with(sessionOf(run(exited), "s1"), func(r *lifecycle.Run) { r.HostID = "" }), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeNotResumable},
 }
 
@@ -961,7 +961,7 @@ func TestConversationSteps(t *testing.T) {
 			t.Errorf("retry fresh=%v: %+v", fresh, st)
 		}
 	}
-	d, _ = lifecycle.Continue(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Resumable: true}, "run-2")
+	d, _ = lifecycle.Continue(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}, "run-2")
 	if got := d.Steps[0].Events[0].Extra; got["run_id"] != "run-2" {
 		t.Errorf("run.continued %v", got)
 	}

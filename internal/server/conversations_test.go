@@ -367,3 +367,32 @@ func TestContinue(t *testing.T) {
 		t.Errorf("retry of a continued run: %d %s", code, body)
 	}
 }
+
+// A run requeued and then stopped before a host took it again has no
+// host, yet its conversation is where its last attempt ran: continue
+// pins the new run there.
+func TestContinueAfterARequeue(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.workerResuming("cont-r", []string{"fake"}, "fake")
+	r := e.start(map[string]any{"provider": "fake", "cwd": "/tmp"})
+	d := e.startAttempt(w, r.ID)
+	e.signal(d.SignalToken, r.ID, hook(wire.SignalCompleted, 1, "s1"))
+	w.ws.CloseNow()
+	<-w.gone
+	e.finish(d, 1)
+	e.waitRun(r.ID, "requeued", func(r wire.Run) bool { return r.Status == wire.RunPending && r.Attempt == 2 && r.HostID == nil })
+	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/stop", nil, nil)
+	if got := e.run(r.ID); got.HostID != nil || got.Status != wire.RunStopped {
+		t.Fatalf("the stopped run: %s on %v", got.Status, got.HostID)
+	}
+	var c wire.Run
+	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/continue", nil, &c)
+	if c.TargetHostID == nil || *c.TargetHostID != w.hostID || c.Cwd != "/tmp" {
+		t.Errorf("the continuation is pinned to %v in %q", c.TargetHostID, c.Cwd)
+	}
+	w.connect()
+	if d := w.expect(wire.FrameRunDispatch); d.RunID != c.ID || d.AgentSessionID != "s1" {
+		t.Errorf("the continuation's dispatch: run %s session %q", d.RunID, d.AgentSessionID)
+	}
+}

@@ -70,14 +70,26 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 			if f.ContinuedBy, err = continuationOf(ctx, tx, old.ID); err != nil {
 				return err
 			}
+			// The conversation is where the run's worktree is, or where it
+			// last ran (its host_id, cleared by a requeue that never placed
+			// it again: then its last started attempt's host).
 			var mode string
-			var wsHost *string
-			if err := tx.QueryRow(ctx, `SELECT workspace_mode, workspace_host_id::text FROM runs WHERE id = $1`, old.ID).Scan(&mode, &wsHost); err != nil {
-				return fmt.Errorf("read the workspace of run %s: %w", old.ID, err)
+			var wsHost, lastHost *string
+			if err := tx.QueryRow(ctx, `SELECT r.workspace_mode, r.workspace_host_id::text,
+				coalesce(r.host_id::text, (SELECT a.host_id::text FROM run_attempts a WHERE a.run_id = r.id AND a.started_at IS NOT NULL
+					ORDER BY a.attempt DESC LIMIT 1))
+				FROM runs r WHERE r.id = $1`, old.ID).Scan(&mode, &wsHost, &lastHost); err != nil {
+				return fmt.Errorf("read where the conversation of run %s is: %w", old.ID, err)
 			}
 			f.WorktreeGone = mode == wire.WorkspaceWorktree && old.Workspace == nil
-			if old.HostID != nil {
-				if f.Resumable, err = resumableOn(ctx, tx, *old.HostID, prov); err != nil {
+			switch {
+			case wsHost != nil:
+				f.Host = *wsHost
+			case lastHost != nil:
+				f.Host = *lastHost
+			}
+			if f.Host != "" {
+				if f.Resumable, err = resumableOn(ctx, tx, f.Host, prov); err != nil {
 					return err
 				}
 			}
@@ -89,12 +101,12 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
 				session_name, cwd, prompt, args, pending_since, workspace_mode, workspace, workspace_host_id, agent_session_id, continues_run_id)
 				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11, $12, $13, $14, $15)
-				RETURNING `+runColumns, newID, old.TaskID, old.ProjectID, prov, *old.HostID, pol.MaxAttempts, "pam-"+newID[:8],
+				RETURNING `+runColumns, newID, old.TaskID, old.ProjectID, prov, f.Host, pol.MaxAttempts, "pam-"+newID[:8],
 				old.Cwd, text, old.Args, mode, old.Workspace, wsHost, old.AgentSessionID, old.ID))
 			if err != nil {
 				return err
 			}
-			if out, err = s.apply(ctx, tx, out, lifecycle.ContinuationCreated(prov, out.SessionName, *old.HostID, old.ID)); err != nil {
+			if out, err = s.apply(ctx, tx, out, lifecycle.ContinuationCreated(prov, out.SessionName, f.Host, old.ID)); err != nil {
 				return err
 			}
 			// The worktree is the new run's now: the old run no longer
@@ -137,21 +149,21 @@ func resumableOn(ctx context.Context, q querier, hostID, name string) (bool, err
 // dispatchResume asks the offered attempt to resume the run's
 // conversation (run_dispatch agent_session_id) when one is known and it
 // lives on the offered host: in the run's worktree there, or, for a run
-// without one, where the run last started (a continuation: where the run
-// it continues ran). The message of the resume (text) is a
-// continuation's text until an attempt of it has started; after that, and
-// for any other run, the provider's continue_message (text empty).
+// without one, where the run last started (a continuation not started
+// yet: the host it is pinned to, where the run it continues ran). The
+// message of the resume (text) is a continuation's text until an attempt
+// of it has started; after that, and for any other run, the provider's
+// continue_message (text empty).
 func (s *Store) dispatchResume(ctx context.Context, f *wire.Frame, o Offer) error {
 	if o.Run.AgentSessionID == nil || wire.ValidAgentSessionID(*o.Run.AgentSessionID) != nil {
 		return nil
 	}
 	var mode string
-	var wsHost, lastHost, continuedHost *string
+	var wsHost, lastHost *string
 	err := s.Pool.QueryRow(ctx, `SELECT r.workspace_mode, r.workspace_host_id::text,
 		(SELECT a.host_id::text FROM run_attempts a WHERE a.run_id = r.id AND a.attempt < r.attempt AND a.started_at IS NOT NULL
-			ORDER BY a.attempt DESC LIMIT 1),
-		(SELECT c.host_id::text FROM runs c WHERE c.id = r.continues_run_id)
-		FROM runs r WHERE r.id = $1`, o.Run.ID).Scan(&mode, &wsHost, &lastHost, &continuedHost)
+			ORDER BY a.attempt DESC LIMIT 1)
+		FROM runs r WHERE r.id = $1`, o.Run.ID).Scan(&mode, &wsHost, &lastHost)
 	if err != nil {
 		return fmt.Errorf("read where the conversation of run %s lives: %w", o.Run.ID, translate(err))
 	}
@@ -165,7 +177,7 @@ func (s *Store) dispatchResume(ctx context.Context, f *wire.Frame, o Offer) erro
 		if !here(lastHost) {
 			return nil
 		}
-	case !here(continuedHost):
+	case o.Run.ContinuesRunID == nil || !here(o.Run.TargetHostID):
 		return nil
 	}
 	f.AgentSessionID = *o.Run.AgentSessionID

@@ -40,7 +40,8 @@ func TestResumeDispatch(t *testing.T) {
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
 	t.Setenv("TMUX_TMPDIR", h.tmuxDir)
-	h.opts.Resumable = func() []string { return []string{"fake", "shell"} }
+	// claude resumes, but its binary is not on this host: not reported.
+	h.opts.Resumable = func() []string { return []string{"shell", "claude", "fake"} }
 	h.start()
 	eventually.Wait(t, 10*time.Second, "the registration", func() bool { return len(orch.regs()) > 0 })
 	if got := orch.regs()[0].Resumable; !slices.Equal(got, []string{"fake", "shell"}) {

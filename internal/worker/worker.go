@@ -439,6 +439,20 @@ func (w *agent) count() int {
 	return len(w.runs)
 }
 
+// resumable is the providers usable here that can resume a
+// conversation, sorted, never nil: what registration reports.
+func (w *agent) resumable() []string {
+	usable := w.o.Providers()
+	out := []string{}
+	for _, name := range w.o.Resumable() {
+		if _, ok := usable[name]; ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // providers is Providers() with its names sorted, for registration.
 func (w *agent) providerNames() []string {
 	return slices.Sorted(maps.Keys(w.o.Providers()))
