@@ -512,9 +512,20 @@ func (c *Client) StopRun(ctx context.Context, id string, force bool) (*wire.Run,
 	return c.runCall(ctx, http.MethodPost, id, "/stop", wire.StopRun{Force: force})
 }
 
-// RetryRun requeues a failed run with attempt + 1.
-func (c *Client) RetryRun(ctx context.Context, id string) (*wire.Run, error) {
-	return c.runCall(ctx, http.MethodPost, id, "/retry", nil)
+// RetryRun requeues a failed run with attempt + 1; it resumes the
+// agent's conversation unless fresh.
+func (c *Client) RetryRun(ctx context.Context, id string, fresh bool) (*wire.Run, error) {
+	var body any
+	if fresh {
+		body = wire.RetryRun{Fresh: true}
+	}
+	return c.runCall(ctx, http.MethodPost, id, "/retry", body)
+}
+
+// ContinueRun starts a new run that continues an ended run's
+// conversation (POST /runs/{id}/continue).
+func (c *Client) ContinueRun(ctx context.Context, id string, in wire.ContinueRun) (*wire.Run, error) {
+	return c.runCall(ctx, http.MethodPost, id, "/continue", in)
 }
 
 // CompleteRun marks a run completed by hand (it does not stop it).

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +15,10 @@ import (
 	"pam/internal/wire"
 )
 
-// `pam hook` posts for the run of its environment, reads and ignores the
-// provider's stdin JSON and codex's extra argument, and exits 0 whatever
-// happens — also when nothing can be delivered or its environment is bad.
+// `pam hook` posts for the run of its environment, reads the provider's
+// stdin JSON and codex's extra argument (for the CLI's session id, and
+// codex's for its type), and exits 0 whatever happens — also when nothing
+// can be delivered or its environment is bad.
 func TestHook(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)
@@ -60,10 +62,24 @@ func TestHook(t *testing.T) {
 	if r := e.pam("hook", "completed", `{"type":"agent-turn-complete","thread-id":"t2","input-messages":["Generate a concise, single-line task title of at most 36 characters\n\nUser prompt:\nx"]}`); r.code != 0 || r.stderr != "" {
 		t.Errorf("codex's title thread: %v", r)
 	}
+	e.stdin = strings.NewReader("")
+	if r := e.pam("hook", "completed", `{"type":"agent-turn-complete","thread-id":"th-1","turn-id":"2"}`); r.code != 0 || r.stderr != "" {
+		t.Errorf("completed with codex's thread: %v", r)
+	}
 	mu.Lock()
-	if len(got) != 4 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
+	if len(got) != 5 || got[0].Kind != "progress" || got[0].Seq == nil || *got[0].Seq != 1 || got[1].Kind != "completed" || got[1].Source != "provider-hook" {
 		t.Errorf("posted %+v", got)
 	}
+	// The CLI's session id goes with the first signal of the attempt, and
+	// again when it changes; the others carry none.
+	var payloads []string
+	for _, s := range got {
+		payloads = append(payloads, string(s.Payload))
+	}
+	if want := []string{`{"agent_session_id":"abc"}`, ``, ``, ``, `{"agent_session_id":"th-1"}`}; !slices.Equal(payloads, want) {
+		t.Errorf("payloads %q, want %q", payloads, want)
+	}
+	got = got[:4]
 	for i, s := range got[2:] {
 		if s.Kind != wire.SignalNeedsInput || s.Source != "provider-hook" || s.Seq != nil || s.Attempt == nil || *s.Attempt != 1 {
 			t.Errorf("needs-input %d posted %+v", i, s)

@@ -16,7 +16,7 @@ import (
 
 var runCmd = &command{
 	name:    "run",
-	summary: "start, list, show, stop, retry and complete agent runs; send keys; read logs; watch or attach a pane",
+	summary: "start, list, show, stop, retry, continue and complete agent runs; send keys; read logs; watch or attach a pane",
 	subs: []*command{
 		{
 			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
@@ -142,12 +142,14 @@ var runCmd = &command{
 			},
 		},
 		{
-			name: "retry", args: "ID", nargs: 1, names: runIDs, summary: "requeue a failed run with one more attempt", group: clientGroup,
+			name: "retry", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
+			summary: "requeue a failed run with one more attempt (it resumes the agent's conversation unless --fresh)",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				fresh := fs.Bool("fresh", false, "start the agent afresh with the prompt instead of resuming its conversation")
 				asJSON := fs.Bool("json", false, "print the run as JSON")
 				return func(x *invocation) error {
 					return runAction(x, *asJSON, "requeued", func(c *apiclient.Client) (*wire.Run, error) {
-						return c.RetryRun(x.ctx, x.args[0])
+						return c.RetryRun(x.ctx, x.args[0], *fresh)
 					})
 				}
 			},
@@ -448,6 +450,8 @@ func printRun(w io.Writer, r *wire.Run, task string, hosts hostNames) {
 	fmt.Fprintf(tw, "host:\t%s\n", hosts.name(r.HostID))
 	fmt.Fprintf(tw, "target_host:\t%s\n", hosts.name(r.TargetHostID))
 	fmt.Fprintf(tw, "session_name:\t%s\n", r.SessionName)
+	fmt.Fprintf(tw, "agent_session:\t%s\n", optionalString(r.AgentSessionID))
+	fmt.Fprintf(tw, "continues:\t%s\n", optionalString(r.ContinuesRunID))
 	fmt.Fprintf(tw, "cwd:\t%s\n", dash(r.Cwd))
 	fmt.Fprintf(tw, "args:\t%s\n", args)
 	fmt.Fprintf(tw, "failure_reason:\t%s\n", optionalString(r.FailureReason))

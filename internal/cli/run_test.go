@@ -32,6 +32,7 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	f.handle("GET /api/v1/projects/demo", 200, projectJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/stop", 202, runJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/retry", 202, runJSON)
+	f.handle("POST /api/v1/runs/"+runID+"/continue", 202, runJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/complete", 200, runJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/keys", 202, `{"delivery":"observed"}`)
 
@@ -54,6 +55,11 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"run", "stop", runID}, `POST /api/v1/runs/` + runID + `/stop {}`},
 		{[]string{"run", "stop", runID, "--force"}, `POST /api/v1/runs/` + runID + `/stop {"force":true}`},
 		{[]string{"run", "retry", runID}, `POST /api/v1/runs/` + runID + `/retry`},
+		{[]string{"run", "retry", "--fresh", runID}, `POST /api/v1/runs/` + runID + `/retry {"fresh":true}`},
+		{[]string{"run", "continue", runID}, `POST /api/v1/runs/` + runID + `/continue {}`},
+		{[]string{"run", "continue", runID, "now update the docs"}, `POST /api/v1/runs/` + runID + `/continue {"text":"now update the docs"}`},
+		{[]string{"run", "continue", runID, "now", "the", "docs", "--provider", "claude-opus"},
+			`POST /api/v1/runs/` + runID + `/continue {"text":"now the docs","provider":"claude-opus"}`},
 		{[]string{"run", "complete", runID}, `POST /api/v1/runs/` + runID + `/complete`},
 		{[]string{"run", "keys", runID, "--text", "yes please", "--enter", "--key", "C-c", "--text", "x"},
 			`POST /api/v1/runs/` + runID + `/keys {"keys":[{"text":"yes please"},{"key":"Enter"},{"key":"C-c"},{"text":"x"}]}`},
@@ -78,6 +84,12 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	}
 	if out := e.mustPam("run", "list"); !strings.Contains(out, "f8d9e2a1  pending  1/3      -") {
 		t.Errorf("run list:\n%s", out)
+	}
+	if out := e.mustPam("run", "continue", runID, "go on"); out != "admitted run "+runID+" (pending, session pam-f8d9e2a1), continuing run "+runID+"\n" {
+		t.Errorf("continue printed %q", out)
+	}
+	if err := json.Unmarshal([]byte(e.mustPam("run", "continue", runID, "--json")), &r); err != nil || r.ID != runID {
+		t.Errorf("continue --json: %+v %v", r, err)
 	}
 	if out := e.mustPam("run", "keys", runID, "--enter"); out != "sent; delivery observed (the pane changed)\n" {
 		t.Errorf("keys printed %q", out)
@@ -236,6 +248,42 @@ func TestSafeText(t *testing.T) {
 	} {
 		if got := safeText(in); got != want {
 			t.Errorf("safeText(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// continue's refusals are the API's; a text the API would refuse
+// is a usage error before any request; show says the conversation and
+// what the run continues.
+func TestRunContinue(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	f.handle("POST /api/v1/runs/"+runID+"/continue", 409,
+		`{"error":{"code":"not_resumable","message":"the run has no agent session: its CLI's hooks never reported one","details":{}}}`)
+	r := e.pam("run", "continue", runID, "more")
+	if r.code != 1 || !strings.Contains(r.stderr, "no agent session") {
+		t.Errorf("not resumable: %v", r)
+	}
+	before := f.last()
+	r = e.pam("run", "continue", runID, strings.Repeat("x", wire.MaxContinueText+1))
+	if r.code != 2 || !strings.Contains(r.stderr, "text") || f.last() != before {
+		t.Errorf("a text too long: %v (last request %s)", r, f.last())
+	}
+	if out := e.mustPam("run", "continue", "--help"); !strings.Contains(out, "--provider") || !strings.Contains(out, "ID [TEXT]") {
+		t.Errorf("continue --help:\n%s", out)
+	}
+	if out := e.mustPam("run", "retry", "--help"); !strings.Contains(out, "--fresh") {
+		t.Errorf("retry --help:\n%s", out)
+	}
+
+	cont := strings.Replace(strings.Replace(runJSON, `"agent_session_id":null`, `"agent_session_id":"5f0c-abc"`, 1),
+		`"continues_run_id":null`, `"continues_run_id":"0a0a0a0a-1111-4111-8111-111111111111"`, 1)
+	f.handle("GET /api/v1/runs/"+runID, 200, cont)
+	out := e.mustPam("run", "show", runID)
+	for _, want := range []string{"agent_session:      5f0c-abc", "continues:          0a0a0a0a-1111-4111-8111-111111111111"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show lacks %q:\n%s", want, out)
 		}
 	}
 }

@@ -142,6 +142,7 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 		Version:           versionString(),
 		Logger:            log,
 		Providers:         catalog.Available,
+		Resumable:         catalog.Resumable,
 		Screens:           catalog.Patterns,
 		PassEnv: func(name string) map[string]string {
 			return provider.Passed(catalog.PassEnvNames(name, passEnv), x.env.lookup)

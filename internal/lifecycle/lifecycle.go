@@ -49,6 +49,9 @@ type Run struct {
 	LastInputAt time.Time
 	// AttentionDetail is what the run is asked now (nil: nothing known).
 	AttentionDetail *wire.AttentionDetail
+	// AgentSessionID is the CLI's own conversation id, as its hooks
+	// reported it ("" when none did).
+	AgentSessionID string
 }
 
 // FromWire is the decision's view of a stored run. Its last input is
@@ -57,7 +60,8 @@ func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
 		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention, AttentionDetail: r.AttentionDetail,
-		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt))}
+		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt)),
+		AgentSessionID: deref(r.AgentSessionID)}
 }
 
 func deref(s *string) string {
@@ -121,9 +125,13 @@ const (
 	// Attention; guarded on the status (running), the attempt and the
 	// attention it was decided from. It changes no status.
 	SetAttention
+	// SetAgentSession: the run's agent_session_id becomes AgentSessionID
+	// (docs/architecture.md#resume-and-continue); guarded on the status
+	// and attempt it was decided from. It changes no status.
+	SetAgentSession
 )
 
-var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue", "attention"}
+var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue", "attention", "agent_session"}
 
 func (w Write) String() string {
 	if int(w) < len(writeNames) {
@@ -152,8 +160,13 @@ type Step struct {
 	HostID        string    // Offer: the host
 	NextAttemptAt time.Time // Requeue: when the new attempt is due (also its pending_since)
 	RaiseMax      bool      // Requeue: raise max_attempts to the new attempt (POST /retry)
-	AttentionFrom string    // SetAttention: the attention the write is guarded on
-	Attention     string    // SetAttention: the attention after the write
+	// Fresh: Requeue forgets the agent's conversation (agent_session_id
+	// cleared), so the new attempt starts afresh (POST /retry {fresh}).
+	Fresh bool
+	// AgentSessionID is SetAgentSession's session id.
+	AgentSessionID string
+	AttentionFrom  string // SetAttention: the attention the write is guarded on
+	Attention      string // SetAttention: the attention after the write
 	// AttentionDetail is SetAttention's attention_detail after the write:
 	// what the run is asked (nil: none is known, or the run waits for
 	// nothing).
@@ -189,7 +202,7 @@ type Decision struct {
 // may have freed or a run may be due).
 func (d Decision) Changed() bool {
 	for _, s := range d.Steps {
-		if s.Write != JournalOnly && s.Write != SetAttention {
+		if s.Write != JournalOnly && s.Write != SetAttention && s.Write != SetAgentSession {
 			return true
 		}
 	}
@@ -428,6 +441,14 @@ func Created(provider, sessionName string, targetHostID *string) Decision {
 		map[string]any{"provider": provider, "session_name": sessionName, "target_host_id": targetHostID})}}
 }
 
+// ContinuationCreated is the admission of a run that continues another
+// (continues): run.created names it.
+func ContinuationCreated(provider, sessionName, targetHostID, continues string) Decision {
+	d := Created(provider, sessionName, &targetHostID)
+	d.Steps[0].Events[0].Extra["continues_run_id"] = continues
+	return d
+}
+
 // Offered is a pending run offered to host (on every offer).
 func Offered(r Run, host string) Decision {
 	return Decision{Steps: []Step{{Write: Offer, From: wire.RunPending, Attempt: r.Attempt, HostID: host,
@@ -446,11 +467,67 @@ func Stop(r Run, force bool) (Decision, error) {
 
 // Retry is POST /runs/{id}/retry: a run that stayed failed goes back to
 // pending at attempt + 1 at once, its max_attempts raised to allow it.
-func Retry(r Run, now time.Time) (Decision, error) {
+// The new attempt resumes the agent's conversation, if one is known,
+// unless fresh: then the conversation is forgotten (agent_session_id
+// cleared) and the CLI starts again with the prompt
+// (docs/architecture.md#resume-and-continue). continuedBy is the run that
+// continues r, if any: its worktree and conversation are that run's now,
+// so r is not retried.
+func Retry(r Run, fresh bool, continuedBy string, now time.Time) (Decision, error) {
 	if r.Status != wire.RunFailed {
 		return Decision{}, illegal(r, "retry")
 	}
-	return Decision{Steps: []Step{requeue(r.Attempt, now, true)}}, nil
+	if continuedBy != "" {
+		return Decision{}, wire.Conflict(wire.CodeIllegalTransition, "run was continued by run %s, which took its worktree and conversation: continue that one", continuedBy).
+			With("status", r.Status).With("continued_by", continuedBy)
+	}
+	st := requeue(r.Attempt, now, true)
+	if fresh {
+		st.Fresh = true
+		st.Events[0].Extra["fresh"] = true
+	}
+	return Decision{Steps: []Step{st}}, nil
+}
+
+// ContinueFacts are what the store reads about a continue besides the run.
+type ContinueFacts struct {
+	// ContinuedBy is the run that already continues this one, if any: a
+	// run is continued once, and its continuation after it.
+	ContinuedBy string
+	// Resumable: the provider of the new run has resume_args on the run's
+	// host (as the host reported its catalog, or the built-in's).
+	Resumable bool
+	// WorktreeGone: the run wants a worktree and has none now (removed,
+	// or never made).
+	WorktreeGone bool
+	// Host is where the conversation is, which the continuation is pinned
+	// to: the host holding the run's worktree, or the one it last ran on;
+	// "" when it never ran anywhere.
+	Host string
+}
+
+// Continue decides POST /runs/{id}/continue of r by a new run newRun
+// (docs/architecture.md#resume-and-continue): only a run that ended, was
+// not continued yet, and whose conversation can be resumed — its hooks
+// reported a session, its provider resumes on its host, its worktree is
+// still there. The old run journals run.continued naming the new one.
+func Continue(r Run, f ContinueFacts, newRun string) (Decision, error) {
+	switch {
+	case Active(r.Status):
+		return Decision{}, wire.Conflict(wire.CodeIllegalTransition, "cannot continue a run that is %s: it is still live", r.Status).With("status", r.Status)
+	case f.ContinuedBy != "":
+		return Decision{}, wire.Conflict(wire.CodeIllegalTransition, "run was already continued by run %s: continue that one", f.ContinuedBy).
+			With("status", r.Status).With("continued_by", f.ContinuedBy)
+	case r.AgentSessionID == "":
+		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run has no agent session: its CLI's hooks never reported one")
+	case f.Host == "":
+		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run never ran on a host")
+	case !f.Resumable:
+		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the provider cannot resume a conversation on the run's host (no resume_args)")
+	case f.WorktreeGone:
+		return Decision{}, wire.Conflict(wire.CodeNotResumable, "the run's worktree is gone (removed, or never made): its conversation cannot be resumed where it was")
+	}
+	return Decision{Steps: []Step{journal(wire.TopicRunContinued, map[string]any{"run_id": newRun})}}, nil
 }
 
 // Complete is a completion mark (POST /runs/{id}/complete, source
@@ -679,6 +756,10 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 	if sig.Kind == wire.SignalProgress && sig.Seq == nil {
 		return Decision{}, wire.Errorf(wire.CodeMissingSeq, "progress signal has no seq")
 	}
+	session, err := wire.AgentSessionOf(sig.Payload)
+	if err != nil {
+		return Decision{}, err
+	}
 	seen := func(result string, extra map[string]any) map[string]any {
 		m := map[string]any{"kind": sig.Kind, "source": sig.Source, "result": result}
 		for k, v := range extra {
@@ -710,6 +791,38 @@ func IngestSignal(r Run, sig Signal, f SignalFacts, p Policy, now time.Time) (De
 	if Tombstoned(r) {
 		return refuse(wire.ResultIgnored, wire.TopicRunSignalReceived,
 			seen(wire.ResultIgnored, map[string]any{"status": r.Status, "failure_reason": wire.FailHostLost})), nil
+	}
+	d, err := ingestKind(r, sig, f, att, p, now)
+	if err != nil || session == "" || session == r.AgentSessionID {
+		return d, err
+	}
+	// The CLI's session id is the attempt's, whatever the signal does
+	// besides: recorded first, before a failure can requeue the run.
+	d.Steps = append([]Step{agentSession(r, session)}, d.Steps...)
+	return d, nil
+}
+
+// agentSession records the session id a signal of r's current attempt
+// carried (docs/architecture.md#resume-and-continue): run.agent_session,
+// with the one it replaces.
+func agentSession(r Run, session string) Step {
+	var from any
+	if r.AgentSessionID != "" {
+		from = r.AgentSessionID
+	}
+	return Step{Write: SetAgentSession, From: r.Status, Attempt: r.Attempt, AgentSessionID: session,
+		Events: []Event{{wire.TopicRunAgentSession, map[string]any{"agent_session_id": session, "from": from}}}}
+}
+
+// ingestKind is IngestSignal of a signal that passed the epoch, sender and
+// tombstone guards: what its kind does to the run.
+func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Time) (Decision, error) {
+	seen := func(result string, extra map[string]any) map[string]any {
+		m := map[string]any{"kind": sig.Kind, "source": sig.Source, "result": result}
+		for k, v := range extra {
+			m[k] = v
+		}
+		return m
 	}
 	if sig.Kind == wire.SignalNeedsInput {
 		// Not one-shot (an agent may ask many times) and journaled only

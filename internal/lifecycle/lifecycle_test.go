@@ -165,16 +165,16 @@ var machine = []edge{
 		path: []string{failed, pending}, reason: wire.FailCLIHang, topics: []wire.Topic{tFailed, tRequeued}},
 	{name: "running → failed: host lost, attempts used up", decide: expired(last(run(running)), lifecycle.HostLost, false, hostA),
 		path: []string{failed}, reason: wire.FailHostLost, topics: []wire.Topic{tFailed}},
-	{name: "failed → pending: retry", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(last(run(failed)), now) },
+	{name: "failed → pending: retry", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(last(run(failed)), false, "", now) },
 		path: []string{pending}, topics: []wire.Topic{tRequeued}},
 
 	// Refused: anything else changes nothing.
 	{name: "stop of exited", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(exited), false) }, err: wire.CodeIllegalTransition},
 	{name: "stop of stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(stopped), false) }, err: wire.CodeIllegalTransition},
 	{name: "stop of failed", decide: func() (lifecycle.Decision, error) { return lifecycle.Stop(run(failed), false) }, err: wire.CodeIllegalTransition},
-	{name: "retry of running", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(running), now) }, err: wire.CodeIllegalTransition},
-	{name: "retry of exited", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(exited), now) }, err: wire.CodeIllegalTransition},
-	{name: "retry of stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(stopped), now) }, err: wire.CodeIllegalTransition},
+	{name: "retry of running", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(running), false, "", now) }, err: wire.CodeIllegalTransition},
+	{name: "retry of exited", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(exited), false, "", now) }, err: wire.CodeIllegalTransition},
+	{name: "retry of stopped", decide: func() (lifecycle.Decision, error) { return lifecycle.Retry(run(stopped), false, "", now) }, err: wire.CodeIllegalTransition},
 	{name: "started on running: ignored", decide: ingest(run(running), sig(wire.SignalStarted, wire.SourceWrapper, 1, "")),
 		result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
 	{name: "finished on exited: ignored", decide: ingest(run(exited), sig(wire.SignalFinished, wire.SourceWrapper, 1, `{"exit_code":0}`)),
@@ -374,7 +374,7 @@ func walk(t *testing.T, edges []edge) {
 // Every write is guarded on the status and attempt it was decided from,
 // and each step starts where the previous one ended.
 func TestStepsChainAndAreGuarded(t *testing.T) {
-	for _, e := range slices.Concat(machine, signals, quietTable(), quietClocks) {
+	for _, e := range slices.Concat(machine, signals, conversations, quietTable(), quietClocks) {
 		d, err := e.decide()
 		if err != nil {
 			continue
@@ -418,7 +418,7 @@ func TestRequeueBackoff(t *testing.T) {
 			t.Errorf("attempt %d: run.requeued says attempt %v", attempt, got)
 		}
 	}
-	if d, _ := lifecycle.Retry(last(run(failed)), now); !d.Steps[0].RaiseMax || !d.Steps[0].NextAttemptAt.Equal(now) {
+	if d, _ := lifecycle.Retry(last(run(failed)), false, "", now); !d.Steps[0].RaiseMax || !d.Steps[0].NextAttemptAt.Equal(now) {
 		t.Errorf("retry: %+v, want an immediate requeue raising max_attempts", d.Steps[0])
 	}
 }
@@ -428,9 +428,13 @@ func TestRequeueBackoff(t *testing.T) {
 // the requeue of a failed one, no step into an unknown status).
 func TestNothingLeavesTheMachine(t *testing.T) {
 	statuses := []string{pending, spawning, running, exited, failed, stopped}
-	kinds := map[string]string{wire.SignalStarted: "", wire.SignalFinished: `{"exit_code":0}`, wire.SignalCompleted: "", wire.SignalFailed: ""}
+	kinds := map[string]string{wire.SignalStarted: "", wire.SignalFinished: `{"exit_code":0}`, wire.SignalCompleted: "", wire.SignalFailed: "",
+		wire.SignalNeedsInput: `{"agent_session_id":"s1"}`}
 	for _, st := range statuses {
 		for kind, payload := range kinds {
+			if kind == wire.SignalCompleted {
+				payload = `{"agent_session_id":"s1"}` // recorded in any status, changing none
+			}
 			for _, source := range []string{wire.SourceWrapper, wire.SourceProviderHook} {
 				d, err := lifecycle.IngestSignal(run(st), sig(kind, source, 1, payload), lifecycle.SignalFacts{}, policy, now)
 				if err != nil {
@@ -438,7 +442,7 @@ func TestNothingLeavesTheMachine(t *testing.T) {
 					continue
 				}
 				for _, s := range d.Steps {
-					if s.Write != lifecycle.JournalOnly && !lifecycle.Active(s.From) && s.Write != lifecycle.Requeue {
+					if s.Write != lifecycle.JournalOnly && !lifecycle.Active(s.From) && s.Write != lifecycle.Requeue && s.Write != lifecycle.SetAgentSession {
 						t.Errorf("%s from %s on %s: a write from a terminal status: %+v", kind, source, st, s)
 					}
 					if s.To != "" && !slices.Contains(statuses, s.To) {
@@ -856,5 +860,113 @@ func TestCompletedIdleStop(t *testing.T) {
 	}
 	if !d.Changed() || d.Final() != stopped {
 		t.Errorf("changed %v, final %q", d.Changed(), d.Final())
+	}
+}
+
+func sessionOf(r lifecycle.Run, id string) lifecycle.Run {
+	return with(r, func(r *lifecycle.Run) { r.AgentSessionID = id })
+}
+
+func withSession(s lifecycle.Signal, id string) lifecycle.Signal {
+	s.Payload = json.RawMessage(`{"agent_session_id":"` + id + `"}`)
+	return s
+}
+
+var tSession = wire.TopicRunAgentSession
+
+// Conversations (docs/architecture.md#resume-and-continue): the session
+// id a hook reports is recorded once and again when it changes, in any
+// status of the current attempt and before whatever the signal does; a
+// retry resumes unless fresh; a continue needs an ended run whose
+// conversation can be resumed.
+var conversations = []edge{
+	{name: "a hook's session id is recorded", decide: ingest(run(running), withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s1")),
+		result: wire.ResultApplied, path: []string{""}, topics: []wire.Topic{tSession}},
+	{name: "the same session again: nothing more", decide: ingest(sessionOf(run(running), "s1"), withSession(progress(1), "s1")),
+		result: wire.ResultApplied, topics: []wire.Topic{wire.TopicRunProgress}},
+	{name: "a changed session (a /clear) is recorded again", decide: ingest(sessionOf(run(running), "s1"), withSession(progress(1), "s2")),
+		result: wire.ResultApplied, path: []string{""}, topics: []wire.Topic{tSession, wire.TopicRunProgress}},
+	{name: "recorded after the CLI exited", decide: ingest(run(exited), withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s1")),
+		result: wire.ResultApplied, path: []string{""}, topics: []wire.Topic{tSession}},
+	{name: "recorded with a duplicate", decide: ingestF(run(running), withSession(sig(wire.SignalStarted, wire.SourceWrapper, 1, ""), "s1"), lifecycle.SignalFacts{Processed: true}),
+		result: wire.ResultDuplicate, path: []string{""}, topics: []wire.Topic{tSession}},
+	{name: "recorded with a needs_input that a stopped run ignores", decide: ingest(run(stopped), withSession(sig(wire.SignalNeedsInput, wire.SourceProviderHook, 1, ""), "s1")),
+		result: wire.ResultIgnored, path: []string{""}, topics: []wire.Topic{tSession}},
+	{name: "recorded before the failure it came with requeues the run", decide: ingest(run(running), withSession(sig(wire.SignalFailed, wire.SourceProviderHook, 1, ""), "s1")),
+		result: wire.ResultApplied, path: []string{"", failed, pending}, reason: wire.FailProviderFailed, topics: []wire.Topic{tSession, tFailed, tRequeued}},
+	{name: "an older attempt's session is not recorded", decide: ingest(with(run(running), func(r *lifecycle.Run) { r.Attempt = 2 }), withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s1")),
+		result: wire.ResultStaleAttempt, topics: []wire.Topic{wire.TopicRunStaleSignal}},
+	{name: "a withdrawn offer's session is not recorded", decide: ingest(run(running), from(hostB, withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s1"))),
+		result: wire.ResultStaleOffer, stop: true, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "a session after host_lost is not recorded", decide: ingest(with(last(run(failed)), func(r *lifecycle.Run) { r.FailureReason = wire.FailHostLost; r.Attempt = 1 }),
+		withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s1")), result: wire.ResultIgnored, topics: []wire.Topic{wire.TopicRunSignalReceived}},
+	{name: "a bad session id is refused", decide: ingest(run(running), withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "-rf")), err: wire.CodeValidationFailed},
+	{name: "a session id that is no string is refused", decide: ingest(run(running), sig(wire.SignalCompleted, wire.SourceProviderHook, 1, `{"agent_session_id":7}`)), err: wire.CodeValidationFailed},
+
+	{name: "retry resumes the conversation", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Retry(sessionOf(last(run(failed)), "s1"), false, "", now)
+	},
+		path: []string{pending}, topics: []wire.Topic{tRequeued}},
+	{name: "retry fresh forgets it", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Retry(sessionOf(last(run(failed)), "s1"), true, "", now)
+	},
+		path: []string{pending}, topics: []wire.Topic{tRequeued}},
+	{name: "retry of a continued run", decide: func() (lifecycle.Decision, error) {
+		return lifecycle.Retry(sessionOf(last(run(failed)), "s1"), false, "run-2", now)
+	},
+		err: wire.CodeIllegalTransition},
+
+	{name: "continue of an exited run", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a stopped run", decide: cont(sessionOf(run(stopped), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a failed run", decide: cont(sessionOf(last(run(failed)), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), topics: []wire.Topic{wire.TopicRunContinued}},
+	{name: "continue of a pending run", decide: cont(sessionOf(run(pending), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a spawning run", decide: cont(sessionOf(run(spawning), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a running run", decide: cont(sessionOf(run(running), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeIllegalTransition},
+	{name: "continue of a run continued already", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true, ContinuedBy: "run-2"}), err: wire.CodeIllegalTransition},
+	{name: "continue without an agent session", decide: cont(run(exited), lifecycle.ContinueFacts{Host: hostA, Resumable: true}), err: wire.CodeNotResumable},
+	{name: "continue of a provider without resume_args", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA}), err: wire.CodeNotResumable},
+	{name: "continue after the worktree was removed", decide: cont(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true, WorktreeGone: true}), err: wire.CodeNotResumable},
+	{name: "continue of a run never placed", decide: cont(with(sessionOf(run(exited), "s1"), func(r *lifecycle.Run) { r.HostID = "" }), lifecycle.ContinueFacts{Resumable: true}), err: wire.CodeNotResumable},
+}
+
+func cont(r lifecycle.Run, f lifecycle.ContinueFacts) func() (lifecycle.Decision, error) {
+	return func() (lifecycle.Decision, error) { return lifecycle.Continue(r, f, "run-2") }
+}
+
+func TestConversations(t *testing.T) { walk(t, conversations) }
+
+// What the conversation steps write and journal: the session and the one
+// it replaces, guarded on the status and attempt; a fresh retry's
+// requeue forgets the conversation and says so; run.continued names the
+// new run; a continuation's run.created names the run it continues.
+func TestConversationSteps(t *testing.T) {
+	d, _ := lifecycle.IngestSignal(sessionOf(run(exited), "s1"), withSession(sig(wire.SignalCompleted, wire.SourceProviderHook, 1, ""), "s2"), lifecycle.SignalFacts{}, policy, now)
+	st := d.Steps[0]
+	if st.Write != lifecycle.SetAgentSession || st.AgentSessionID != "s2" || st.From != exited || st.Attempt != 1 || d.Changed() {
+		t.Errorf("step %+v (changed %v)", st, d.Changed())
+	}
+	if got := st.Events[0].Extra; got["agent_session_id"] != "s2" || got["from"] != "s1" {
+		t.Errorf("run.agent_session %v", got)
+	}
+	if d.CompleteSource != wire.SourceProviderHook {
+		t.Errorf("the completion itself was lost: %+v", d)
+	}
+	d, _ = lifecycle.IngestSignal(run(running), withSession(progress(1), "s1"), lifecycle.SignalFacts{}, policy, now)
+	if got := d.Steps[0].Events[0].Extra; got["from"] != nil {
+		t.Errorf("a first session replaces %v", got["from"])
+	}
+	for fresh, want := range map[bool]bool{false: false, true: true} {
+		d, _ := lifecycle.Retry(sessionOf(last(run(failed)), "s1"), fresh, "", now)
+		if st := d.Steps[0]; st.Fresh != want || (st.Events[0].Extra["fresh"] == true) != want {
+			t.Errorf("retry fresh=%v: %+v", fresh, st)
+		}
+	}
+	d, _ = lifecycle.Continue(sessionOf(run(exited), "s1"), lifecycle.ContinueFacts{Host: hostA, Resumable: true}, "run-2")
+	if got := d.Steps[0].Events[0].Extra; got["run_id"] != "run-2" {
+		t.Errorf("run.continued %v", got)
+	}
+	d = lifecycle.ContinuationCreated("claude", "pam-0b0b0b0b", hostA, "run-1")
+	if got := d.Steps[0].Events[0].Extra; got["continues_run_id"] != "run-1" || *(got["target_host_id"].(*string)) != hostA {
+		t.Errorf("run.created %v", got)
 	}
 }

@@ -72,6 +72,10 @@ type fileEntry struct {
 	Trust *string `toml:"trust"`
 	// Screens is the [providers.NAME.screens] table.
 	Screens *fileScreens `toml:"screens"`
+	// ResumeArgs is resume_args and ContinueMessage continue_message
+	// (docs/architecture.md#resume-and-continue).
+	ResumeArgs      *[]string `toml:"resume_args"`
+	ContinueMessage *string   `toml:"continue_message"`
 }
 
 // fileScreens is a [providers.NAME.screens] table: each list set
@@ -130,7 +134,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, screens and trust; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, resume_args, continue_message, screens and trust; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -179,6 +183,12 @@ func parse(path string, data []byte) (*Catalog, error) {
 		if e.Screens != nil {
 			p.Screens = p.Screens.merged(*e.Screens)
 		}
+		if e.ResumeArgs != nil {
+			p.ResumeArgs = slices.Clone(*e.ResumeArgs)
+		}
+		if e.ContinueMessage != nil {
+			p.ContinueMessage = *e.ContinueMessage
+		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
 		}
@@ -220,15 +230,14 @@ func (p *Provider) validate() error {
 	if p.EndOfOptions != "" && !strings.HasPrefix(p.EndOfOptions, "-") || strings.ContainsRune(p.EndOfOptions, 0) {
 		return fmt.Errorf("end_of_options: %q is not an option (want \"--\", or \"\" when the CLI takes none)", p.EndOfOptions)
 	}
-	for i, a := range p.Args {
-		if strings.ContainsRune(a, 0) {
-			return fmt.Errorf("args[%d]: holds a NUL byte", i)
-		}
-		for _, ph := range placeholderRe.FindAllString(a, -1) {
-			if !slices.Contains(placeholders, ph) {
-				return fmt.Errorf("args[%d]: unknown placeholder %s (known: %s)", i, ph, strings.Join(placeholders, ", "))
-			}
-		}
+	if err := checkTemplate("args", p.Args, placeholders); err != nil {
+		return err
+	}
+	if err := checkTemplate("resume_args", p.ResumeArgs, resumePlaceholders); err != nil {
+		return err
+	}
+	if strings.ContainsRune(p.ContinueMessage, 0) || len(p.ContinueMessage) > maxContinueMessage {
+		return fmt.Errorf("continue_message: must be at most %d bytes without NUL", maxContinueMessage)
 	}
 	for _, k := range slices.Sorted(maps.Keys(p.ExtraEnv)) {
 		if !envRe.MatchString(k) {
@@ -259,6 +268,39 @@ func (p *Provider) validate() error {
 	return nil
 }
 
+// maxContinueMessage bounds continue_message: it is typed as a message.
+const maxContinueMessage = 4096
+
+// checkTemplate checks the argv template of key: no NUL, and only the
+// placeholders known there.
+func checkTemplate(key string, tmpl, known []string) error {
+	for i, a := range tmpl {
+		if strings.ContainsRune(a, 0) {
+			return fmt.Errorf("%s[%d]: holds a NUL byte", key, i)
+		}
+		for _, ph := range placeholderRe.FindAllString(a, -1) {
+			if !slices.Contains(known, ph) {
+				return fmt.Errorf("%s[%d]: unknown placeholder %s (known: %s)", key, i, ph, strings.Join(known, ", "))
+			}
+		}
+	}
+	return nil
+}
+
+// Resumable lists, sorted, the providers that can resume a conversation
+// (they have resume_args): what a worker reports at registration, so
+// that the server refuses a continue its hosts could not resume.
+func (c *Catalog) Resumable() []string {
+	var out []string
+	for name, p := range c.providers {
+		if len(p.ResumeArgs) > 0 {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // Get returns a copy of the named provider.
 func (c *Catalog) Get(name string) (Provider, bool) {
 	p, ok := c.providers[name]
@@ -268,6 +310,7 @@ func (c *Catalog) Get(name string) (Provider, bool) {
 	p.Args = slices.Clone(p.Args)
 	p.ExtraEnv = maps.Clone(p.ExtraEnv)
 	p.PassEnv = slices.Clone(p.PassEnv)
+	p.ResumeArgs = slices.Clone(p.ResumeArgs)
 	p.Screens = p.Screens.clone()
 	return p, true
 }

@@ -20,6 +20,7 @@ var (
 	proxyNameRe    = regexp.MustCompile(`^([A-Z_][A-Z0-9_]*|http_proxy|https_proxy|no_proxy|all_proxy|ftp_proxy)$`)
 	placeholderish = regexp.MustCompile(`\{[a-z_]+\}`)
 	knownVars      = []string{"{prompt}", "{task_title}", "{run_id}", "{attempt}", "{cwd}"}
+	knownResume    = append(slices.Clone(knownVars), "{session_id}")
 )
 
 const fuzzPath = "/etc/pam/providers.toml"
@@ -57,6 +58,9 @@ func FuzzLoadCatalog(f *testing.F) {
 		"[providers.aider.screens]\nneeds_input = [\"Allow edits\\\\?\"]\nworking = [\"thinking\"]\n[providers.aider]\nbinary = \"aider\"\n",
 		"[providers.claude.screens]\nrate_limited = [\"(unclosed\"]\n",
 		"[providers.claude.screens]\nworking = []\nneeds_input = [\".*\"]\n",
+		"[providers.aider]\nbinary = \"aider\"\nresume_args = [\"--restore\", \"{session_id}\", \"{prompt}\"]\ncontinue_message = \"go on\"\n",
+		"[providers.claude]\nresume_args = []\ncontinue_message = \"\"\n",
+		"[providers.claude]\nresume_args = [\"{sesion_id}\"]\n",
 	} {
 		f.Add(s)
 	}
@@ -112,6 +116,16 @@ func catalogInBounds(t *testing.T, c *Catalog) {
 				}
 			}
 		}
+		for _, a := range p.ResumeArgs {
+			for _, ph := range placeholderish.FindAllString(a, -1) {
+				if !slices.Contains(knownResume, ph) || strings.ContainsRune(a, 0) {
+					t.Fatalf("%s: resume arg %q taken", name, a)
+				}
+			}
+		}
+		if strings.ContainsRune(p.ContinueMessage, 0) {
+			t.Fatalf("%s: continue_message %q taken", name, p.ContinueMessage)
+		}
 		for k, v := range p.ExtraEnv {
 			if !envNameRe.MatchString(k) || strings.ContainsRune(v, 0) {
 				t.Fatalf("%s: env %q = %q taken", name, k, v)
@@ -165,7 +179,12 @@ func encodeCatalog(t *testing.T, c *Catalog) []byte {
 			env = map[string]string{}
 		}
 		sc := fileScreens{NeedsInput: &p.Screens.NeedsInput, Working: &p.Screens.Working, RateLimited: &p.Screens.RateLimited}
-		out.Providers[name] = fileEntry{Binary: &p.Binary, Args: &args, Env: &env, Hooks: &p.Hooks, Screens: &sc}
+		resume := p.ResumeArgs
+		if resume == nil {
+			resume = []string{}
+		}
+		out.Providers[name] = fileEntry{Binary: &p.Binary, Args: &args, Env: &env, Hooks: &p.Hooks, Screens: &sc,
+			ResumeArgs: &resume, ContinueMessage: &p.ContinueMessage}
 	}
 	var b bytes.Buffer
 	if err := toml.NewEncoder(&b).Encode(out); err != nil {
@@ -183,6 +202,9 @@ func sameCatalog(a, b *Catalog) bool {
 		pb, _ := b.Get(name)
 		if len(pa.Args) == 0 && len(pb.Args) == 0 {
 			pa.Args, pb.Args = nil, nil
+		}
+		if len(pa.ResumeArgs) == 0 && len(pb.ResumeArgs) == 0 {
+			pa.ResumeArgs, pb.ResumeArgs = nil, nil
 		}
 		if len(pa.ExtraEnv) == 0 && len(pb.ExtraEnv) == 0 {
 			pa.ExtraEnv, pb.ExtraEnv = nil, nil

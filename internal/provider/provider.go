@@ -60,6 +60,14 @@ type Provider struct {
 	Trust string
 	// Screens are the patterns the worker reads its screen with.
 	Screens Screens
+	// ResumeArgs is resume_args: the argv template that resumes the CLI's
+	// own conversation {session_id} instead of starting afresh with Args
+	// (docs/architecture.md#resume-and-continue); its {prompt} is the
+	// message the resumed CLI gets. Empty when the CLI cannot resume.
+	ResumeArgs []string
+	// ContinueMessage is continue_message: what pam says to an agent to
+	// make it go on — the message of a resume that brings none of its own.
+	ContinueMessage string
 }
 
 // TrustNone is the catalog's spelling of "mark nothing" for trust.
@@ -77,16 +85,26 @@ func builtins() map[string]Provider {
 		// starting with "-" is refused for it.
 		// Each passes its own credential variables.
 		// Each marks pam's worktrees trusted in its own config (trust).
+		//
+		// How each resumes a conversation, from the CLIs themselves
+		// (docs/architecture.md#resume-and-continue): claude 2.1
+		// `--resume <session id> [prompt]` (keeps the session id), codex
+		// 0.171 the subcommand `resume [SESSION_ID] [PROMPT]`, gemini 0.61
+		// `--resume <session uuid>` with its query. grok and shell have none.
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
-			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude},
+			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude,
+			ResumeArgs: []string{"--resume", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		// --no-daemon: codex otherwise hands the session to a shared
 		// background server that it starts detached, outside the
 		// session, and that keeps the environment (the run's PAM_*
-		// variables) of the run that started it (docs/agents.md#codex).
+		// variables) of the run that started it (docs/agents.md#codex);
+		// its resume subcommand takes the flag too.
 		"codex": {Name: "codex", Binary: "codex", Args: []string{"--no-daemon", "{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
-			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex},
+			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex,
+			ResumeArgs: []string{"resume", "--no-daemon", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
-			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini},
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini,
+			ResumeArgs: []string{"--resume", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
 			PassEnv: []string{"XAI_API_KEY"}},
 		// The operator explicitly asking for a shell command in the session.
@@ -118,6 +136,14 @@ func CheckBuiltinPrompt(name, prompt string, args []string) error {
 	return err
 }
 
+// BuiltinResumable reports whether the named built-in provider can
+// resume a conversation (it has resume_args); false for any other name.
+// The server asks the hosts' catalogs first (what workers report at
+// registration) and falls back on this.
+func BuiltinResumable(name string) bool {
+	return len(builtins()[name].ResumeArgs) > 0
+}
+
 // Vars are the values of the argv placeholders of one run.
 type Vars struct {
 	Prompt    string // {prompt}
@@ -125,6 +151,9 @@ type Vars struct {
 	RunID     string // {run_id}
 	Attempt   int    // {attempt}
 	Cwd       string // {cwd}
+	// SessionID is {session_id}: the CLI's conversation to resume
+	// (resume_args only).
+	SessionID string
 	// Args are the run's extra arguments, which the wrapper puts between
 	// the template's head and tail: only their presence is read here.
 	Args []string
@@ -132,8 +161,11 @@ type Vars struct {
 
 // placeholders are the names Argv substitutes; anything else that looks
 // like one is refused when the catalog loads, so a typo never reaches a CLI
-// as literal text.
-var placeholders = []string{"{prompt}", "{task_title}", "{run_id}", "{attempt}", "{cwd}"}
+// as literal text. resumePlaceholders are those of resume_args.
+var (
+	placeholders       = []string{"{prompt}", "{task_title}", "{run_id}", "{attempt}", "{cwd}"}
+	resumePlaceholders = append(slices.Clone(placeholders), "{session_id}")
+)
 
 // Argv renders the argument template (without the binary). Each placeholder
 // is replaced inside its argument in a single pass, so text in the prompt
@@ -155,16 +187,35 @@ func (p Provider) Argv(v Vars) ([]string, error) {
 // argument that is exactly "{prompt}" can be read as an option: a prompt
 // inside a longer argument ("--prompt={prompt}") is that option's value.
 func (p Provider) ArgvParts(v Vars) (head, tail []string, err error) {
+	return p.parts(p.Args, v)
+}
+
+// ErrNotResumable refuses a resume of a provider without resume_args.
+var ErrNotResumable = errors.New("the provider has no resume_args: it cannot resume a conversation")
+
+// ResumeParts renders resume_args as ArgvParts renders args: the argv
+// that resumes the conversation v.SessionID, with v.Prompt as the message
+// the resumed CLI gets ("" drops an argument that is exactly {prompt}).
+func (p Provider) ResumeParts(v Vars) (head, tail []string, err error) {
+	if len(p.ResumeArgs) == 0 {
+		return nil, nil, ErrNotResumable
+	}
+	return p.parts(p.ResumeArgs, v)
+}
+
+// parts renders one argv template (Args or ResumeArgs); see ArgvParts.
+func (p Provider) parts(tmpl []string, v Vars) (head, tail []string, err error) {
 	r := strings.NewReplacer(
 		"{prompt}", v.Prompt,
 		"{task_title}", v.TaskTitle,
 		"{run_id}", v.RunID,
 		"{attempt}", strconv.Itoa(v.Attempt),
 		"{cwd}", v.Cwd,
+		"{session_id}", v.SessionID,
 	)
-	head = make([]string, 0, len(p.Args))
+	head = make([]string, 0, len(tmpl))
 	inTail := false
-	for _, a := range p.Args {
+	for _, a := range tmpl {
 		if a == "{prompt}" && v.Prompt == "" {
 			continue
 		}
@@ -318,6 +369,34 @@ func HookKindOfEvent(kind, event string) string {
 		return ""
 	}
 	return kind
+}
+
+// SessionOfHookInput reads the CLI's own session id from the JSON a hook
+// gets on its stdin: Claude Code's hooks and gemini's (0.61) carry
+// session_id. "" when there is none; the caller validates what it gets
+// (wire.ValidAgentSessionID).
+func SessionOfHookInput(stdin []byte) string {
+	var in struct {
+		SessionID string `json:"session_id"`
+	}
+	if json.Unmarshal(stdin, &in) != nil {
+		return ""
+	}
+	return in.SessionID
+}
+
+// SessionOfEvent reads the CLI's session id from a hook's event argument:
+// codex's notify event names its conversation thread-id (codex 0.171:
+// {"type":"agent-turn-complete","thread-id":…,"turn-id":…}). "" when
+// there is none.
+func SessionOfEvent(event string) string {
+	var ev struct {
+		ThreadID string `json:"thread-id"`
+	}
+	if json.Unmarshal([]byte(event), &ev) != nil {
+		return ""
+	}
+	return ev.ThreadID
 }
 
 // compactJSON encodes v on one line without HTML escaping.

@@ -162,6 +162,9 @@ func TestLoadErrors(t *testing.T) {
 		{"pass_env of pam's secrets", "[providers.claude]\npass_env = [\"PAM_WORKER_TOKEN\"]\n", []string{"providers.claude.pass_env[0]", "PAM_*"}},
 		{"pass_env not a list", "[providers.claude]\npass_env = \"X\"\n", []string{FileName}},
 		{"typo placeholder", "[providers.claude]\nargs = [\"{promt}\"]\n", []string{"providers.claude.args[0]", "{promt}"}},
+		{"session id outside resume_args", "[providers.claude]\nargs = [\"--resume={session_id}\"]\n", []string{"providers.claude.args[0]", "{session_id}"}},
+		{"typo in resume_args", "[providers.claude]\nresume_args = [\"--resume\", \"{sesion_id}\"]\n", []string{"providers.claude.resume_args[1]", "{sesion_id}"}},
+		{"NUL in continue_message", "[providers.claude]\ncontinue_message = \"go\\u0000\"\n", []string{"providers.claude.continue_message"}},
 		{"bad proxy", "[proxy]\nhttp-proxy = \"x\"\n", []string{"proxy.http-proxy"}},
 		{"lower proxy", "[proxy]\nsome_var = \"x\"\n", []string{"proxy.some_var"}},
 		{"wrong type", "[providers.claude]\nargs = \"{prompt}\"\n", []string{FileName}},
@@ -447,6 +450,114 @@ func TestHookKindOfEvent(t *testing.T) {
 	} {
 		if got := HookKindOfEvent(c.kind, c.event); got != c.want {
 			t.Errorf("HookKindOfEvent(%q, %q) = %q, want %q", c.kind, c.event, got, c.want)
+		}
+	}
+}
+
+// resume_args: the built-ins resume as their CLIs do, a catalog entry may
+// set or clear them, and the resume argv puts the session id and the
+// message where the template says, a message starting with "-" after
+// "--" as a prompt would be.
+func TestResumeArgs(t *testing.T) {
+	t.Parallel()
+	c, err := Load("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Resumable(), []string{"claude", "codex", "gemini"}; !slices.Equal(got, want) {
+		t.Errorf("Resumable = %v, want %v", got, want)
+	}
+	for _, name := range []string{"claude", "codex", "gemini", "grok", "shell", "nope"} {
+		p, _ := c.Get(name)
+		if got := BuiltinResumable(name); got != (len(p.ResumeArgs) > 0) {
+			t.Errorf("BuiltinResumable(%s) = %v with resume_args %q", name, got, p.ResumeArgs)
+		}
+	}
+	v := Vars{SessionID: "5f0c-abc", Prompt: "fix the tests", RunID: "r1", Attempt: 2}
+	for _, tc := range []struct {
+		name       string
+		prompt     string
+		head, tail []string
+	}{
+		{"claude", "fix the tests", []string{"--resume", "5f0c-abc", "fix the tests"}, nil},
+		{"claude", "", []string{"--resume", "5f0c-abc"}, nil},
+		{"claude", "-v please", []string{"--resume", "5f0c-abc"}, []string{"--", "-v please"}},
+		{"codex", "fix the tests", []string{"resume", "5f0c-abc", "fix the tests"}, nil},
+		{"codex", "", []string{"resume", "5f0c-abc"}, nil},
+		{"gemini", "fix the tests", []string{"--resume", "5f0c-abc", "fix the tests"}, nil},
+	} {
+		p, _ := c.Get(tc.name)
+		v.Prompt = tc.prompt
+		head, tail, err := p.ResumeParts(v)
+		if err != nil || !slices.Equal(head, tc.head) || !slices.Equal(tail, tc.tail) {
+			t.Errorf("%s with %q: ResumeParts = %q %q, %v; want %q %q", tc.name, tc.prompt, head, tail, err, tc.head, tc.tail)
+		}
+		if p.ContinueMessage != "continue" {
+			t.Errorf("%s: continue_message %q", tc.name, p.ContinueMessage)
+		}
+	}
+	for _, name := range []string{"grok", "shell"} {
+		p, _ := c.Get(name)
+		if _, _, err := p.ResumeParts(v); !errors.Is(err, ErrNotResumable) {
+			t.Errorf("%s: ResumeParts err = %v, want ErrNotResumable", name, err)
+		}
+	}
+
+	c, err = Load(writeCatalog(t, `
+[providers.fake]
+binary = "/bin/fake"
+args = ["--task", "{prompt}"]
+resume_args = ["--again={session_id}", "--run={run_id}", "{prompt}"]
+continue_message = "go on"
+
+[providers.claude]
+resume_args = []
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.Resumable(), []string{"codex", "fake", "gemini"}; !slices.Equal(got, want) {
+		t.Errorf("Resumable = %v, want %v", got, want)
+	}
+	fake, _ := c.Get("fake")
+	v.Prompt = "hello"
+	if head, _, err := fake.ResumeParts(v); err != nil || !slices.Equal(head, []string{"--again=5f0c-abc", "--run=r1", "hello"}) {
+		t.Errorf("fake resume = %q, %v", head, err)
+	}
+	if fake.ContinueMessage != "go on" {
+		t.Errorf("fake continue_message = %q", fake.ContinueMessage)
+	}
+	// The fresh argv knows nothing of the session.
+	if argv, _ := fake.Argv(v); !slices.Equal(argv, []string{"--task", "hello"}) {
+		t.Errorf("fake argv = %q", argv)
+	}
+}
+
+// The CLIs' session ids, where their hooks carry them: session_id in the
+// stdin JSON of Claude Code's and gemini's hooks, thread-id in codex's
+// notify argument.
+func TestSessionOfHookInput(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"session_id":"5f0c6d3e-1d2b","transcript_path":"/h/.claude/p/5f0c.jsonl","hook_event_name":"Stop"}`: "5f0c6d3e-1d2b",
+		`{"session_id":"g-1","hook_event_name":"AfterAgent","cwd":"/w"}`:                                      "g-1",
+		`{"hook_event_name":"Stop"}`: "",
+		`{"session_id":42}`:          "",
+		`not json`:                   "",
+		``:                           "",
+	} {
+		if got := SessionOfHookInput([]byte(in)); got != want {
+			t.Errorf("SessionOfHookInput(%s) = %q, want %q", in, got, want)
+		}
+	}
+	for in, want := range map[string]string{
+		`{"type":"agent-turn-complete","thread-id":"b5f6c1c2-1111","turn-id":"12345","cwd":"/w","input-messages":["x"],"last-assistant-message":"y"}`: "b5f6c1c2-1111",
+		`{"type":"agent-turn-complete","turn-id":"1"}`: "",
+		`{"thread_id":"underscored"}`:                  "",
+		`oops`:                                         "",
+	} {
+		if got := SessionOfEvent(in); got != want {
+			t.Errorf("SessionOfEvent(%s) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -105,7 +105,38 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"))
+	if _, err := s.store.GetRun(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var in wire.RetryRun
+	if err := decodeOptionalJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.opts.Dispatcher.Wake()
+	writeJSON(w, http.StatusAccepted, run)
+}
+
+// continueRun is POST /runs/{id}/continue: a new run that resumes the
+// ended run's conversation in its worktree on its host
+// (docs/architecture.md#resume-and-continue).
+func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
+	if _, err := s.store.GetRun(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	var in wire.ContinueRun
+	if err := decodeOptionalJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	run, err := s.store.ContinueRun(r.Context(), r.PathValue("id"), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return

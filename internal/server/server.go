@@ -255,6 +255,7 @@ func (s *Server) routes() {
 	api("GET /runs/{id}", s.getRun)
 	api("POST /runs/{id}/stop", s.stopRun)
 	api("POST /runs/{id}/retry", s.retryRun)
+	api("POST /runs/{id}/continue", s.continueRun)
 	api("POST /runs/{id}/complete", s.completeRun)
 	api("POST /runs/{id}/keys", s.sendKeys)
 	api("GET /runs/{id}/pane", s.getPane)

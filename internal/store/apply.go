@@ -130,12 +130,18 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
 			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source))
 	case lifecycle.Requeue:
+		// A fresh retry forgets the agent's conversation: the new attempt
+		// starts afresh, and so does any after it.
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'pending', attempt = attempt + 1,
 			max_attempts = CASE WHEN $4 THEN greatest(max_attempts, attempt + 1) ELSE max_attempts END,
 			next_attempt_at = $3, pending_since = $3, host_id = NULL,
 			failure_reason = NULL, exit_code = NULL, last_progress_seq = 0, ever_matched = false,
-			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL, updated_at = now()
-			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax)
+			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL,
+			agent_session_id = CASE WHEN $5 THEN NULL ELSE agent_session_id END, updated_at = now()
+			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax, st.Fresh)
+	case lifecycle.SetAgentSession:
+		row = tx.QueryRow(ctx, `UPDATE runs SET agent_session_id = $4, updated_at = now()
+			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, st.AgentSessionID)
 	case lifecycle.SetAttention:
 		// attention_since moves only when the attention changes: a
 		// new detail of the same question keeps it.

@@ -38,6 +38,14 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			return wire.Registered{}, wire.Invalid("providers", "provider %q is not a valid name", p)
 		}
 	}
+	if len(in.Resumable) > 64 {
+		return wire.Registered{}, wire.Invalid("resumable", "at most 64 providers")
+	}
+	for _, p := range in.Resumable {
+		if !providerRe.MatchString(p) {
+			return wire.Registered{}, wire.Invalid("resumable", "provider %q is not a valid name", p)
+		}
+	}
 	if len(in.Platform) > 64 || len(in.Executor) > 16 || len(in.Version) > 64 {
 		return wire.Registered{}, wire.Invalid("platform", "platform, executor and version are short strings")
 	}
@@ -58,8 +66,9 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		if providers == nil {
 			providers = []string{}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE hosts SET platform = $2, providers = $3, executor = $4, reported_max_runs = $5, updated_at = now()
-			WHERE id = $1`, host.ID, in.Platform, providers, in.Executor, maxRuns); err != nil {
+		// resumable stays NULL for a worker that does not report it.
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET platform = $2, providers = $3, executor = $4, reported_max_runs = $5, resumable = $6, updated_at = now()
+			WHERE id = $1`, host.ID, in.Platform, providers, in.Executor, maxRuns, in.Resumable); err != nil {
 			return err
 		}
 		var events []NewEvent
@@ -283,6 +292,13 @@ func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.Worke
 	}
 	w := wire.WorkerRun{RunID: r.ID, Attempt: r.Attempt, Status: r.Status, SessionName: r.SessionName, TaskID: r.TaskID,
 		Provider: r.Provider, Cwd: r.Cwd, FailureReason: r.FailureReason, HostID: r.HostID, FinishedAt: r.FinishedAt, Attempts: []wire.RunAttempt{}}
+	// A live continuation takes this run's worktree over: the worker's
+	// clean-up keeps it (docs/architecture.md#resume-and-continue).
+	err = s.Pool.QueryRow(ctx, `SELECT id::text FROM runs WHERE continues_run_id = $1 AND status IN ('pending', 'spawning', 'running')
+		ORDER BY created_at DESC LIMIT 1`, runID).Scan(&w.ContinuedBy)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return w, fmt.Errorf("read the continuation of run %s: %w", runID, translate(err))
+	}
 	rows, err := s.Pool.Query(ctx, `SELECT attempt, host_id::text, outcome, failure_reason FROM run_attempts WHERE run_id = $1 ORDER BY attempt`, runID)
 	if err != nil {
 		return w, translate(err)

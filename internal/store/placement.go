@@ -39,6 +39,9 @@ func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) 
 	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
 		return wire.Frame{}, err
 	}
+	if err := s.dispatchResume(ctx, &f, o); err != nil {
+		return wire.Frame{}, err
+	}
 	return f, nil
 }
 

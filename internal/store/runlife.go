@@ -228,15 +228,21 @@ func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, s
 }
 
 // RetryRun requeues a run that ended failed with its attempts used up,
-// raising max_attempts by one.
-func (s *Store) RetryRun(ctx context.Context, id string) (wire.Run, error) {
+// raising max_attempts by one. The new attempt resumes the agent's
+// conversation unless fresh (docs/architecture.md#resume-and-continue);
+// a run that was continued is not retried.
+func (s *Store) RetryRun(ctx context.Context, id string, fresh bool) (wire.Run, error) {
 	var out wire.Run
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, id, true)
 		if err != nil {
 			return err
 		}
-		d, err := lifecycle.Retry(lifecycle.FromWire(r), s.now())
+		continuedBy, err := continuationOf(ctx, tx, r.ID)
+		if err != nil {
+			return err
+		}
+		d, err := lifecycle.Retry(lifecycle.FromWire(r), fresh, continuedBy, s.now())
 		if err != nil {
 			return err
 		}

@@ -39,7 +39,9 @@ func BranchName(taskTitle, runID string) string {
 
 // dispatchWorkspace adds what a worker needs to make the run's worktree
 // to its run_dispatch: the project's repo and id, the branch, and the
-// base commit of a worktree an earlier attempt made.
+// base commit and path of a worktree an earlier attempt made — or that
+// the run took over from the run it continues, whose folder on its host
+// the path names (docs/architecture.md#resume-and-continue).
 func (s *Store) dispatchWorkspace(ctx context.Context, f *wire.Frame, o Offer) error {
 	var mode string
 	var repo *wire.Repo
@@ -54,7 +56,7 @@ func (s *Store) dispatchWorkspace(ctx context.Context, f *wire.Frame, o Offer) e
 	}
 	plan := &wire.Workspace{Branch: BranchName(o.TaskTitle, o.Run.ID)}
 	if ws != nil {
-		plan.Branch, plan.BaseCommit = ws.Branch, ws.BaseCommit
+		plan.Branch, plan.BaseCommit, plan.Path = ws.Branch, ws.BaseCommit, ws.Path
 	}
 	f.Workspace = plan
 	if repo != nil {
@@ -112,27 +114,32 @@ func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Frame)
 	return changed, err
 }
 
-// WorkspaceRemoved records that a worker removed a run's worktree (asked
-// to, or by clean-up): runs.workspace goes back to null if it named that
-// worktree, and run.workspace_removed is journaled.
+// WorkspaceRemoved records that a worker removed a worktree (asked to,
+// or by clean-up): every run that names that worktree on that host — the
+// reported run, or a continuation that was to take it over
+// (docs/architecture.md#resume-and-continue) — gets its runs.workspace
+// back to null, and run.workspace_removed is journaled for each.
 func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.Frame) error {
 	return s.InTx(ctx, func(tx *Tx) error {
-		r, err := workspaceRun(ctx, tx, hostID, f.RunID)
+		if _, err := workspaceRun(ctx, tx, hostID, f.RunID); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `UPDATE runs SET workspace = NULL, workspace_host_id = NULL, updated_at = now()
+			WHERE workspace_host_id = $1 AND workspace->>'path' = $2 RETURNING `+runColumns, hostID, f.Workspace.Path)
 		if err != nil {
 			return err
 		}
-		var holder *string
-		if err := tx.QueryRow(ctx, `SELECT workspace_host_id::text FROM runs WHERE id = $1`, r.ID).Scan(&holder); err != nil {
+		cleared, err := collectRuns(rows)
+		if err != nil {
 			return err
 		}
-		if r.Workspace == nil || r.Workspace.Path != f.Workspace.Path || holder == nil || *holder != hostID {
-			return nil // not the worktree the run has now (or already forgotten)
+		for _, r := range cleared {
+			if err := tx.Journal(ctx, workspaceEvent(wire.TopicRunWorkspaceRemoved, r, hostID, map[string]any{
+				"path": f.Workspace.Path, "branch": f.Workspace.Branch, "reason": f.Reason})); err != nil {
+				return err
+			}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE runs SET workspace = NULL, workspace_host_id = NULL, updated_at = now() WHERE id = $1`, r.ID); err != nil {
-			return err
-		}
-		return tx.Journal(ctx, workspaceEvent(wire.TopicRunWorkspaceRemoved, r, hostID, map[string]any{
-			"path": f.Workspace.Path, "branch": f.Workspace.Branch, "reason": f.Reason}))
+		return nil
 	})
 }
 

@@ -793,6 +793,11 @@ func TestDashboard(t *testing.T) {
 		d.api(202, "POST", "/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
 	})
 
+	t.Run("ContinueFromRunPage", func(t *testing.T) {
+		d.t = t
+		continueFromRunPage(t, d)
+	})
+
 	t.Run("StopFromRunPage", func(t *testing.T) {
 		d.t = t
 		if runID == "" {

@@ -71,7 +71,7 @@ type frameRule struct {
 var frameChecks = map[string]frameRule{
 	// Orchestrator → worker.
 	FrameHeartbeatAck: {"timestamp", checkHeartbeatAck},
-	FrameRunDispatch:  {"run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace", checkRunDispatch},
+	FrameRunDispatch:  {"run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace agent_session_id text", checkRunDispatch},
 	FrameRunStop:      {"run_id attempt force", checkRunStop},
 	FrameSendKeys:     {"run_id attempt keys", checkSendKeys},
 	FrameSignalAck:    {"run_id attempt kind seq result code message", checkSignalAck},
@@ -153,6 +153,7 @@ var frameFields = []frameField{
 	{"working", func(f *Frame) bool { return f.Working }},
 	{"choices", func(f *Frame) bool { return len(f.Choices) > 0 }},
 	{"resets_at", func(f *Frame) bool { return f.ResetsAt != nil }},
+	{"agent_session_id", func(f *Frame) bool { return f.AgentSessionID != "" }},
 }
 
 // Validate checks everything about f that needs no state: it carries only
@@ -229,7 +230,28 @@ func checkRunDispatch(f *Frame) error {
 	if f.SignalToken == "" || len(f.SignalToken) > MaxToken || !printableASCII(f.SignalToken) {
 		return Invalid("signal_token", "signal_token must be 1 to %d printable ASCII characters", MaxToken)
 	}
+	if err := checkDispatchResume(f); err != nil {
+		return err
+	}
 	return checkDispatchWorkspace(f)
+}
+
+// checkDispatchResume: a run_dispatch that asks for a resume names a
+// valid session id; its message (text) comes only with one.
+func checkDispatchResume(f *Frame) error {
+	if f.AgentSessionID == "" {
+		if f.Text != "" {
+			return Invalid("text", "text (the message of a resume) comes with an agent_session_id")
+		}
+		return nil
+	}
+	if err := ValidAgentSessionID(f.AgentSessionID); err != nil {
+		return Invalid("agent_session_id", "%s", err.(*Error).Message)
+	}
+	if f.Text != "" {
+		return CheckContinueText(f.Text)
+	}
+	return nil
 }
 
 func checkRunStop(f *Frame) error { return checkRunAttempt(f) }

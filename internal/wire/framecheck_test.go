@@ -92,6 +92,10 @@ func TestValidateAcceptsValidFrames(t *testing.T) {
 		{Type: FrameRunDispatch, RunID: tRun, Attempt: IntPtr(1), TaskID: tTask, Provider: "shell", SessionName: "pam-0a0a0a0a", SignalToken: "t",
 			Workspace: &Workspace{Branch: "pam/x-0a0a0a0a"}}, // the repo was removed: the worker fails the attempt
 		{Type: FrameWorkspaceReply, RequestID: tRequest, RunID: tRun, EOF: true, Code: CodeNoWorkspace, Message: "no worktree"},
+		{Type: FrameRunDispatch, RunID: tRun, Attempt: IntPtr(2), TaskID: tTask, Provider: "claude", SessionName: "pam-0a0a0a0a", SignalToken: "t",
+			AgentSessionID: "5f0c6d3e-1d2b-4c5a-9e8f-0a1b2c3d4e5f"}, // a resume with the provider's continue_message
+		{Type: FrameRunDispatch, RunID: tRun, Attempt: IntPtr(1), TaskID: tTask, Provider: "claude", SessionName: "pam-0a0a0a0a", SignalToken: "t",
+			AgentSessionID: "thread_abc", Text: "now the docs\nplease", Workspace: &tWorkspace}, // a continuation in the old run's worktree
 		{Type: FrameRunState, RunID: tRun, Attempt: IntPtr(1), State: StateWorkspaceFailed, Detail: "git fetch: exit status 128"},
 		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNone},
 		{Type: FrameScreen, RunID: tRun, Attempt: IntPtr(1), Attention: AttentionNone, Working: true},
@@ -148,6 +152,13 @@ func TestValidateRefuses(t *testing.T) {
 		{FrameRunDispatch, "arg with NUL", func(f *Frame) { f.Args = []string{"a\x00"} }, "args"},
 		{FrameRunDispatch, "title too long", func(f *Frame) { f.TaskTitle = strings.Repeat("é", MaxTitle+1) }, "task_title"},
 		{FrameRunDispatch, "repo without workspace", func(f *Frame) { f.Repo = &Repo{URL: "/srv/r"} }, "workspace"},
+		{FrameRunDispatch, "session id as an option", func(f *Frame) { f.AgentSessionID = "--dangerously-skip-permissions" }, "agent_session_id"},
+		{FrameRunDispatch, "session id with a space", func(f *Frame) { f.AgentSessionID = "a b" }, "agent_session_id"},
+		{FrameRunDispatch, "session id too long", func(f *Frame) { f.AgentSessionID = long(MaxAgentSessionID + 1) }, "agent_session_id"},
+		{FrameRunDispatch, "a resume message without a session", func(f *Frame) { f.Text = "go on" }, "text"},
+		{FrameRunDispatch, "a resume message too long", func(f *Frame) {
+			f.AgentSessionID, f.Text = "s1", strings.Repeat("é", MaxContinueText+1)
+		}, "text"},
 		{FrameRunDispatch, "branch as an option", func(f *Frame) {
 			f.Repo, f.ProjectID, f.Workspace = &Repo{URL: "/srv/r"}, tHost, &Workspace{Branch: "--upload-pack=x"}
 		}, "workspace.branch"},
@@ -333,6 +344,41 @@ func TestBoundText(t *testing.T) {
 		}
 		if len(s) < 100 && !strings.ContainsRune(s, 0) && utf8.ValidString(s) && out != s {
 			t.Errorf("BoundText(%q) = %q, want it unchanged", s, out)
+		}
+	}
+}
+
+// A signal's payload may carry the CLI's session id: read when it is a
+// valid one, an error naming payload.agent_session_id when it is not,
+// nothing when the payload has none.
+func TestAgentSessionOf(t *testing.T) {
+	for _, tc := range []struct {
+		payload string
+		want    string
+		bad     bool
+	}{
+		{``, "", false},
+		{`{"exit_code":0}`, "", false},
+		{`[1,2]`, "", false},
+		{`"x"`, "", false},
+		{`{"agent_session_id":"5f0c6d3e-1d2b-4c5a-9e8f-0a1b2c3d4e5f"}`, "5f0c6d3e-1d2b-4c5a-9e8f-0a1b2c3d4e5f", false},
+		{`{"reason":"provider_failed","agent_session_id":"abc"}`, "abc", false},
+		{`{"agent_session_id":"` + strings.Repeat("a", MaxAgentSessionID) + `"}`, strings.Repeat("a", MaxAgentSessionID), false},
+		{`{"agent_session_id":"` + strings.Repeat("a", MaxAgentSessionID+1) + `"}`, "", true},
+		{`{"agent_session_id":""}`, "", true},
+		{`{"agent_session_id":"a b"}`, "", true},
+		{`{"agent_session_id":"-r"}`, "", true},
+		{`{"agent_session_id":"a\nb"}`, "", true},
+		{`{"agent_session_id":"é"}`, "", true},
+		{`{"agent_session_id":42}`, "", true},
+		{`{"agent_session_id":null}`, "", true},
+	} {
+		got, err := AgentSessionOf(json.RawMessage(tc.payload))
+		if got != tc.want || (err != nil) != tc.bad {
+			t.Errorf("AgentSessionOf(%s) = %q, %v; want %q, bad %v", tc.payload, got, err, tc.want, tc.bad)
+		}
+		if e, ok := AsError(err); err != nil && (!ok || e.Code != CodeValidationFailed || e.Details["field"] != "payload.agent_session_id") {
+			t.Errorf("AgentSessionOf(%s) error %v does not name payload.agent_session_id", tc.payload, err)
 		}
 	}
 }

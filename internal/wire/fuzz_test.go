@@ -22,7 +22,7 @@ var (
 	// message).
 	contractFields = map[string]string{
 		FrameHeartbeatAck:   "timestamp",
-		FrameRunDispatch:    "run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace",
+		FrameRunDispatch:    "run_id task_id provider session_name attempt cwd prompt args task_title signal_token repo project_id workspace agent_session_id text",
 		FrameRunStop:        "run_id attempt force",
 		FrameSendKeys:       "run_id attempt keys",
 		FrameSignalAck:      "run_id attempt kind seq result code message",
@@ -222,6 +222,16 @@ func inBounds(t *testing.T, f Frame) {
 			if f.Repo.Base != "" {
 				noOption("repo.base", f.Repo.Base)
 			}
+		}
+		// The session id of a resume reaches the CLI's argv: never an
+		// option, no space, bounded; its message comes only with one.
+		if f.AgentSessionID != "" {
+			noOption("agent_session_id", f.AgentSessionID)
+			if len(f.AgentSessionID) > 200 || strings.ContainsAny(f.AgentSessionID, " \t\r\n\x00") {
+				fail("agent_session_id %.40q", f.AgentSessionID)
+			}
+		} else if f.Text != "" {
+			fail("a resume message without a session")
 		}
 	case FrameRunStop, FrameRunDispatchAck, FrameSnapshot:
 		id("run_id", f.RunID)

@@ -98,6 +98,11 @@ type Frame struct {
 	Args        []string `json:"args,omitempty"`
 	TaskTitle   string   `json:"task_title,omitempty"`
 	SignalToken string   `json:"signal_token,omitempty"`
+	// AgentSessionID: the conversation this attempt resumes, set only
+	// when the orchestrator asks for a resume; the resume's message, when
+	// the run brings one (a continuation's text), travels in Text
+	// (docs/architecture.md#resume-and-continue).
+	AgentSessionID string `json:"agent_session_id,omitempty"`
 
 	// run_dispatch_ack
 	Accepted *bool  `json:"accepted,omitempty"`

@@ -18,6 +18,12 @@ type Register struct {
 	MaxRuns    int      `json:"max_runs"`
 	Version    string   `json:"version"`
 	Protocol   int      `json:"protocol"`
+	// Resumable names the providers whose catalog entry on this host can
+	// resume a conversation (resume_args): the server refuses to continue
+	// a run its host could not resume (docs/architecture.md#resume-and-continue).
+	// A worker that does not say (null: an older worker) leaves the
+	// server to its built-in knowledge.
+	Resumable []string `json:"resumable"`
 }
 
 // Registered is the answer of POST /api/internal/worker/register.
@@ -49,6 +55,11 @@ type WorkerRun struct {
 	// FinishedAt is when the current attempt ended, so that a worker can
 	// tell a session within its hold-open from one past it (docs/architecture.md#worker-duties).
 	FinishedAt *time.Time `json:"finished_at"`
+	// ContinuedBy is a live run (pending, spawning or running) that
+	// continues this one and takes its worktree over; null when none. A
+	// worker's clean-up keeps such a worktree whatever this run's age
+	// (docs/architecture.md#resume-and-continue).
+	ContinuedBy *string `json:"continued_by"`
 }
 
 // WorkerRunList is the body of GET /api/internal/worker/runs.
@@ -142,6 +153,15 @@ type Dispatch struct {
 	WorkerDataDir string `json:"worker_data_dir"`
 	// CAFile is PAM_CA_FILE, when the worker trusts an extra CA.
 	CAFile string `json:"ca_file,omitempty"`
+	// Resume says the CLI resumes the conversation AgentSessionID with
+	// its provider's resume_args instead of starting afresh with the
+	// prompt: the orchestrator asked for it and the worker found the
+	// conversation's worktree here. ResumeText is the resumed CLI's
+	// message; empty means the provider's continue_message
+	// (docs/architecture.md#resume-and-continue).
+	Resume         bool   `json:"resume,omitempty"`
+	AgentSessionID string `json:"agent_session_id,omitempty"`
+	ResumeText     string `json:"resume_text,omitempty"`
 	// PassEnv holds the values, from the worker's environment, of the
 	// variables the provider's pass_env and PAM_PASS_ENV name: the CLI's
 	// credentials reach it through this 0600 file, never a command line

@@ -196,13 +196,21 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 	}
 	cwd := f.Cwd // absolute or empty (Validate)
 	worktree := ""
+	// The orchestrator asks for a resume where the conversation lives; a
+	// run with a worktree resumes only in the worktree it was in: one made
+	// afresh holds no conversation (docs/architecture.md#resume-and-continue).
+	resume := f.AgentSessionID != ""
 	if f.Workspace != nil {
 		// The run's worktree is its cwd (workspaces.go).
-		ws, ok := w.prepareWorkspace(ctx, r, gen, f, attempt)
+		ws, reused, ok := w.prepareWorkspace(ctx, r, gen, f, attempt)
 		if !ok {
 			return
 		}
 		cwd, worktree = ws.Path, ws.Path
+		if resume && !reused {
+			w.log.Info("worktree made afresh: the conversation is not resumed", "run_id", r.id, "attempt", attempt)
+			resume = false
+		}
 	}
 	if cwd == "" {
 		home, err := os.UserHomeDir()
@@ -225,6 +233,9 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
 		Prompt: f.Prompt, Args: f.Args, Cwd: cwd, SessionName: r.name.String(),
 		WorkerDataDir: w.dir, CAFile: w.o.CAFile, Worktree: worktree,
+	}
+	if resume {
+		d.Resume, d.AgentSessionID, d.ResumeText = true, f.AgentSessionID, f.Text
 	}
 	if w.o.PassEnv != nil {
 		d.PassEnv = w.o.PassEnv(f.Provider)

@@ -140,6 +140,7 @@ func (w *agent) register(ctx context.Context) (*wire.Registered, error) {
 		Platform:   runtime.GOOS + "/" + runtime.GOARCH,
 		InstanceID: w.instanceID,
 		Providers:  w.providerNames(),
+		Resumable:  w.resumable(), // [] says "none": null is an older worker's silence
 		Executor:   w.o.Executor,
 		MaxRuns:    w.o.MaxRuns,
 		Version:    w.o.Version,

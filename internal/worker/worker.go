@@ -89,6 +89,11 @@ type Options struct {
 	// Providers maps each provider usable on this host to the absolute
 	// path of its binary; called at registration and on each dispatch.
 	Providers func() map[string]string
+	// Resumable lists the providers of this host's catalog that can
+	// resume a conversation (resume_args), reported at registration so
+	// that the server refuses a continue this host could not resume
+	// (docs/architecture.md#resume-and-continue); nil reports none.
+	Resumable func() []string
 	// Screens returns the named provider's screen patterns (the host
 	// catalog's, compiled), which every changed capture of its runs is
 	// read with (docs/architecture.md#the-screen-is-read); nil, or a nil
@@ -198,6 +203,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Resumable == nil {
+		o.Resumable = func() []string { return nil }
 	}
 	if o.Providers == nil {
 		o.Providers = func() map[string]string { return nil }
@@ -429,6 +437,20 @@ func (w *agent) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.runs)
+}
+
+// resumable is the providers usable here that can resume a
+// conversation, sorted, never nil: what registration reports.
+func (w *agent) resumable() []string {
+	usable := w.o.Providers()
+	out := []string{}
+	for _, name := range w.o.Resumable() {
+		if _, ok := usable[name]; ok {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // providers is Providers() with its names sorted, for registration.

@@ -21,11 +21,14 @@ import (
 // removals on the orchestrator's request; clean-up by retention and
 // budget, never of a live run's.
 
-// prepareWorkspace makes (or finds) the run's worktree and reports it
-// with workspace_ready. A failure fails the attempt workspace_failed with
-// the git command and its stderr, and the run is forgotten; ok is false
-// then, and when the run was stopped or replaced meanwhile.
-func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int) (wire.Workspace, bool) {
+// prepareWorkspace makes (or finds, or takes over from the run this one
+// continues) the run's worktree and reports it with workspace_ready. A
+// failure fails the attempt workspace_failed with the git command and its
+// stderr, and the run is forgotten; ok is false then, and when the run
+// was stopped or replaced meanwhile. reused says the worktree was there
+// before: an earlier attempt's, or the continued run's — where the
+// agent's conversation is (docs/architecture.md#resume-and-continue).
+func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int) (ws wire.Workspace, reused, ok bool) {
 	fail := func(detail string) {
 		w.log.Warn("workspace failed", "run_id", r.id, "attempt", attempt, "detail", detail)
 		w.forget(r, gen, false)
@@ -33,30 +36,32 @@ func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire
 	}
 	if f.Repo == nil {
 		fail("the run asks for a worktree but its project has no repo")
-		return wire.Workspace{}, false
+		return wire.Workspace{}, false, false
 	}
 	start := time.Now()
+	takeOver := f.Workspace.Path != "" && f.Workspace.Path != w.ws.Path(r.id)
+	reused = takeOver || w.ws.Exists(r.id)
 	ws, err := w.ws.Prepare(ctx, workspace.Spec{
 		RunID: r.id, ProjectID: f.ProjectID, URL: f.Repo.URL, Base: f.Repo.Base,
-		Branch: f.Workspace.Branch, BaseCommit: f.Workspace.BaseCommit,
+		Branch: f.Workspace.Branch, BaseCommit: f.Workspace.BaseCommit, Path: f.Workspace.Path,
 	})
 	if err != nil {
 		if ctx.Err() != nil {
-			return wire.Workspace{}, false // the worker is stopping: nobody failed
+			return wire.Workspace{}, false, false // the worker is stopping: nobody failed
 		}
 		fail(workspace.Detail(err))
-		return wire.Workspace{}, false
+		return wire.Workspace{}, false, false
 	}
 	w.mu.Lock()
 	current := r.gen == gen && r.state == stateSpawning
 	w.mu.Unlock()
 	if !current {
-		return wire.Workspace{}, false // stopped or replaced while the worktree was made
+		return wire.Workspace{}, false, false // stopped or replaced while the worktree was made
 	}
 	w.log.Info("workspace ready", "run_id", r.id, "attempt", attempt, "path", ws.Path, "branch", ws.Branch,
 		"base_commit", ws.BaseCommit, "took", time.Since(start).Round(time.Millisecond))
 	w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.id, Attempt: wire.IntPtr(attempt), Workspace: &ws})
-	return ws, true
+	return ws, reused, true
 }
 
 // serveWorkspace answers a workspace_request: the answer's text goes in
@@ -213,6 +218,9 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 				continue
 			}
 		case lifecycle.Active(wr.Status):
+		case wr.ContinuedBy != nil:
+			// A live continuation is about to take the worktree over
+			// (docs/architecture.md#resume-and-continue).
 		default:
 			end := e.Record.CreatedAt
 			if wr.FinishedAt != nil {

@@ -155,7 +155,7 @@ func TestWorkspaceCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	made := map[string]string{}
-	for _, name := range []string{"gone", "expired", "older", "newer", "requeued", "halfmade"} {
+	for _, name := range []string{"gone", "expired", "older", "newer", "requeued", "halfmade", "continued"} {
 		id := uuid.NewString()
 		made[name] = id
 		if _, err := m.Prepare(t.Context(), workspace.Spec{RunID: id, ProjectID: testProjectID, URL: remote, Branch: "pam/" + name + "-" + id[:8]}); err != nil {
@@ -186,13 +186,19 @@ func TestWorkspaceCleanup(t *testing.T) {
 		r.known[made["newer"]] = wire.WorkerRun{RunID: made["newer"], Attempt: 1, Status: wire.RunStopped, FinishedAt: ended(10 * time.Minute)}
 		r.known[made["requeued"]] = wire.WorkerRun{RunID: made["requeued"], Attempt: 2, Status: wire.RunPending}
 		r.known[made["halfmade"]] = wire.WorkerRun{RunID: made["halfmade"], Attempt: 1, Status: wire.RunRunning}
+		// Ended long ago, but a live continuation is about to take its
+		// worktree over (docs/architecture.md#resume-and-continue).
+		next := uuid.NewString()
+		r.known[made["continued"]] = wire.WorkerRun{RunID: made["continued"], Attempt: 1, Status: wire.RunExited, FinishedAt: ended(2 * time.Hour),
+			ContinuedBy: &next}
 		r.known[live] = workerRun(live, 1, wire.RunRunning, testHostID)
 		r.desired = []wire.WorkerRun{r.known[live]}
 	})
-	// Room for the live run's, the requeued run's and one finished run's
-	// worktree (they are all about the same size), not two.
+	// Room for the live run's, the requeued run's, the continued run's
+	// and one finished run's worktree (they are all about the same size),
+	// not two.
 	per := size(made["older"])
-	h.opts.WorktreeBudget = 3*per + per/2
+	h.opts.WorktreeBudget = 4*per + per/2
 	h.start()
 	// The live run: a worktree of its own, made by this worker.
 	from := orch.mark()
@@ -202,7 +208,7 @@ func TestWorkspaceCleanup(t *testing.T) {
 	eventually.Wait(t, 15*time.Second, "two clean-up passes", func() bool { return passes.Load() >= start+2 })
 
 	exists := func(id string) bool { _, err := os.Stat(m.Path(id)); return err == nil }
-	for name, want := range map[string]bool{"gone": false, "halfmade": false, "expired": false, "older": false, "newer": true, "requeued": true} {
+	for name, want := range map[string]bool{"gone": false, "halfmade": false, "expired": false, "older": false, "newer": true, "requeued": true, "continued": true} {
 		if got := exists(made[name]); got != want {
 			t.Errorf("worktree of the %s run: exists %v, want %v", name, got, want)
 		}
@@ -252,6 +258,9 @@ func TestWorkspaceCleanup(t *testing.T) {
 	}
 	if !exists(made["requeued"]) {
 		t.Error("the requeued run's worktree was removed")
+	}
+	if !exists(made["continued"]) {
+		t.Error("the worktree a continuation is to take over was removed")
 	}
 }
 

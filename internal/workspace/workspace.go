@@ -52,6 +52,11 @@ type Spec struct {
 	Base       string
 	Branch     string
 	BaseCommit string
+	// Path is the worktree the dispatch names, when one was made before:
+	// the run's own folder, or — for a run that continues another — the
+	// folder of the run it continues, which this run takes over
+	// (docs/architecture.md#resume-and-continue).
+	Path string
 }
 
 // Record is what the worker keeps about one worktree it made, in
@@ -63,6 +68,19 @@ type Record struct {
 	URL       string         `json:"url"`
 	Workspace wire.Workspace `json:"workspace"`
 	CreatedAt time.Time      `json:"created_at"`
+	// Folder is the run whose folder under <data>/worktrees the worktree
+	// is, when it is not RunID's own: the run RunID continues, whose
+	// worktree it took over (docs/architecture.md#resume-and-continue).
+	// The worktree belongs to RunID all the same.
+	Folder string `json:"folder,omitempty"`
+}
+
+// folder is the run whose folder the record's worktree is.
+func (r Record) folder() string {
+	if r.Folder != "" {
+		return r.Folder
+	}
+	return r.RunID
 }
 
 // Manager makes, diffs, pushes and removes worktrees.
@@ -114,7 +132,9 @@ func (m *Manager) recordPath(runID string) string {
 }
 
 // Record returns what the worker knows of a run's worktree; ok is false
-// when it has none.
+// when it has none. A record is trusted only when its path is this
+// host's worktree folder of the run it names (its own, or the one it
+// took over).
 func (m *Manager) Record(runID string) (Record, bool) {
 	if !wire.ValidUUID(runID) {
 		return Record{}, false
@@ -124,10 +144,104 @@ func (m *Manager) Record(runID string) (Record, bool) {
 		return Record{}, false
 	}
 	var r Record
-	if json.Unmarshal(b, &r) != nil || r.RunID != runID {
+	if json.Unmarshal(b, &r) != nil || r.RunID != runID || !wire.ValidUUID(r.folder()) || r.Workspace.Path != m.Path(r.folder()) {
 		return Record{}, false
 	}
 	return r, true
+}
+
+// Exists reports whether the run has a worktree here now: a record and
+// its checkout. A new attempt that finds it resumes in it.
+func (m *Manager) Exists(runID string) bool {
+	rec, ok := m.Record(runID)
+	return ok && isWorktree(rec.Workspace.Path)
+}
+
+// owners maps each worktree folder to the record that owns it: the run
+// itself, or the newest run that took it over. A record another run took
+// its folder from since (a takeover cut short between its two writes) is
+// nobody's.
+func (m *Manager) owners() (map[string]Record, error) {
+	des, err := os.ReadDir(m.recordsDir())
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	out := map[string]Record{}
+	for _, de := range des {
+		id, ok := strings.CutSuffix(de.Name(), ".json")
+		if !ok {
+			continue
+		}
+		rec, ok := m.Record(id)
+		if !ok {
+			continue
+		}
+		if cur, ok := out[rec.folder()]; ok && !owns(rec, cur) {
+			continue
+		}
+		out[rec.folder()] = rec
+	}
+	return out, nil
+}
+
+// owns reports whether record a owns a folder record b claims too: a run
+// that took it over beats the folder's own run, and the newer of two
+// takers wins.
+func owns(a, b Record) bool {
+	if (a.Folder != "") != (b.Folder != "") {
+		return a.Folder != ""
+	}
+	return a.CreatedAt.After(b.CreatedAt)
+}
+
+// takeOver makes the worktree in the folder that s.Path names the
+// worktree of s.RunID: a continuation takes over the worktree of the run
+// it continues (docs/architecture.md#resume-and-continue). The worktree
+// must be there, owned by a run of this host; its record moves to the
+// new run, so that clean-up of the old run never removes it.
+func (m *Manager) takeOver(s Spec) (wire.Workspace, error) {
+	folder := filepath.Base(s.Path)
+	if filepath.Dir(s.Path) != m.worktreesDir() || !wire.ValidUUID(folder) {
+		return wire.Workspace{}, fmt.Errorf("workspace %s is not a worktree of this host's", s.Path)
+	}
+	owners, err := m.owners()
+	if err != nil {
+		return wire.Workspace{}, err
+	}
+	owner, ok := owners[folder]
+	if !ok || !isWorktree(s.Path) {
+		return wire.Workspace{}, fmt.Errorf("the worktree %s of the run this one continues is gone from this host", s.Path)
+	}
+	if err := datadir.Ensure(m.recordsDir(), false); err != nil {
+		return wire.Workspace{}, err
+	}
+	taken := Record{RunID: s.RunID, ProjectID: owner.ProjectID, URL: owner.URL, Workspace: owner.Workspace, Folder: folder, CreatedAt: time.Now().UTC()}
+	if taken.Folder == taken.RunID {
+		taken.Folder = ""
+	}
+	b, _ := json.MarshalIndent(taken, "", "  ")
+	if err := datadir.WriteFileAtomic(m.recordPath(s.RunID), append(b, '\n'), 0o600); err != nil {
+		return wire.Workspace{}, fmt.Errorf("record the worktree taken over: %w", err)
+	}
+	if owner.RunID != s.RunID {
+		if err := os.Remove(m.recordPath(owner.RunID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return wire.Workspace{}, fmt.Errorf("hand the worktree over: %w", err)
+		}
+	}
+	m.log.Info("worktree taken over", "run_id", s.RunID, "from_run_id", owner.RunID, "path", owner.Workspace.Path)
+	return owner.Workspace, nil
+}
+
+// takenBy is the run that took over runID's folder, or "".
+func (m *Manager) takenBy(runID string) (string, error) {
+	owners, err := m.owners()
+	if err != nil {
+		return "", err
+	}
+	if o, ok := owners[runID]; ok && o.RunID != runID {
+		return o.RunID, nil
+	}
+	return "", nil
 }
 
 // lock takes the mirror of a project for this caller: first in this
@@ -183,22 +297,34 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 	}
 	path := m.Path(s.RunID)
 	rec, recorded := m.Record(s.RunID)
-	if recorded && rec.Workspace.Path == path && isWorktree(path) {
+	if recorded && isWorktree(rec.Workspace.Path) {
 		return rec.Workspace, nil // a later attempt: the same checkout
+	}
+	if s.Path != "" && s.Path != path {
+		return m.takeOver(s) // a continuation: the worktree of the run it continues
+	}
+	// The folder may have gone to a run that continues this one: never
+	// make it again under that run's feet.
+	if by, err := m.takenBy(s.RunID); err != nil || by != "" {
+		if err == nil {
+			err = fmt.Errorf("the worktree of run %s belongs to run %s, which continues it", s.RunID, by)
+		}
+		return wire.Workspace{}, err
 	}
 	for _, d := range []string{m.reposDir(), m.worktreesDir(), m.recordsDir()} {
 		if err := datadir.Ensure(d, false); err != nil {
 			return wire.Workspace{}, err
 		}
 	}
-	// Whatever is there without a record was left half-made (a worker
-	// killed while making it): start again.
-	if err := m.removeDir(ctx, s.ProjectID, path); err != nil {
-		return wire.Workspace{}, err
-	}
 	asked := time.Now()
 	unlock, err := m.lock(ctx, s.ProjectID)
 	if err != nil {
+		return wire.Workspace{}, err
+	}
+	// Whatever is there without a record was left half-made (a worker
+	// killed while making it): start again.
+	if err := m.removeDir(ctx, s.ProjectID, path); err != nil {
+		unlock()
 		return wire.Workspace{}, err
 	}
 	mirror, base, err := m.sync(ctx, s, asked)
@@ -219,7 +345,7 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 	made := Record{RunID: s.RunID, ProjectID: s.ProjectID, URL: s.URL, Workspace: ws, CreatedAt: time.Now().UTC()}
 	b, _ := json.MarshalIndent(made, "", "  ")
 	if err := datadir.WriteFileAtomic(m.recordPath(s.RunID), append(b, '\n'), 0o600); err != nil {
-		_ = m.removeDir(context.WithoutCancel(ctx), s.ProjectID, path)
+		_ = m.removeLocked(context.WithoutCancel(ctx), s.ProjectID, path)
 		return wire.Workspace{}, fmt.Errorf("record the worktree: %w", err)
 	}
 	return ws, nil
@@ -405,10 +531,15 @@ func (m *Manager) removeDir(ctx context.Context, projectID, path string) error {
 // the mirror. It returns the workspace removed, and ok false when the
 // run had none here.
 func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, ok bool, err error) {
+	owners, err := m.owners()
+	if err != nil {
+		return wire.Workspace{}, false, err
+	}
 	rec, ok := m.Record(runID)
 	if !ok {
-		// A directory without a record is half-made: remove it all the same.
-		if wire.ValidUUID(runID) {
+		// A directory without a record is half-made: remove it all the
+		// same — unless a run that continues this one took it over.
+		if _, taken := owners[runID]; wire.ValidUUID(runID) && !taken {
 			if _, err := os.Lstat(m.Path(runID)); err == nil {
 				if err := os.RemoveAll(m.Path(runID)); err != nil {
 					return wire.Workspace{}, false, err
@@ -418,7 +549,15 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 		}
 		return wire.Workspace{}, false, nil
 	}
-	if err := m.removeDir(ctx, rec.ProjectID, rec.Workspace.Path); err != nil {
+	if o := owners[rec.folder()]; o.RunID != runID {
+		// Another run took the worktree over since: only the stale
+		// record goes.
+		if err := os.Remove(m.recordPath(runID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return wire.Workspace{}, false, err
+		}
+		return wire.Workspace{}, false, nil
+	}
+	if err := m.removeLocked(ctx, rec.ProjectID, rec.Workspace.Path); err != nil {
 		return wire.Workspace{}, true, err
 	}
 	if err := os.Remove(m.recordPath(runID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -428,13 +567,41 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 	return rec.Workspace, true, nil
 }
 
-// PruneAll runs git worktree prune in every mirror.
+// removeLocked is removeDir under the project's mirror lock, for callers
+// that do not hold it: git's worktree bookkeeping in the mirror is not
+// safe against a worktree being added to it at the same time.
+func (m *Manager) removeLocked(ctx context.Context, projectID, path string) error {
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := datadir.Ensure(m.reposDir(), false); err != nil {
+		return err
+	}
+	unlock, err := m.lock(ctx, projectID)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	return m.removeDir(ctx, projectID, path)
+}
+
+// PruneAll runs git worktree prune in every mirror, each under its lock.
 func (m *Manager) PruneAll(ctx context.Context) {
 	list, _ := filepath.Glob(filepath.Join(m.reposDir(), "*.git"))
 	for _, mirror := range list {
+		project := strings.TrimSuffix(filepath.Base(mirror), ".git")
+		if !wire.ValidUUID(project) {
+			continue
+		}
+		unlock, err := m.lock(ctx, project)
+		if err != nil {
+			m.log.Warn("worktree prune", "mirror", mirror, "err", err)
+			continue
+		}
 		if _, err := m.git(ctx, mirror, "worktree", "prune"); err != nil {
 			m.log.Warn("worktree prune", "mirror", mirror, "err", err)
 		}
+		unlock()
 	}
 }
 
@@ -449,35 +616,36 @@ type Entry struct {
 }
 
 // List returns every worktree directory under <data>/worktrees with its
-// size, and every record whose checkout is gone (size 0); a name that is
-// not a run id is left alone (not pam's).
+// size, as the worktree of the run that owns it (a continuation that took
+// it over, or the run it is named after), and every record whose checkout
+// is gone (size 0); a name that is not a run id is left alone (not
+// pam's).
 func (m *Manager) List() ([]Entry, error) {
 	des, err := os.ReadDir(m.worktreesDir())
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
+	owners, err := m.owners()
+	if err != nil {
+		return nil, err
+	}
 	var out []Entry
-	seen := map[string]bool{}
+	seen := map[string]bool{} // folders
 	for _, de := range des {
 		if !de.IsDir() || !wire.ValidUUID(de.Name()) {
 			continue
 		}
+		// A folder a continuation took over is listed as its run's.
 		e := Entry{RunID: de.Name(), Size: dirSize(filepath.Join(m.worktreesDir(), de.Name()))}
-		e.Record, e.Recorded = m.Record(de.Name())
+		if o, ok := owners[de.Name()]; ok {
+			e.RunID, e.Record, e.Recorded = o.RunID, o, true
+		}
 		out = append(out, e)
 		seen[de.Name()] = true
 	}
-	recs, err := os.ReadDir(m.recordsDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	for _, de := range recs {
-		id, ok := strings.CutSuffix(de.Name(), ".json")
-		if !ok || seen[id] {
-			continue
-		}
-		if rec, ok := m.Record(id); ok {
-			out = append(out, Entry{RunID: id, Recorded: true, Record: rec})
+	for folder, rec := range owners {
+		if !seen[folder] {
+			out = append(out, Entry{RunID: rec.RunID, Recorded: true, Record: rec})
 		}
 	}
 	return out, nil

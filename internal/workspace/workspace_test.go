@@ -3,8 +3,10 @@ package workspace
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -454,4 +456,106 @@ func BenchmarkWorktreeStart(b *testing.B) {
 			}
 		}
 	})
+}
+
+// TestTakeOver: a continuation takes over the worktree of the run it
+// continues (docs/architecture.md#resume-and-continue): the same folder
+// and branch, the record moves, so the old run's removal, clean-up
+// listing and a retry of it never reach the worktree; a continuation of
+// the continuation takes it over again; a worktree that is gone, or a
+// path that is not this host's worktree, is refused.
+func TestTakeOver(t *testing.T) {
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
+	m := newManager(t, "")
+	project := uuid.NewString()
+	old := spec(project, remote)
+	ws, err := m.Prepare(t.Context(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(ws.Path, "work.txt"), "the old run's work\n")
+
+	cont := spec(project, remote)
+	cont.Branch, cont.BaseCommit, cont.Path = ws.Branch, ws.BaseCommit, ws.Path
+	if m.Exists(cont.RunID) {
+		t.Fatal("the continuation has a worktree before it took one")
+	}
+	got, err := m.Prepare(t.Context(), cont)
+	if err != nil || got != ws {
+		t.Fatalf("take over: %+v, %v; want %+v", got, err, ws)
+	}
+	if !m.Exists(cont.RunID) || m.Exists(old.RunID) {
+		t.Errorf("exists: continuation %v, old run %v", m.Exists(cont.RunID), m.Exists(old.RunID))
+	}
+	if _, err := os.Stat(filepath.Join(ws.Path, "work.txt")); err != nil {
+		t.Errorf("the old run's work is gone: %v", err)
+	}
+	// A later attempt of the continuation finds it again.
+	if again, err := m.Prepare(t.Context(), cont); err != nil || again != ws {
+		t.Errorf("a later attempt: %+v, %v", again, err)
+	}
+	// The old run's removal, or a new attempt of it, never reaches it.
+	if _, ok, err := m.Remove(t.Context(), old.RunID); ok || err != nil {
+		t.Errorf("remove of the old run: ok %v, %v", ok, err)
+	}
+	if _, err := m.Prepare(t.Context(), old); err == nil || !strings.Contains(err.Error(), cont.RunID) {
+		t.Errorf("a new attempt of the old run: %v", err)
+	}
+	if !isWorktree(ws.Path) {
+		t.Fatal("the worktree went with the old run")
+	}
+	list, err := m.List()
+	if err != nil || len(list) != 1 || list[0].RunID != cont.RunID || !list[0].Recorded || list[0].Size == 0 {
+		t.Fatalf("list %+v, %v", list, err)
+	}
+	for _, op := range []func() error{
+		func() error { return m.Diff(t.Context(), cont.RunID, io.Discard, wire.MaxDiff) },
+		func() error { _, err := m.Stat(t.Context(), cont.RunID); return err },
+	} {
+		if err := op(); err != nil {
+			t.Errorf("the continuation's diff: %v", err)
+		}
+	}
+
+	// A continuation of the continuation takes it over in turn.
+	next := spec(project, remote)
+	next.Branch, next.Path = ws.Branch, ws.Path
+	if got, err := m.Prepare(t.Context(), next); err != nil || got != ws {
+		t.Fatalf("second take-over: %+v, %v", got, err)
+	}
+	if m.Exists(cont.RunID) || !m.Exists(next.RunID) {
+		t.Error("the first continuation still owns the worktree")
+	}
+	// A take-over cut short between its two writes leaves two records:
+	// the newer run owns the worktree, the stale record removes only
+	// itself.
+	rec, _ := m.Record(next.RunID)
+	stale := rec
+	stale.RunID, stale.CreatedAt = cont.RunID, rec.CreatedAt.Add(-time.Minute)
+	b, _ := json.Marshal(stale)
+	write(t, m.recordPath(cont.RunID), string(b))
+	if list, _ := m.List(); len(list) != 1 || list[0].RunID != next.RunID {
+		t.Errorf("list with a stale record: %+v", list)
+	}
+	if _, ok, err := m.Remove(t.Context(), cont.RunID); ok || err != nil || !isWorktree(ws.Path) {
+		t.Errorf("removing the stale record: ok %v, %v", ok, err)
+	}
+	if _, ok := m.Record(cont.RunID); ok {
+		t.Error("the stale record stayed")
+	}
+
+	// The owner's removal removes it.
+	if removed, ok, err := m.Remove(t.Context(), next.RunID); !ok || err != nil || removed != ws || isWorktree(ws.Path) {
+		t.Fatalf("remove by its owner: %+v %v %v", removed, ok, err)
+	}
+	gone := spec(project, remote)
+	gone.Branch, gone.Path = ws.Branch, ws.Path
+	if _, err := m.Prepare(t.Context(), gone); err == nil || !strings.Contains(err.Error(), "gone") {
+		t.Errorf("take-over of a removed worktree: %v", err)
+	}
+	foreign := spec(project, remote)
+	foreign.Path = "/etc/" + uuid.NewString()
+	if _, err := m.Prepare(t.Context(), foreign); err == nil || !strings.Contains(err.Error(), "not a worktree of this host") {
+		t.Errorf("take-over of another path: %v", err)
+	}
 }

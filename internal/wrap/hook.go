@@ -44,13 +44,19 @@ const HookTryTimeout = 2 * time.Second
 // PAM_SIGNAL_TOKEN, PAM_WORKER_DATA_DIR, PAM_CA_FILE).
 type HookOptions struct {
 	// Kind is the hook kind: completed, progress, failed or needs-input.
-	Kind          string
-	RunID         string
-	Attempt       string
-	APIURL        string
-	Token         string
-	WorkerDataDir string
-	CAFile        string
+	Kind string
+	// AgentSessionID is the CLI's own session id, as the hook read it from
+	// the CLI's input ("" when none): carried in the signal's payload the
+	// first time in the attempt and whenever it changes
+	// (docs/architecture.md#resume-and-continue). An invalid one is
+	// reported and left out.
+	AgentSessionID string
+	RunID          string
+	Attempt        string
+	APIURL         string
+	Token          string
+	WorkerDataDir  string
+	CAFile         string
 	// Report gets one line per problem (the provider shows hook output).
 	Report io.Writer
 	// HTTPClient posts; nil builds one trusting CAFile.
@@ -102,6 +108,7 @@ func Hook(ctx context.Context, o HookOptions) (Outcome, error) {
 	}
 	now := o.Now().UTC()
 	sig := wire.Signal{Kind: kind, Attempt: &attempt, Source: wire.SourceProviderHook, Timestamp: &now}
+	payload := map[string]any{}
 	switch kind {
 	case wire.SignalProgress:
 		seq, err := NextProgressSeq(o.WorkerDataDir, id.String(), attempt)
@@ -110,7 +117,27 @@ func Hook(ctx context.Context, o HookOptions) (Outcome, error) {
 		}
 		sig.Seq = &seq
 	case wire.SignalFailed:
-		sig.Payload = json.RawMessage(`{"reason":"provider_failed"}`)
+		payload["reason"] = wire.FailProviderFailed
+	}
+	session := o.AgentSessionID
+	if session != "" {
+		if err := wire.ValidAgentSessionID(session); err != nil {
+			if o.Report != nil {
+				fmt.Fprintf(o.Report, "pam hook: the CLI's session id %.40q is left out: %v\n", session, err)
+			}
+			session = ""
+		} else if session == lastSession(o.WorkerDataDir, id.String(), attempt) {
+			session = "" // reported already in this attempt
+		} else {
+			payload[wire.PayloadAgentSessionID] = session
+		}
+	}
+	if len(payload) > 0 {
+		b, err := json.Marshal(payload)
+		if err != nil {
+			return Outcome{}, err
+		}
+		sig.Payload = b
 	}
 	s := &Sender{
 		Client: client, APIURL: o.APIURL, Token: o.Token, RunID: id.String(),
@@ -118,10 +145,57 @@ func Hook(ctx context.Context, o HookOptions) (Outcome, error) {
 		Report: o.Report, Logger: o.Logger,
 	}
 	out := s.Send(ctx, sig)
+	if session != "" && (out.Delivered() || out.Spooled != "") {
+		if err := recordSession(o.WorkerDataDir, id.String(), attempt, session); err != nil && o.Report != nil {
+			fmt.Fprintf(o.Report, "pam hook: %v\n", err)
+		}
+	}
 	return out, out.Err
 }
 
-// hookSeqDir holds the progress counters, one file per run attempt.
+// lastSession is the session id a hook of the run's attempt reported
+// last (on its way: delivered or spooled), from
+// <workerDataDir>/hooks/<run_id>-<attempt>.session; "" when none.
+func lastSession(workerDataDir, runID string, attempt int) string {
+	b, err := os.ReadFile(sessionPath(workerDataDir, runID, attempt))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// recordSession notes the session id a hook reported, replacing the file
+// whole: hooks running at once may both report the same id, which the
+// server takes once.
+func recordSession(workerDataDir, runID string, attempt int, session string) error {
+	path := sessionPath(workerDataDir, runID, attempt)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("record the session id: %w", err)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("record the session id: %w", err)
+	}
+	_, err = f.WriteString(session + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("record the session id: %w", err)
+	}
+	return nil
+}
+
+func sessionPath(workerDataDir, runID string, attempt int) string {
+	return filepath.Join(workerDataDir, hookSeqDir, fmt.Sprintf("%s-%d.session", runID, attempt))
+}
+
+// hookSeqDir holds the progress counters and the session ids reported,
+// one file of each per run attempt.
 const hookSeqDir = "hooks"
 
 // NextProgressSeq increments and returns the progress counter of a run's

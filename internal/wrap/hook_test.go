@@ -1,10 +1,13 @@
 package wrap
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -136,5 +139,65 @@ func TestHookRefusesBadEnvironment(t *testing.T) {
 	}
 	if seq, _ := NextProgressSeq(dir, runID, 1); seq <= 1 {
 		t.Errorf("after damage: %d", seq)
+	}
+}
+
+// A hook carries the CLI's session id in its signal's payload the first
+// time in an attempt, and again only when it changes; an invalid one is
+// left out and said so; a spooled signal counts as reported.
+func TestHookReportsTheSessionOncePerAttempt(t *testing.T) {
+	t.Parallel()
+	orch := newOrchestrator(t)
+	dir := t.TempDir()
+	runID := uuid.NewString()
+	hook := func(kind, session, attempt string) {
+		t.Helper()
+		o := hookOptions(orch.URL, dir, runID, kind)
+		o.AgentSessionID, o.Attempt = session, attempt
+		var report bytes.Buffer
+		o.Report = &report
+		if _, err := Hook(t.Context(), o); err != nil {
+			t.Fatal(err)
+		}
+		if bad := session == "-bad id"; bad != strings.Contains(report.String(), "left out") {
+			t.Errorf("hook with %q reported %q", session, report.String())
+		}
+	}
+	hook(wire.SignalProgress, "s1", "2")
+	hook(wire.SignalCompleted, "s1", "2") // known: not carried again
+	hook(wire.SignalFailed, "s2", "2")    // changed (a /clear): carried, with the reason
+	hook(wire.SignalCompleted, "s2", "3") // a new attempt: carried again
+	hook(wire.SignalCompleted, "-bad id", "3")
+	hook(wire.SignalCompleted, "", "3")
+	var payloads []string
+	for _, r := range orch.signals() {
+		payloads = append(payloads, string(r.Signal.Payload))
+	}
+	want := []string{`{"agent_session_id":"s1"}`, ``, `{"agent_session_id":"s2","reason":"provider_failed"}`, `{"agent_session_id":"s2"}`, ``, ``}
+	if !slices.Equal(payloads, want) {
+		t.Errorf("payloads\n%q\nwant\n%q", payloads, want)
+	}
+	for _, p := range payloads {
+		if s, err := wire.AgentSessionOf(json.RawMessage(p)); err != nil || (p != "" && s == "") {
+			t.Errorf("payload %s: the server reads %q, %v", p, s, err)
+		}
+	}
+
+	// Spooled is on its way: the next hook does not carry it again.
+	orch.mu.Lock()
+	orch.answer = func(int, wire.Signal) (int, string) {
+		return http.StatusServiceUnavailable, `{"error":{"code":"unavailable","message":"down"}}`
+	}
+	orch.mu.Unlock()
+	other := uuid.NewString()
+	o := hookOptions(orch.URL, dir, other, wire.SignalCompleted)
+	o.AgentSessionID = "s9"
+	if out, _ := Hook(t.Context(), o); out.Spooled == "" {
+		t.Fatalf("not spooled: %+v", out)
+	}
+	_, _ = Hook(t.Context(), o)
+	files, _, _ := spool.List(spool.Dir(dir))
+	if len(files) != 2 || string(files[0].Signal.Payload) != `{"agent_session_id":"s9"}` || len(files[1].Signal.Payload) != 0 {
+		t.Errorf("spool %+v", files)
 	}
 }

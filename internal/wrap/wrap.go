@@ -265,6 +265,33 @@ wait:
 
 // command builds the CLI's exec.Cmd, or says why it cannot run (with the
 // exit code to end with).
+// argvParts renders the CLI's arguments (see provider.ArgvParts): the
+// provider's args with the prompt, or — when the dispatch says to resume
+// the agent's conversation — its resume_args with the session id and the
+// resume's message (the dispatch's, else the provider's
+// continue_message) (docs/architecture.md#resume-and-continue). A
+// provider of this host's catalog that cannot resume starts afresh.
+func (w *wrapper) argvParts(p provider.Provider) (head, tail []string, err error) {
+	d := w.d
+	v := provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd, Args: d.Args}
+	if !d.Resume {
+		return p.ArgvParts(v)
+	}
+	if err := wire.ValidAgentSessionID(d.AgentSessionID); err != nil {
+		return nil, nil, fmt.Errorf("the dispatch's agent session: %w", err)
+	}
+	if len(p.ResumeArgs) == 0 {
+		w.printf("provider %s has no resume_args: run %s starts afresh instead of resuming its conversation", d.Provider, w.runID)
+		return p.ArgvParts(v)
+	}
+	v.SessionID, v.Prompt = d.AgentSessionID, d.ResumeText
+	if v.Prompt == "" {
+		v.Prompt = p.ContinueMessage
+	}
+	w.o.Logger.Debug("resuming the conversation", "run_id", w.runID, "attempt", d.Attempt, "agent_session_id", d.AgentSessionID)
+	return p.ResumeParts(v)
+}
+
 func (w *wrapper) command() (*exec.Cmd, int, error) {
 	d := w.d
 	cat, err := provider.Load(w.o.ConfigDir)
@@ -302,7 +329,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 			return nil, ExitCannotRun, fmt.Errorf("path of pam for the provider hooks: %w", err)
 		}
 	}
-	head, tail, err := p.ArgvParts(provider.Vars{Prompt: d.Prompt, TaskTitle: d.TaskTitle, RunID: w.runID, Attempt: d.Attempt, Cwd: d.Cwd, Args: d.Args})
+	head, tail, err := w.argvParts(p)
 	if err != nil {
 		return nil, ExitCannotRun, fmt.Errorf("provider %q: %w", d.Provider, err)
 	}

@@ -8,6 +8,7 @@ import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
 import { Answer } from './answer.jsx';
 import { Changes } from './changes.jsx';
+import { Chain, ContinueButton } from './conversation.jsx';
 import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
 import { Icon } from './icons.jsx';
 
@@ -54,6 +55,7 @@ export function RunPage({ id }) {
         <div class="head-actions">
           {isActive(run) && <button class="btn" onClick={() => act('stop', 'Stopped')} data-testid="stop"><Icon name="stop" size={14} />Stop</button>}
           {run.status === 'failed' && <button class="btn" onClick={() => act('retry', 'Retrying')} data-testid="retry"><Icon name="retry" size={14} />Retry</button>}
+          <ContinueButton run={run} />
           {!run.completed_at && <button class="btn" onClick={() => act('complete', 'Marked complete')} data-testid="complete"><Icon name="check" size={14} />Complete</button>}
         </div>
       </div>
@@ -68,6 +70,7 @@ export function RunPage({ id }) {
             <dt>Session</dt><dd class="mono">{run.session_name}</dd>
             {run.cwd && <><dt>Directory</dt><dd class="mono break">{run.cwd}</dd></>}
             {run.workspace && <><dt>Worktree</dt><dd class="mono break">{run.workspace.branch || run.workspace.path}</dd></>}
+            <Chain run={run} />
             <dt>Created</dt><dd><Ago iso={run.created_at} /></dd>
             {run.started_at && <><dt>Started</dt><dd><Ago iso={run.started_at} /></dd></>}
             {run.finished_at && <><dt>Finished</dt><dd><Ago iso={run.finished_at} /></dd></>}
@@ -171,8 +174,10 @@ function Tabs({ run }) {
 
 function summary(e) {
   const p = e.payload || {};
+  if (e.topic === 'run.continued') return 'continued by run ' + shortId(p.run_id);
+  if (e.topic === 'run.created' && p.continues_run_id) return 'continues run ' + shortId(p.continues_run_id);
   const bits = [];
-  for (const k of ['host_id', 'exit_code', 'failure_reason', 'source', 'attention', 'kind', 'result', 'next_attempt_at', 'branch', 'detail', 'reason']) {
+  for (const k of ['host_id', 'exit_code', 'failure_reason', 'source', 'attention', 'kind', 'result', 'next_attempt_at', 'branch', 'detail', 'reason', 'agent_session_id']) {
     if (p[k] === undefined || p[k] === null || p[k] === '') continue;
     bits.push(k === 'host_id' ? 'host ' + hostName(p[k]) : `${k.replace(/_/g, ' ')} ${p[k]}`);
   }
