@@ -482,8 +482,8 @@ func TestResumeArgs(t *testing.T) {
 		{"claude", "fix the tests", []string{"--resume", "5f0c-abc", "fix the tests"}, nil},
 		{"claude", "", []string{"--resume", "5f0c-abc"}, nil},
 		{"claude", "-v please", []string{"--resume", "5f0c-abc"}, []string{"--", "-v please"}},
-		{"codex", "fix the tests", []string{"resume", "5f0c-abc", "fix the tests"}, nil},
-		{"codex", "", []string{"resume", "5f0c-abc"}, nil},
+		{"codex", "fix the tests", []string{"resume", "--no-daemon", "5f0c-abc", "fix the tests"}, nil},
+		{"codex", "", []string{"resume", "--no-daemon", "5f0c-abc"}, nil},
 		{"gemini", "fix the tests", []string{"--resume", "5f0c-abc", "fix the tests"}, nil},
 	} {
 		p, _ := c.Get(tc.name)
