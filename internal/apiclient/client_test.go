@@ -239,7 +239,7 @@ func TestClientRoutes(t *testing.T) {
 		"GET /api/v1/work-items/w1":          item,
 		"PATCH /api/v1/work-items/w1":        item,
 		"DELETE /api/v1/work-items/w1":       "",
-		"GET /api/v1/events":                 `{"events":[{"seq":3,"topic":"project.created","run_id":null,"project_id":"p1","host_id":null,"payload":{},"created_at":"2026-01-01T00:00:00Z"}]}`,
+		"GET /api/v1/events":                 `{"events":[{"seq":3,"topic":"project.created","run_id":null,"project_id":"p1","host_id":null,"actor":null,"payload":{},"created_at":"2026-01-01T00:00:00Z"}]}`,
 	}}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
