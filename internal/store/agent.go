@@ -20,8 +20,10 @@ import (
 // project, and the run's own work item, whose kind and parent are the
 // defaults of the items the agent creates.
 type AgentScope struct {
-	RunID     string
+	RunID string
+	// Attempt and HostID are the incarnation the token was made for.
 	Attempt   int
+	HostID    string
 	ProjectID string
 	// Item is the run's task (or subtask).
 	Item wire.WorkItem
@@ -47,7 +49,7 @@ func (s *Store) AgentScope(ctx context.Context, runID, hostID string, attempt in
 	if err != nil {
 		return AgentScope{}, fmt.Errorf("read the work item of run %s: %w", runID, err)
 	}
-	return AgentScope{RunID: r.ID, Attempt: r.Attempt, ProjectID: r.ProjectID, Item: item}, nil
+	return AgentScope{RunID: r.ID, Attempt: r.Attempt, HostID: hostID, ProjectID: r.ProjectID, Item: item}, nil
 }
 
 // agentLive checks that r is live at attempt on hostID.
@@ -129,7 +131,7 @@ func (s *Store) AgentUpdateWorkItem(ctx context.Context, sc AgentScope, id strin
 // AgentProgress journals run.progress with the agent's text (source
 // "mcp"), naming the run, while the run is still the live incarnation of
 // the scope.
-func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, hostID, text string) error {
+func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) error {
 	switch {
 	case strings.TrimSpace(text) == "":
 		return wire.Invalid("text", "text must not be empty")
@@ -143,7 +145,7 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, hostID, text s
 		if err != nil {
 			return err
 		}
-		if err := agentLive(r, hostID, sc.Attempt); err != nil {
+		if err := agentLive(r, sc.HostID, sc.Attempt); err != nil {
 			return err
 		}
 		ev := runEvent(wire.TopicRunProgress, r, map[string]any{"source": "mcp", "text": text})
