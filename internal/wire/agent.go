@@ -17,8 +17,8 @@ const (
 	ToolReportProgress = "report_progress"
 )
 
-// MCPTools lists every tool of pam's MCP server, in the order it lists
-// them: what a CLI is told to allow without asking.
+// MCPTools lists every tool of pam's MCP server: what a CLI is told to
+// allow without asking.
 var MCPTools = []string{ToolListWorkItems, ToolGetWorkItem, ToolCreateWorkItem, ToolUpdateWorkItem, ToolReportProgress}
 
 // CodeRateLimited (429) refuses a call of pam's tools past
