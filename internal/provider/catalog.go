@@ -68,6 +68,8 @@ type fileEntry struct {
 	EndOfOptions *string `toml:"end_of_options"`
 	// Screens is the [providers.NAME.screens] table.
 	Screens *fileScreens `toml:"screens"`
+	// MCP is how pam's MCP server reaches the CLI.
+	MCP *string `toml:"mcp"`
 }
 
 // fileScreens is a [providers.NAME.screens] table: each list set
@@ -126,7 +128,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options and screens; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, mcp and screens; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -146,7 +148,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		p, builtin := c.providers[name]
 		if !builtin {
-			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone}
+			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone, MCP: MCPNone}
 			if e.Binary == nil {
 				return nil, fmt.Errorf("%s.binary: required for a provider that is not built in", where)
 			}
@@ -171,6 +173,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		if e.Screens != nil {
 			p.Screens = p.Screens.merged(*e.Screens)
+		}
+		if e.MCP != nil {
+			p.MCP = *e.MCP
 		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
@@ -242,6 +247,13 @@ func (p *Provider) validate() error {
 	case HooksNone, HooksClaude, HooksCodex:
 	default:
 		return fmt.Errorf("hooks: %q is not one of %s, %s, %s", p.Hooks, HooksClaude, HooksCodex, HooksNone)
+	}
+	switch p.MCP {
+	case "":
+		p.MCP = MCPNone
+	case MCPNone, MCPClaude, MCPCodex, MCPGemini:
+	default:
+		return fmt.Errorf("mcp: %q is not one of %s, %s, %s, %s", p.MCP, MCPClaude, MCPCodex, MCPGemini, MCPNone)
 	}
 	return nil
 }

@@ -52,6 +52,9 @@ type Provider struct {
 	EndOfOptions string
 	// Screens are the patterns the worker reads its screen with.
 	Screens Screens
+	// MCP says how pam's MCP server reaches the CLI: MCPClaude, MCPCodex,
+	// MCPGemini or MCPNone ("" reads as none).
+	MCP string
 }
 
 // ErrPromptLooksLikeOption refuses a prompt that starts with "-" for a CLI
@@ -66,17 +69,17 @@ func builtins() map[string]Provider {
 		// starting with "-" is refused for it.
 		// Each passes its own credential variables.
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
-			PassEnv: []string{"ANTHROPIC_API_KEY"}},
+			PassEnv: []string{"ANTHROPIC_API_KEY"}, MCP: MCPClaude},
 		"codex": {Name: "codex", Binary: "codex", Args: []string{"{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
-			PassEnv: []string{"OPENAI_API_KEY"}},
+			PassEnv: []string{"OPENAI_API_KEY"}, MCP: MCPCodex},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
-			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}},
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, MCP: MCPGemini},
 		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
-			PassEnv: []string{"XAI_API_KEY"}},
+			PassEnv: []string{"XAI_API_KEY"}, MCP: MCPNone},
 		// The operator explicitly asking for a shell command in the session.
 		// POSIX sh (dash, bash) takes "sh -c -- -cmd": the command string is
 		// the first operand after "--".
-		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
+		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--", MCP: MCPNone},
 	}
 	for name, s := range builtinScreens {
 		p := b[name]
@@ -231,7 +234,8 @@ func mergeEnv(env []string, vars map[string]string) []string {
 //     `pam hook progress` and a Notification hook (Claude asks for
 //     permission, or has waited for input) running `pam hook needs-input`.
 //     Claude runs hook commands through a shell, so the path is
-//     single-quoted.
+//     single-quoted. When pam's MCP server is Claude's too (MCPArgs),
+//     the settings also allow its tools, so they never ask.
 //   - codex: -c notify=["<pam>","hook","completed"]; codex appends a JSON
 //     argument describing the event, which `pam hook` reads only for its
 //     type (HookKindOfEvent: an approval or input request is needs-input).
@@ -248,6 +252,9 @@ func (p Provider) HookArgs(pamBinary string) []string {
 				"PostToolUse":  []any{map[string]any{"matcher": "*", "hooks": []any{cmd("progress")}}},
 				"Notification": []any{map[string]any{"hooks": []any{cmd(HookNeedsInput)}}},
 			},
+		}
+		if p.MCP == MCPClaude {
+			settings["permissions"] = claudePermissions()
 		}
 		return []string{"--settings", compactJSON(settings)}
 	case HooksCodex:
