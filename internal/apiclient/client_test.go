@@ -228,18 +228,23 @@ func TestClientRoutes(t *testing.T) {
 	project := `{"id":"p1","name":"N","slug":"n","description":"","status":"active","auto_done":true,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 	item := `{"id":"w1","project_id":"p1","parent_id":null,"kind":"task","title":"T","body":"","status":"todo","path":"w1","position":0,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 	rc := &recorder{t: t, answers: map[string]string{
-		"GET /healthz":                       `{"status":"ok"}`,
-		"GET /api/v1/projects":               `{"projects":[` + project + `]}`,
-		"POST /api/v1/projects":              project,
-		"GET /api/v1/projects/a/b":           project,
-		"PATCH /api/v1/projects/n":           project,
-		"DELETE /api/v1/projects/n":          project,
-		"GET /api/v1/projects/n/work-items":  `{"work_items":[` + item + `]}`,
-		"POST /api/v1/projects/n/work-items": item,
-		"GET /api/v1/work-items/w1":          item,
-		"PATCH /api/v1/work-items/w1":        item,
-		"DELETE /api/v1/work-items/w1":       "",
-		"GET /api/v1/events":                 `{"events":[{"seq":3,"topic":"project.created","run_id":null,"project_id":"p1","host_id":null,"payload":{},"created_at":"2026-01-01T00:00:00Z"}]}`,
+		"GET /healthz":                              `{"status":"ok"}`,
+		"GET /api/v1/projects":                      `{"projects":[` + project + `]}`,
+		"POST /api/v1/projects":                     project,
+		"GET /api/v1/projects/a/b":                  project,
+		"PATCH /api/v1/projects/n":                  project,
+		"DELETE /api/v1/projects/n":                 project,
+		"GET /api/v1/projects/n/work-items":         `{"work_items":[` + item + `]}`,
+		"POST /api/v1/projects/n/work-items":        item,
+		"GET /api/v1/work-items/w1":                 item,
+		"PATCH /api/v1/work-items/w1":               item,
+		"DELETE /api/v1/work-items/w1":              "",
+		"GET /api/v1/events":                        `{"events":[{"seq":3,"topic":"project.created","run_id":null,"project_id":"p1","host_id":null,"actor":null,"payload":{},"created_at":"2026-01-01T00:00:00Z"}]}`,
+		"GET /api/internal/runs/r1/work-items":      `{"work_items":[` + item + `]}`,
+		"POST /api/internal/runs/r1/work-items":     item,
+		"GET /api/internal/runs/r1/work-items/w1":   item,
+		"PATCH /api/internal/runs/r1/work-items/w1": item,
+		"POST /api/internal/runs/r1/progress":       `{"result":"applied"}`,
 	}}
 	srv := httptest.NewServer(rc)
 	defer srv.Close()
@@ -297,6 +302,22 @@ func TestClientRoutes(t *testing.T) {
 	if len(evs) != 1 || evs[0].Seq != 3 || string(evs[0].Payload) != "{}" {
 		t.Errorf("events %+v", evs)
 	}
+	items, err = c.AgentWorkItems(ctx, "r1", "doing")
+	must(err)
+	if len(items) != 1 || items[0].ID != "w1" {
+		t.Errorf("agent items %+v", items)
+	}
+	_, err = c.AgentWorkItems(ctx, "r1", "")
+	must(err)
+	_, err = c.AgentCreateWorkItem(ctx, "r1", wire.AgentCreateWorkItem{Title: "T"})
+	must(err)
+	_, err = c.AgentCreateWorkItem(ctx, "r1", wire.AgentCreateWorkItem{Title: "T", Kind: str("epic"), ParentID: wire.Optional{Set: true}})
+	must(err)
+	_, err = c.AgentWorkItem(ctx, "r1", "w1")
+	must(err)
+	_, err = c.AgentUpdateWorkItem(ctx, "r1", "w1", wire.AgentUpdateWorkItem{Status: str("done")})
+	must(err)
+	must(c.AgentProgress(ctx, "r1", "half"))
 
 	want := []string{
 		"GET /healthz",
@@ -313,6 +334,13 @@ func TestClientRoutes(t *testing.T) {
 		`PATCH /api/v1/work-items/w1 {"position":2}`,
 		"DELETE /api/v1/work-items/w1",
 		"GET /api/v1/events?after=2&limit=10&topic=project.%2A",
+		"GET /api/internal/runs/r1/work-items?status=doing",
+		"GET /api/internal/runs/r1/work-items",
+		`POST /api/internal/runs/r1/work-items {"title":"T"}`,
+		`POST /api/internal/runs/r1/work-items {"title":"T","kind":"epic","parent_id":null}`,
+		"GET /api/internal/runs/r1/work-items/w1",
+		`PATCH /api/internal/runs/r1/work-items/w1 {"status":"done"}`,
+		`POST /api/internal/runs/r1/progress {"text":"half"}`,
 	}
 	if !reflect.DeepEqual(rc.got, want) {
 		t.Errorf("requests:\n%s\nwant:\n%s", strings.Join(rc.got, "\n"), strings.Join(want, "\n"))

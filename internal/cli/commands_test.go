@@ -362,7 +362,7 @@ func TestEventsList(t *testing.T) {
 	t.Parallel()
 	e := isolate(t)
 	f, _ := newFakeAPI(t, e)
-	f.handle("GET /api/v1/events", 200, `{"events":[{"seq":1,"topic":"project.created","run_id":null,"project_id":"p","host_id":null,"payload":{"a": 1},"created_at":"2026-01-02T03:04:05Z"}]}`)
+	f.handle("GET /api/v1/events", 200, `{"events":[{"seq":1,"topic":"project.created","run_id":null,"project_id":"p","host_id":null,"actor":null,"payload":{"a": 1},"created_at":"2026-01-02T03:04:05Z"}]}`)
 	out := e.mustPam("events", "--after", "0", "--limit", "5", "--topic", "project.*")
 	if f.last() != "GET /api/v1/events?limit=5&topic=project.%2A" {
 		t.Errorf("request %s", f.last())

@@ -76,6 +76,8 @@ type fileEntry struct {
 	// (docs/architecture.md#resume-and-continue).
 	ResumeArgs      *[]string `toml:"resume_args"`
 	ContinueMessage *string   `toml:"continue_message"`
+	// MCP is how pam's MCP server reaches the CLI.
+	MCP *string `toml:"mcp"`
 }
 
 // fileScreens is a [providers.NAME.screens] table: each list set
@@ -134,7 +136,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 			keys[i] = k.String()
 		}
 		slices.Sort(keys)
-		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, resume_args, continue_message, screens and trust; [proxy] takes variables)", path, keys[0])
+		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, resume_args, continue_message, mcp, screens and trust; [proxy] takes variables)", path, keys[0])
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
 		v := f.Proxy[name]
@@ -154,7 +156,7 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		p, builtin := c.providers[name]
 		if !builtin {
-			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone}
+			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone, MCP: MCPNone}
 			if e.Binary == nil {
 				return nil, fmt.Errorf("%s.binary: required for a provider that is not built in", where)
 			}
@@ -188,6 +190,9 @@ func parse(path string, data []byte) (*Catalog, error) {
 		}
 		if e.ContinueMessage != nil {
 			p.ContinueMessage = *e.ContinueMessage
+		}
+		if e.MCP != nil {
+			p.MCP = *e.MCP
 		}
 		if err := p.validate(); err != nil {
 			return nil, fmt.Errorf("%s.%w", where, err)
@@ -264,6 +269,13 @@ func (p *Provider) validate() error {
 	case HooksNone, HooksClaude, HooksCodex:
 	default:
 		return fmt.Errorf("hooks: %q is not one of %s, %s, %s", p.Hooks, HooksClaude, HooksCodex, HooksNone)
+	}
+	switch p.MCP {
+	case "":
+		p.MCP = MCPNone
+	case MCPNone, MCPClaude, MCPCodex, MCPGemini:
+	default:
+		return fmt.Errorf("mcp: %q is not one of %s, %s, %s, %s", p.MCP, MCPClaude, MCPCodex, MCPGemini, MCPNone)
 	}
 	return nil
 }

@@ -156,6 +156,7 @@ func catalogInBounds(t *testing.T, c *Catalog) {
 			seen[k] = true
 		}
 		_ = p.HookArgs("/usr/local/bin/pam")
+		_ = p.MCPArgs("/usr/local/bin/pam")
 		if c.Patterns(name) == nil {
 			t.Fatalf("%s: screens not compiled", name)
 		}

@@ -68,6 +68,9 @@ type Provider struct {
 	// ContinueMessage is continue_message: what pam says to an agent to
 	// make it go on — the message of a resume that brings none of its own.
 	ContinueMessage string
+	// MCP says how pam's MCP server reaches the CLI: MCPClaude, MCPCodex,
+	// MCPGemini or MCPNone ("" reads as none).
+	MCP string
 }
 
 // TrustNone is the catalog's spelling of "mark nothing" for trust.
@@ -92,7 +95,7 @@ func builtins() map[string]Provider {
 		// 0.171 the subcommand `resume [SESSION_ID] [PROMPT]`, gemini 0.61
 		// `--resume <session uuid>` with its query. grok and shell have none.
 		"claude": {Name: "claude", Binary: "claude", Args: []string{"{prompt}"}, Hooks: HooksClaude, EndOfOptions: "--",
-			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude,
+			PassEnv: []string{"ANTHROPIC_API_KEY"}, Trust: trust.Claude, MCP: MCPClaude,
 			ResumeArgs: []string{"--resume", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		// --no-daemon: codex otherwise hands the session to a shared
 		// background server that it starts detached, outside the
@@ -100,17 +103,17 @@ func builtins() map[string]Provider {
 		// variables) of the run that started it (docs/agents.md#codex);
 		// its resume subcommand takes the flag too.
 		"codex": {Name: "codex", Binary: "codex", Args: []string{"--no-daemon", "{prompt}"}, Hooks: HooksCodex, EndOfOptions: "--",
-			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex,
+			PassEnv: []string{"OPENAI_API_KEY"}, Trust: trust.Codex, MCP: MCPCodex,
 			ResumeArgs: []string{"resume", "--no-daemon", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		"gemini": {Name: "gemini", Binary: "gemini", Args: []string{"{prompt}"}, Hooks: HooksNone, EndOfOptions: "--",
-			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini,
+			PassEnv: []string{"GEMINI_API_KEY", "GOOGLE_API_KEY"}, Trust: trust.Gemini, MCP: MCPGemini,
 			ResumeArgs: []string{"--resume", "{session_id}", "{prompt}"}, ContinueMessage: "continue"},
 		"grok": {Name: "grok", Binary: "grok", Args: []string{"{prompt}"}, Hooks: HooksNone,
-			PassEnv: []string{"XAI_API_KEY"}},
+			PassEnv: []string{"XAI_API_KEY"}, MCP: MCPNone},
 		// The operator explicitly asking for a shell command in the session.
 		// POSIX sh (dash, bash) takes "sh -c -- -cmd": the command string is
 		// the first operand after "--".
-		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--"},
+		"shell": {Name: "shell", Binary: "/bin/sh", Args: []string{"-c", "{prompt}"}, Hooks: HooksNone, EndOfOptions: "--", MCP: MCPNone},
 	}
 	for name, s := range builtinScreens {
 		p := b[name]
@@ -298,7 +301,8 @@ func mergeEnv(env []string, vars map[string]string) []string {
 //     `pam hook progress` and a Notification hook (Claude asks for
 //     permission, or has waited for input) running `pam hook needs-input`.
 //     Claude runs hook commands through a shell, so the path is
-//     single-quoted.
+//     single-quoted. When pam's MCP server is Claude's too (MCPArgs),
+//     the settings also allow its tools, so they never ask.
 //   - codex: -c notify=["<pam>","hook","completed"]; codex appends a JSON
 //     argument describing the event, which `pam hook` reads only for its
 //     type (HookKindOfEvent: an approval or input request is needs-input).
@@ -315,6 +319,9 @@ func (p Provider) HookArgs(pamBinary string) []string {
 				"PostToolUse":  []any{map[string]any{"matcher": "*", "hooks": []any{cmd("progress")}}},
 				"Notification": []any{map[string]any{"hooks": []any{cmd(HookNeedsInput)}}},
 			},
+		}
+		if p.MCP == MCPClaude {
+			settings["permissions"] = claudePermissions()
 		}
 		return []string{"--settings", compactJSON(settings)}
 	case HooksCodex:

@@ -158,6 +158,7 @@ func TestLoadErrors(t *testing.T) {
 		{"bad env dash", "[providers.claude]\nenv = { \"A-B\" = \"x\" }\n", []string{"providers.claude.env.A-B"}},
 		{"bad hooks", "[providers.claude]\nhooks = \"cursor\"\n", []string{"providers.claude.hooks"}},
 		{"bad trust", "[providers.claude]\ntrust = \"cursor\"\n", []string{"providers.claude.trust", `"cursor"`, "claude, codex, gemini"}},
+		{"bad mcp", "[providers.claude]\nmcp = \"cursor\"\n", []string{"providers.claude.mcp", `"cursor"`, "claude, codex, gemini, none"}},
 		{"bad pass_env", "[providers.claude]\npass_env = [\"OK\", \"A-B\"]\n", []string{"providers.claude.pass_env[1]", "A-B"}},
 		{"pass_env of pam's secrets", "[providers.claude]\npass_env = [\"PAM_WORKER_TOKEN\"]\n", []string{"providers.claude.pass_env[0]", "PAM_*"}},
 		{"pass_env not a list", "[providers.claude]\npass_env = \"X\"\n", []string{FileName}},

@@ -33,6 +33,8 @@ func StatusOf(e *wire.Error) int {
 		return http.StatusConflict
 	case wire.CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case wire.CodeRateLimited:
+		return http.StatusTooManyRequests
 	case wire.CodeUnavailable, wire.CodeHostUnreachable:
 		return http.StatusServiceUnavailable
 	default:

@@ -87,6 +87,8 @@ type Server struct {
 	paneWatch paneWatches
 	// answers: the runs whose answer is being checked (answer.go).
 	answers answerSet
+	// agentCalls counts each run's calls of pam's tools (agent.go).
+	agentCalls *callWindow
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
@@ -111,7 +113,7 @@ func New(o Options) *Server {
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = defaults.LeaseTTL
 	}
-	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux()}
+	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux(), agentCalls: newCallWindow()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
 	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
@@ -276,6 +278,7 @@ func (s *Server) routes() {
 	internal("GET /worker/runs/{id}", s.workerRun)
 	internal("GET /worker/uplink", s.counted(s.uplink))
 	s.mux.HandleFunc("POST /api/internal/runs/{id}/signals", s.postSignal) // worker or signal token
+	s.agentRoutes()                                                        // signal token only
 	s.mux.Handle("/api/internal/", s.workerAuth(s.noRoute))
 	// Anything else under /api/v1 is a 405 or 404 envelope, after auth.
 	s.mux.Handle("/api/v1/", s.operatorAuth(s.noRoute))

@@ -16,7 +16,9 @@ type NewEvent struct {
 	RunID     string
 	ProjectID string
 	HostID    string
-	Payload   any
+	// Actor names who caused the event (wire.Event's actor), or "".
+	Actor   string
+	Payload any
 }
 
 // Journal appends events inside the transaction.
@@ -50,8 +52,8 @@ func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 			continue
 		}
 		if _, err := tx.Tx.Exec(ctx,
-			`INSERT INTO events (topic, run_id, project_id, host_id, payload) VALUES ($1, $2, $3, $4, $5)`,
-			ev.Topic, nullUUID(ev.RunID), nullUUID(ev.ProjectID), nullUUID(ev.HostID), payload); err != nil {
+			`INSERT INTO events (topic, run_id, project_id, host_id, actor, payload) VALUES ($1, $2, $3, $4, $5, $6)`,
+			ev.Topic, nullUUID(ev.RunID), nullUUID(ev.ProjectID), nullUUID(ev.HostID), nullText(ev.Actor), payload); err != nil {
 			return fmt.Errorf("journal %s: %w", ev.Topic, err)
 		}
 	}
@@ -66,7 +68,10 @@ func nullUUID(s string) any {
 	return s
 }
 
-const eventColumns = `seq, topic, run_id::text, project_id::text, host_id::text, payload, created_at`
+// nullText is s, or SQL NULL when s is empty.
+func nullText(s string) any { return nullUUID(s) }
+
+const eventColumns = `seq, topic, run_id::text, project_id::text, host_id::text, actor, payload, created_at`
 
 func scanEvents(rows interface {
 	Next() bool
@@ -79,7 +84,7 @@ func scanEvents(rows interface {
 	for rows.Next() {
 		var e wire.Event
 		var payload []byte
-		if err := rows.Scan(&e.Seq, &e.Topic, &e.RunID, &e.ProjectID, &e.HostID, &payload, &e.CreatedAt); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Topic, &e.RunID, &e.ProjectID, &e.HostID, &e.Actor, &payload, &e.CreatedAt); err != nil {
 			return nil, err
 		}
 		e.Payload = payload

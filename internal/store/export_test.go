@@ -5,3 +5,6 @@ var SplitStatements = splitStatements
 
 // FullXid exposes fullXid to the tests.
 var FullXid = fullXid
+
+// Pipeline makes tx queue its blind writes, as the signal batches do.
+func (tx *Tx) Pipeline() { tx.pipeline() }

@@ -45,9 +45,9 @@ func (tx *Tx) flush(ctx context.Context) error {
 	b := tx.later
 	if len(tx.events.topics) > 0 {
 		e := &tx.events
-		b.Queue(`INSERT INTO events (topic, run_id, project_id, host_id, payload)
-			SELECT * FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::uuid[], $5::jsonb[])`,
-			e.topics, e.runs, e.projects, e.hosts, e.payloads)
+		b.Queue(`INSERT INTO events (topic, run_id, project_id, host_id, actor, payload)
+			SELECT * FROM unnest($1::text[], $2::uuid[], $3::uuid[], $4::uuid[], $5::text[], $6::jsonb[])`,
+			e.topics, e.runs, e.projects, e.hosts, e.actors, e.payloads)
 		tx.events = laterEvents{}
 	}
 	tx.later = &pgx.Batch{}
@@ -100,9 +100,9 @@ func (tx *Tx) Commit(ctx context.Context) error {
 // laterEvents are the events a pipelining transaction journaled and has
 // not inserted yet, column by column.
 type laterEvents struct {
-	topics                []string
-	runs, projects, hosts []*string
-	payloads              [][]byte
+	topics                        []string
+	runs, projects, hosts, actors []*string
+	payloads                      [][]byte
 }
 
 func (e *laterEvents) add(ev NewEvent, payload []byte) {
@@ -116,6 +116,7 @@ func (e *laterEvents) add(ev NewEvent, payload []byte) {
 	e.runs = append(e.runs, id(ev.RunID))
 	e.projects = append(e.projects, id(ev.ProjectID))
 	e.hosts = append(e.hosts, id(ev.HostID))
+	e.actors = append(e.actors, id(ev.Actor))
 	e.payloads = append(e.payloads, payload)
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -78,9 +79,27 @@ func parentFor(ctx context.Context, q querier, projectID, parentID, kind string)
 	return parent, nil
 }
 
+// validBody checks a work item's body: at most 64 KiB of UTF-8 without
+// U+0000, which PostgreSQL's text refuses (a 400 naming the field, never
+// a 500).
+func validBody(body string) error {
+	if len(body) > maxBody {
+		return wire.Invalid("body", "body must be at most 64 KiB")
+	}
+	if !utf8.ValidString(body) || strings.ContainsRune(body, 0) {
+		return wire.Invalid("body", "body must be valid UTF-8 without U+0000")
+	}
+	return nil
+}
+
 // CreateWorkItem validates and inserts an item at the end of its siblings,
 // journaling work_item.created.
 func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.CreateWorkItem) (wire.WorkItem, error) {
+	return s.createWorkItem(ctx, projectRef, in, "")
+}
+
+// createWorkItem is CreateWorkItem with the actor its event names.
+func (s *Store) createWorkItem(ctx context.Context, projectRef string, in wire.CreateWorkItem, actor string) (wire.WorkItem, error) {
 	if !ValidKind(in.Kind) {
 		return wire.WorkItem{}, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
 	}
@@ -90,8 +109,8 @@ func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.C
 	body, status := "", "todo"
 	if in.Body != nil {
 		body = *in.Body
-		if len(body) > maxBody {
-			return wire.WorkItem{}, wire.Invalid("body", "body must be at most 64 KiB")
+		if err := validBody(body); err != nil {
+			return wire.WorkItem{}, err
 		}
 	}
 	if in.Status != nil {
@@ -126,7 +145,7 @@ func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.C
 		if err != nil {
 			return err
 		}
-		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemCreated, ProjectID: p.ID, Payload: out})
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemCreated, ProjectID: p.ID, Actor: actor, Payload: out})
 	})
 	return out, err
 }
@@ -215,13 +234,20 @@ func TreeOrder(items []wire.WorkItem) []wire.WorkItem {
 // work_item.reparented — the last once, for the moved item only, while the
 // paths of all its descendants are rewritten in the same transaction).
 func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem) (wire.WorkItem, error) {
+	return s.updateWorkItem(ctx, id, in, "")
+}
+
+// updateWorkItem is UpdateWorkItem with the actor its events name.
+func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem, actor string) (wire.WorkItem, error) {
 	if in.Title != nil {
 		if err := ValidName("title", *in.Title); err != nil {
 			return wire.WorkItem{}, err
 		}
 	}
-	if in.Body != nil && len(*in.Body) > maxBody {
-		return wire.WorkItem{}, wire.Invalid("body", "body must be at most 64 KiB")
+	if in.Body != nil {
+		if err := validBody(*in.Body); err != nil {
+			return wire.WorkItem{}, err
+		}
 	}
 	if in.Status != nil && !ValidItemStatus(*in.Status) {
 		return wire.WorkItem{}, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
@@ -314,15 +340,15 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 			}
 		}
 		if len(changed) > 0 {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID, Actor: actor,
 				Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
 		}
 		if statusChanged {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID, Actor: actor,
 				Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": status, "work_item": out}})
 		}
 		if reparent {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID,
+			events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID, Actor: actor,
 				Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
 					"old_path": cur.Path, "path": out.Path, "work_item": out}})
 		}

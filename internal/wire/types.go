@@ -111,11 +111,15 @@ const HeaderEventSeq = "Pam-Event-Seq"
 
 // Event is one entry of the journal. Seq orders all events totally.
 type Event struct {
-	Seq       int64           `json:"seq"`
-	Topic     string          `json:"topic"`
-	RunID     *string         `json:"run_id"`
-	ProjectID *string         `json:"project_id"`
-	HostID    *string         `json:"host_id"`
+	Seq       int64   `json:"seq"`
+	Topic     string  `json:"topic"`
+	RunID     *string `json:"run_id"`
+	ProjectID *string `json:"project_id"`
+	HostID    *string `json:"host_id"`
+	// Actor names who caused the event: agent:<first 8 hex of the run
+	// id> for pam's tools for the agent; null when nobody in particular
+	// (workers, signals) or not recorded.
+	Actor     *string         `json:"actor"`
 	Payload   json.RawMessage `json:"payload"`
 	CreatedAt time.Time       `json:"created_at"`
 }

@@ -14,6 +14,7 @@ import (
 	"pam/internal/datadir"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wrap"
 )
 
 // handle acts on one frame from the orchestrator. Nothing it receives
@@ -329,6 +330,7 @@ func (w *agent) forget(r *run, gen uint64, stopped bool) {
 	if err := os.Remove(w.dispatchPath(r.id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		w.log.Warn("remove dispatch file", "run_id", r.id, "err", err)
 	}
+	_ = os.Remove(wrap.MCPSettingsPath(w.dir, r.id)) // the wrapper's, if it could not remove it
 	w.log.Info("run forgotten", "run_id", r.id, "attempt", attempt, "stopped", stopped)
 }
 

@@ -2,7 +2,6 @@ package wrap
 
 import (
 	"path/filepath"
-	"strings"
 
 	"github.com/google/uuid"
 
@@ -31,7 +30,8 @@ func (w *wrapper) markTrust(p provider.Provider, env []string) {
 		w.printf("not marking %s trusted for %s: it is not a worktree pam made in %s", d.Worktree, d.Provider, worktreesDir(w.o.WorkerDataDir))
 		return
 	}
-	file, err := trust.Mark(p.Trust, lookupEnv(env), d.Worktree, trust.Options{})
+	getenv := func(key string) string { v, _ := lookupEnv(env, key); return v }
+	file, err := trust.Mark(p.Trust, getenv, d.Worktree, trust.Options{})
 	if err != nil {
 		w.printf("could not mark this worktree trusted for %s, so it may ask whether to trust it: %v", d.Provider, err)
 		return
@@ -53,17 +53,4 @@ func pamWorktree(workerDataDir, path string) bool {
 	base := filepath.Base(path)
 	_, err := uuid.Parse(base)
 	return err == nil && len(base) == 36
-}
-
-// lookupEnv reads a KEY=value list as getenv would (the last value wins).
-func lookupEnv(env []string) func(string) string {
-	return func(key string) string {
-		v := ""
-		for _, kv := range env {
-			if k, val, ok := strings.Cut(kv, "="); ok && k == key {
-				v = val
-			}
-		}
-		return v
-	}
 }

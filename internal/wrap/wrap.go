@@ -140,6 +140,8 @@ type wrapper struct {
 	d       *wire.Dispatch
 	sender  *Sender
 	spooled int
+	// mcpFile is the MCP settings file written for the CLI, or "".
+	mcpFile string
 }
 
 func (w *wrapper) printf(format string, args ...any) {
@@ -179,6 +181,7 @@ func (w *wrapper) run(ctx context.Context) int {
 	sendCtx := context.WithoutCancel(ctx)
 
 	cmd, code, err := w.command()
+	defer w.removeMCPFile()
 	if err == nil {
 		err = cmd.Start()
 		if err != nil {
@@ -338,6 +341,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 	argv := []string{d.Binary}
 	argv = append(argv, head...)
 	argv = append(argv, d.Args...)
+	argv = append(argv, p.MCPArgs(pam)...)
 	argv = append(argv, p.HookArgs(pam)...)
 	argv = append(argv, tail...)
 
@@ -358,7 +362,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 	if d.CAFile != "" {
 		pamVars = append(pamVars, "PAM_CA_FILE="+d.CAFile)
 	}
-	env = setEnv(env, pamVars)
+	env = setEnv(env, append(pamVars, w.mcpVars(p, pam, env)...))
 	w.markTrust(p, env)
 
 	cmd := &exec.Cmd{
