@@ -22,6 +22,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"encoding/json"
 	"slices"
 	"time"
@@ -55,12 +56,13 @@ type Run struct {
 }
 
 // FromWire is the decision's view of a stored run. Its last input is
-// the later of last_input_at and started_at: the start is an input too.
+// last_input_at, which the start sets (to when the host spawned the CLI);
+// started_at for a run started before that column was kept.
 func FromWire(r wire.Run) Run {
 	return Run{Status: r.Status, Attempt: r.Attempt, MaxAttempts: r.MaxAttempts,
 		HostID: deref(r.HostID), StatusSource: deref(r.StatusSource), FailureReason: deref(r.FailureReason),
 		Provider: r.Provider, SessionName: r.SessionName, Attention: r.Attention, AttentionDetail: r.AttentionDetail,
-		CompletedAt: derefTime(r.CompletedAt), LastInputAt: latest(derefTime(r.LastInputAt), derefTime(r.StartedAt)),
+		CompletedAt: derefTime(r.CompletedAt), LastInputAt: derefTime(cmp.Or(r.LastInputAt, r.StartedAt)),
 		AgentSessionID: deref(r.AgentSessionID)}
 }
 

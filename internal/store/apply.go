@@ -119,8 +119,11 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'spawning', spawning_at = now(), updated_at = now()
 			WHERE id = $1 AND status = 'pending' AND attempt = $2 AND host_id IS NOT NULL RETURNING `+runColumns, r.ID, st.Attempt)
 	case lifecycle.ToRunning:
-		// The start is the run's first input (docs/architecture.md#working-waiting-hung).
-		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = now(), last_input_at = now(), status_source = $4, updated_at = now()
+		// The start is the run's first input
+		// (docs/architecture.md#working-waiting-hung), made when the host
+		// spawned the CLI: a completion the CLI's hook posted that
+		// overtook this started signal came after it, not before.
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = now(), last_input_at = coalesce(spawning_at, now()), status_source = $4, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source))
 	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
 		// A run that is not running waits for nobody: its attention goes

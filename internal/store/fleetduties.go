@@ -133,7 +133,7 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention NOT IN ('needs_input', 'rate_limited')
-		AND NOT coalesce(r.completed_at >= coalesce(greatest(r.last_input_at, r.started_at), '-infinity'), false)
+		AND NOT coalesce(r.completed_at >= coalesce(coalesce(r.last_input_at, r.started_at), '-infinity'), false)
 		AND greatest(r.last_output_at, r.last_input_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
 		LIMIT 500`, hangTimeout, offlineAfter, serveStart)
 	if err != nil {
@@ -162,7 +162,7 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention <> 'rate_limited'
-		AND r.completed_at >= coalesce(greatest(r.last_input_at, r.started_at), '-infinity')
+		AND r.completed_at >= coalesce(coalesce(r.last_input_at, r.started_at), '-infinity')
 		AND greatest(r.completed_at, r.last_output_at, r.last_input_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
 		LIMIT 500`, stopAfter, offlineAfter, serveStart)
 	if err != nil {

@@ -204,8 +204,13 @@ func TestTouchInput(t *testing.T) {
 	ctx := t.Context()
 	f := newFleet(t, 2)
 	r := f.running()
-	if r.LastInputAt == nil || r.StartedAt == nil || r.LastInputAt.Before(*r.StartedAt) {
-		t.Fatalf("started at %v, last input %v: the start is an input", r.StartedAt, r.LastInputAt)
+	// The start is an input, made when the host spawned the CLI.
+	var spawning time.Time
+	if err := f.s.Pool.QueryRow(ctx, `SELECT spawning_at FROM runs WHERE id = $1`, r.ID).Scan(&spawning); err != nil {
+		t.Fatal(err)
+	}
+	if r.LastInputAt == nil || r.StartedAt == nil || !r.LastInputAt.Equal(spawning) || r.LastInputAt.After(*r.StartedAt) {
+		t.Fatalf("spawning at %v, started at %v, last input %v: the start is an input", spawning, r.StartedAt, r.LastInputAt)
 	}
 	lastInput := func() time.Duration {
 		t.Helper()
@@ -270,5 +275,39 @@ func TestCompletionPerTurn(t *testing.T) {
 	}
 	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
 		t.Fatalf("the second turn's completion did not make the run wait: hung %+v (%v)", hung, err)
+	}
+}
+
+// A completion that overtakes its run's started signal (the CLI's hook
+// posts over HTTP, the wrapper's started may come later) ends the first
+// turn: the start is an input made when the host spawned the CLI, before
+// any hook of it, so the run waits and is not hung.
+func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	f := newFleet(t, 2)
+	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); err != nil || len(offers) != 1 {
+		t.Fatalf("offer: %+v %v", offers, err)
+	}
+	yes := true
+	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+		t.Fatal(err)
+	}
+	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)
+	f.signal(r.ID, wire.SignalStarted, 1, wire.ResultApplied)
+	got := f.run(r.ID)
+	if got.Status != wire.RunRunning || got.CompletedAt == nil || got.LastInputAt == nil || got.LastInputAt.After(*got.CompletedAt) {
+		t.Fatalf("run %s, completed_at %v, last_input_at %v: the start counts after the completion", got.Status, got.CompletedAt, got.LastInputAt)
+	}
+	// Quiet since long before the hang timeout: a working run would hang.
+	f.sql(`UPDATE runs SET started_at = now() - interval '2 hours', last_output_at = now() - interval '2 hours',
+		last_input_at = last_input_at - interval '2 hours', completed_at = completed_at - interval '2 hours' WHERE id = $1`, r.ID)
+	f.sql(`UPDATE hosts SET status = 'online', last_online_at = now() - interval '12 hours' WHERE id = $1`, f.host.ID)
+	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+		t.Fatalf("a run whose completion overtook its start was hung: %+v (%v)", hung, err)
 	}
 }
