@@ -27,10 +27,13 @@ func TestSendKeysBracketedPaste(t *testing.T) {
 	c := ctx(t)
 	on, off := mustName(t, "pam-0123abcd"), mustName(t, "pam-0123abce")
 	// cat -v shows the paste brackets as ^[[200~ … ^[[201~.
-	s.spawn(on, runA, "/bin/sh", "-c", `printf '\033[?2004h'; exec cat -v`)
-	s.spawn(off, "0123abce-1111-4111-8111-111111111111", "/bin/sh", "-c", `exec cat -v`)
+	s.spawn(on, runA, "/bin/sh", "-c", `printf '\033[?2004h'; echo ready; exec cat -v`)
+	s.spawn(off, "0123abce-1111-4111-8111-111111111111", "/bin/sh", "-c", `echo ready; exec cat -v`)
 	keys := []wire.Key{{Paste: "-hello world"}, {Key: "Enter"}, {Text: "-typed"}, {Key: "Enter"}}
 	for _, n := range []SessionName{on, off} {
+		// The program has asked for bracketed paste (or not) before the
+		// keys go in: tmux reads the mode from its output, in order.
+		waitCapture(t, s.tm, n, "ready")
 		if err := s.tm.SendKeys(c, n, keys); err != nil {
 			t.Fatal(err)
 		}
