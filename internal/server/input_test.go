@@ -31,7 +31,7 @@ func (e *runEnv) forgetInput(runID string) {
 }
 
 // Every input into a running run moves its last_input_at
-// (docs/architecture.md#working-waiting-hung): its start, keys once they
+// (docs/architecture.md#working-waiting-hung): its start (made at the spawn), keys once they
 // went to the host, and input through attach.
 func TestInputRecorded(t *testing.T) {
 	t.Parallel()
@@ -39,7 +39,9 @@ func TestInputRecorded(t *testing.T) {
 	w := e.worker("host-a", 4, "shell")
 	r, _ := e.attendedRun(w)
 	recent := func(at time.Time) bool { return time.Since(at) < time.Minute }
-	if at := e.lastInputAt(r.ID); !recent(at) || r.StartedAt == nil || at.Before(*r.StartedAt) {
+	// The start's input is when the host took the run, before it spawned
+	// the CLI: not after started_at.
+	if at := e.lastInputAt(r.ID); !recent(at) || r.StartedAt == nil || at.After(*r.StartedAt) {
 		t.Fatalf("started at %v, last input %v", r.StartedAt, at)
 	}
 
