@@ -543,6 +543,12 @@ func (c *Client) SendKeys(ctx context.Context, id string, keys []wire.Key) (*wir
 	return decode[wire.KeysResult](c, ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/keys", nil, wire.SendKeys{Keys: keys})
 }
 
+// SendMessage delivers text into a running run's agent and submits it
+// (docs/api.md#messages); the answer says whether that was confirmed.
+func (c *Client) SendMessage(ctx context.Context, id, text string) (*wire.MessageResult, error) {
+	return decode[wire.MessageResult](c, ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/messages", nil, wire.SendMessage{Text: text})
+}
+
 // GetPane returns the latest pane snapshot of a run (seq 0 before the
 // first one).
 func (c *Client) GetPane(ctx context.Context, id string) (*wire.Pane, error) {

@@ -16,7 +16,7 @@ import (
 
 var runCmd = &command{
 	name:    "run",
-	summary: "start, list, show, stop, retry, continue and complete agent runs; send keys; read logs; watch or attach a pane",
+	summary: "start, list, show, stop, retry, continue and complete agent runs; send keys or a message; read logs; watch or attach a pane",
 	subs: []*command{
 		{
 			name: "start", args: "[-- ARG...]", variadic: true, group: clientGroup,
@@ -198,6 +198,44 @@ var runCmd = &command{
 						fmt.Fprintln(x.stdout, "sent; delivery observed (the pane changed)")
 					} else {
 						fmt.Fprintf(x.stdout, "sent; delivery %s (the pane did not change soon after: the run still waits, if it did)\n", res.Delivery)
+					}
+					return nil
+				}
+			},
+		},
+		{
+			name: "send", args: "ID TEXT", nargs: 2, variadic: true, names: runIDs, group: clientGroup,
+			summary: "say TEXT to a running run's agent (- reads it from stdin): typed once the agent is ready, " +
+				"then submitted with Enter until the screen shows it was taken",
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				asJSON := fs.Bool("json", false, "print the API's JSON")
+				return func(x *invocation) error {
+					text := strings.Join(x.args[1:], " ")
+					if text == "-" {
+						b, err := io.ReadAll(io.LimitReader(x.env.Stdin, 4*wire.MaxMessageText+1))
+						if err != nil {
+							return fmt.Errorf("read the message from stdin: %w", err)
+						}
+						text = strings.TrimRight(string(b), "\n")
+					}
+					if err := wire.CheckMessageText(text); err != nil {
+						return usagef("%s", describe(err))
+					}
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					res, err := c.SendMessage(x.ctx, x.args[0], text)
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, res)
+					}
+					if res.Delivery == wire.DeliveryConfirmed {
+						fmt.Fprintln(x.stdout, "sent; delivery confirmed (the agent took it)")
+					} else {
+						fmt.Fprintf(x.stdout, "sent; delivery %s (the screen did not change after Enter: look with pam run watch)\n", res.Delivery)
 					}
 					return nil
 				}

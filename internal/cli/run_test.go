@@ -35,6 +35,7 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	f.handle("POST /api/v1/runs/"+runID+"/continue", 202, runJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/complete", 200, runJSON)
 	f.handle("POST /api/v1/runs/"+runID+"/keys", 202, `{"delivery":"observed"}`)
+	f.handle("POST /api/v1/runs/"+runID+"/messages", 202, `{"delivery":"confirmed"}`)
 
 	task := "9c0c2f7e-0000-4000-8000-000000000002"
 	tests := []struct {
@@ -66,6 +67,8 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"run", "keys", runID, "--key", "1"}, `POST /api/v1/runs/` + runID + `/keys {"keys":[{"key":"1"}]}`},
 		{[]string{"run", "keys", runID, "--key", "Down", "--key", "Down", "--paste", "line one\nline two", "--key", "Enter", "--text", "-t", "--key", "Escape"},
 			`POST /api/v1/runs/` + runID + `/keys {"keys":[{"key":"Down"},{"key":"Down"},{"paste":"line one\nline two"},{"key":"Enter"},{"text":"-t"},{"key":"Escape"}]}`},
+		{[]string{"run", "send", runID, "now add a test; then $commit"}, `POST /api/v1/runs/` + runID + `/messages {"text":"now add a test; then $commit"}`},
+		{[]string{"run", "send", runID, "now", "the", "docs"}, `POST /api/v1/runs/` + runID + `/messages {"text":"now the docs"}`},
 	}
 	for _, tt := range tests {
 		e.mustPam(tt.args...)
@@ -96,6 +99,13 @@ func TestRunCommandsSendWhatWasGiven(t *testing.T) {
 	}
 	if out := e.mustPam("run", "keys", runID, "--key", "y", "--json"); out != "{\n  \"delivery\": \"observed\"\n}\n" && strings.TrimSpace(out) != `{"delivery":"observed"}` {
 		t.Errorf("keys --json printed %q", out)
+	}
+
+	if out := e.mustPam("run", "send", runID, "go on"); out != "sent; delivery confirmed (the agent took it)\n" {
+		t.Errorf("send printed %q", out)
+	}
+	if out := e.mustPam("run", "send", runID, "go on", "--json"); strings.Join(strings.Fields(out), "") != `{"delivery":"confirmed"}` {
+		t.Errorf("send --json printed %q", out)
 	}
 
 	// An unknown host name is reported before any run is created.
@@ -285,5 +295,34 @@ func TestRunContinue(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("show lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// pam run send: - reads the message from stdin (its last newline
+// dropped); a text the API would refuse is a usage error before any
+// request; an unconfirmed delivery says so.
+func TestRunSend(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	f.handle("POST /api/v1/runs/"+runID+"/messages", 202, `{"delivery":"unconfirmed"}`)
+	e.stdin = strings.NewReader("first line\nsecond | line\n")
+	if out := e.mustPam("run", "send", runID, "-"); !strings.Contains(out, "delivery unconfirmed") {
+		t.Errorf("send printed %q", out)
+	}
+	if got, want := f.last(), `POST /api/v1/runs/`+runID+`/messages {"text":"first line\nsecond | line"}`; got != want {
+		t.Errorf("send - sent\n  %s\nwant\n  %s", got, want)
+	}
+	before := f.last()
+	for _, text := range []string{"a\x1b[2J", strings.Repeat("x", wire.MaxMessageText+1)} {
+		if r := e.pam("run", "send", runID, text); r.code != 2 || !strings.Contains(r.stderr, "text") || f.last() != before {
+			t.Errorf("text %.20q: %v (last request %s)", text, r, f.last())
+		}
+	}
+	if r := e.pam("run", "send", runID); r.code != 2 {
+		t.Errorf("send without a text: %v", r)
+	}
+	if out := e.mustPam("run", "send", "--help"); !strings.Contains(out, "ID TEXT") || !strings.Contains(out, "--json") || !strings.Contains(out, "stdin") {
+		t.Errorf("send --help:\n%s", out)
 	}
 }

@@ -243,6 +243,28 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 		t.Errorf("run.attention %q", log)
 	}
 
+	// (b), then a message (docs/api.md#messages): once the turn is done,
+	// it reaches the model as the next user turn, confirmed, journaled,
+	// and the turn completes again.
+	model.Script(fakemodel.Text("Noted, adding the test."))
+	var mr wire.MessageResult
+	a.s.must(202, "POST", "/api/v1/runs/"+r.ID+"/messages", map[string]any{"text": "MESSAGE-CLAUDE-B now add a test for it"}, &mr)
+	if mr.Delivery != wire.DeliveryConfirmed {
+		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(r.ID))
+	}
+	if req := a.modelRequest(model, r.ID, 30*time.Second, "the message", "MESSAGE-CLAUDE-B now add a test for it"); !req.Contains("toolu_e2e_bash") {
+		t.Errorf("the message's request does not carry the conversation before it")
+	}
+	again := a.s.waitRun(r.ID, "completed again after the message", 30*time.Second, func(r wire.Run) bool {
+		return r.CompletedAt != nil && r.CompletedAt.After(*got.CompletedAt)
+	})
+	if again.Status != wire.RunRunning {
+		t.Errorf("after the message: %s", again.Status)
+	}
+	if n := countTopic(a.s.events(r.ID), string(wire.TopicRunMessage)); n != 1 {
+		t.Errorf("run.message ×%d: %q", n, a.s.topics(r.ID))
+	}
+
 	// (c) The plan's usage limit: rate_limited, with the time it resets.
 	resets := time.Now().Add(2 * time.Hour)
 	model.Script(fakemodel.AnthropicUsageLimit(resets))

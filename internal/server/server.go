@@ -260,6 +260,7 @@ func (s *Server) routes() {
 	api("POST /runs/{id}/continue", s.continueRun)
 	api("POST /runs/{id}/complete", s.completeRun)
 	api("POST /runs/{id}/keys", s.sendKeys)
+	api("POST /runs/{id}/messages", s.sendMessage)
 	api("GET /runs/{id}/pane", s.getPane)
 	api("GET /runs/{id}/logs", s.runLogs)
 	api("GET /runs/{id}/events", s.runEvents)

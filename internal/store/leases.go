@@ -14,13 +14,7 @@ import (
 // on release, for how long and why. The lease itself lives in the active
 // server's memory (docs/architecture.md#central-duties); only its history is durable.
 func (s *Store) JournalLease(ctx context.Context, topic wire.Topic, runID string, extra map[string]any) error {
-	return s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, runID, false)
-		if err != nil {
-			return err
-		}
-		return tx.Journal(ctx, runEvent(topic, r, extra))
-	})
+	return s.JournalRun(ctx, topic, runID, extra)
 }
 
 // RunStatuses returns the status of each of the given runs that exists,

@@ -18,7 +18,8 @@ import (
 // Answering without the terminal (docs/architecture.md#web-dashboard,
 // #attention): the question a run is asked and its choices, in its Inbox
 // card and on its run page; a choice's button presses its key, the reply
-// box types a reply and Enter, and what came of it shows.
+// box and a live run's message box send a message (docs/api.md#messages),
+// and what came of it shows.
 
 // setAttention writes a running run's attention and its detail straight
 // into the database, as the screen reading will (no event: the page is
@@ -48,8 +49,9 @@ func (d *dash) setAttention(id, attention string, detail map[string]any) {
 // resets; both fit a phone. Clicking a choice presses its key: the
 // program reads it, the delivery shows, and the run leaves the Inbox.
 // A second question is answered from the run page's reply box: the
-// reply (a paste: it holds ";") and Enter reach the program, and the
-// delivery shows there.
+// reply (a message, pasted: it holds ";") and Enter reach the program,
+// and the delivery shows there. Then the run asks nothing, and its page's
+// message box says something more to it.
 func answerWithoutTerminal(t *testing.T, d *dash) {
 	gate := pamtest.ShortDir(t, "pamq-")
 	hook := hookScript(t, "needs-input")
@@ -138,11 +140,31 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 	d.waitJS(d.ctx, 10*time.Second, "the pane in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('picked 1')`)
 	d.shot(d.ctx, "desktop-run-question")
 	d.click(d.ctx, `[data-testid=answer] [data-testid=reply-send]`)
-	d.waitJS(d.ctx, 10*time.Second, "the reply's delivery on the run page", `(() => { const e = document.querySelector('[data-testid=delivery]'); return e && e.dataset.delivery === 'observed' && e.textContent.startsWith('Reply: Delivered'); })()`)
+	d.waitJS(d.ctx, 10*time.Second, "the reply's delivery on the run page", `(() => { const e = document.querySelector('[data-testid=delivery]'); return e && e.dataset.delivery === 'confirmed' && e.textContent.startsWith('Reply: Delivered'); })()`)
 	d.waitPane(r.ID, "reply: fix: keys; typed")
 	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
 	d.waitJS(d.ctx, 10*time.Second, "the reply box gone with the question, the delivery still shown",
 		`!document.querySelector('[data-testid=reply]') && document.querySelector('[data-testid=delivery]')`)
+
+	// Asked nothing: the live run's message box.
+	d.waitJS(d.ctx, 10*time.Second, "the message box of a live run", `!!document.querySelector('[data-testid=message-box] [data-testid=message]')`)
+	d.setField(d.ctx, `[data-testid=message-box] [data-testid=message]`, "and one more thing")
+	d.click(d.ctx, `[data-testid=message-box] [data-testid=message-send]`)
+	d.waitJS(d.ctx, 15*time.Second, "the message's delivery", `(() => { const e = document.querySelector('[data-testid=message-delivery]'); return e && e.dataset.delivery === 'confirmed' && e.textContent.startsWith('Message: Delivered'); })()`)
+	d.waitJS(d.ctx, 10*time.Second, "the message box emptied", `document.querySelector('[data-testid=message-box] [data-testid=message]').value === ''`)
+	d.waitPane(r.ID, "and one more thing")
+	var msgs []string
+	d.api(200, "GET", "/runs/"+r.ID+"/events", nil, &ev)
+	for _, e := range ev.Events {
+		if e.Topic == string(wire.TopicRunMessage) {
+			var p map[string]any
+			_ = json.Unmarshal(e.Payload, &p)
+			msgs = append(msgs, fmt.Sprint(p["text"], "/", p["delivery"]))
+		}
+	}
+	if !slices.Equal(msgs, []string{"fix: keys; typed/confirmed", "and one more thing/confirmed"}) {
+		t.Errorf("run.message %q", msgs)
+	}
 
 	for _, id := range []string{r.ID, limited.ID} {
 		d.api(202, "POST", "/runs/"+id+"/stop", map[string]any{"force": true}, nil)

@@ -16,7 +16,7 @@ func TestWireFieldsNeverOmitted(t *testing.T) {
 	// whose fields the contract marks optional (`x?`) are left out, and
 	// so are Signal's seq? and payload?.
 	shapes := []any{Project{}, WorkItem{}, Run{}, Host{}, Event{}, ProjectList{}, WorkItemList{}, EventList{}, RunList{}, HostList{},
-		Pane{}, PaneSnapshot{}, KeysResult{}, HostCreated{}, WorkerToken{}, ProviderHosts{}, ProviderList{}, WSTicket{}, Health{},
+		Pane{}, PaneSnapshot{}, KeysResult{}, MessageResult{}, HostCreated{}, WorkerToken{}, ProviderHosts{}, ProviderList{}, WSTicket{}, Health{},
 		Error{}, Envelope{}, Register{}, Registered{}, WorkerRun{}, WorkerRunList{}, RunAttempt{}, SignalResult{}, Signal{}}
 	optional := map[string]bool{"Signal.seq": true, "Signal.payload": true}
 	for _, v := range shapes {

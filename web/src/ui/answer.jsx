@@ -1,8 +1,9 @@
 // Answering a run that waits for a person without taking its terminal
 // (docs/architecture.md#web-dashboard): the question
 // (attention_detail.text) and its choices as buttons, each pressing its
-// key; a reply box; when a usage limit resets.
-// Everything goes through POST /runs/{id}/keys, whose delivery says
+// key; a reply box; when a usage limit resets; a message box on a live
+// run's page. A choice goes through POST /runs/{id}/keys, a reply or a
+// message through POST /runs/{id}/messages; the delivery of either says
 // whether the screen changed: only then does the run leave the inbox.
 import { signal } from '@preact/signals';
 import { useState } from 'preact/hooks';
@@ -19,7 +20,7 @@ const SHOWN_FOR = 15000;
 
 /**
  * The last answer given to each run in this page's life: run id →
- * {what, state: sending | observed | unconfirmed | failed, message, at}.
+ * {what, state: sending | observed | confirmed | unconfirmed | failed, message, at}.
  * @type {import('@preact/signals').Signal<Map<string, {what: string, state: string, message: string, at: number}>>}
  */
 const answers = signal(new Map());
@@ -36,20 +37,15 @@ export async function sendKeys(runId, keys) {
   return r.delivery;
 }
 
-/** What a text entry may hold: printable ASCII without | & ; $ and backtick. */
-const TYPABLE = /^[\x20-\x7e]*$/;
-const UNTYPABLE = /[|&;$`]/;
-
 /**
- * reply sends text as the answer to the run's prompt and presses Enter:
- * one line typed key by key, anything else (several lines, characters a
- * typed text cannot hold) as one paste. The one place a reply is sent,
- * for the message API to replace.
+ * reply sends text to the run's agent as a message (docs/api.md#messages):
+ * the server waits for the agent, types or pastes it, presses Enter and
+ * says whether it was confirmed. The one place a reply or message is sent.
  */
-export function reply(runId, text) {
+export async function reply(runId, text) {
   const t = text.replace(/\r\n?/g, '\n').replace(/\n+$/, '');
-  const typed = !t.includes('\n') && TYPABLE.test(t) && !UNTYPABLE.test(t);
-  return sendKeys(runId, [typed ? { text: t } : { paste: t }, { key: 'Enter' }]);
+  const r = await post(`/runs/${runId}/messages`, { text: t });
+  return r.delivery;
 }
 
 /** answer sends one answer and records (and toasts) how it went. */
@@ -57,9 +53,9 @@ async function answer(run, what, send) {
   note(run.id, { what, state: 'sending', message: 'Sending…' });
   try {
     const d = await send();
-    const ok = d === 'observed';
+    const ok = d === 'observed' || d === 'confirmed';
     const message = ok ? 'Delivered: the screen changed.' : 'Sent, but the screen has not changed: the run still waits.';
-    note(run.id, { what, state: ok ? 'observed' : 'unconfirmed', message });
+    note(run.id, { what, state: ok ? d : 'unconfirmed', message });
     toast(`${what}: ${message}`, ok ? 'info' : 'error');
     return ok;
   } catch (e) {
@@ -102,7 +98,8 @@ export function waitsForAnswer(run) {
 export function Answer({ run, compact = false }) {
   const [text, setText] = useState('');
   const last = answers.value.get(run.id);
-  const recent = last && (last.state === 'sending' || Date.now() - last.at < SHOWN_FOR);
+  // A message from the message box shows there.
+  const recent = last && last.what !== 'Message' && (last.state === 'sending' || Date.now() - last.at < SHOWN_FOR);
   const waiting = waitsForAnswer(run);
   if (!waiting && !recent) return null;
   const att = attentionOf(run);
@@ -148,6 +145,39 @@ export function Answer({ run, compact = false }) {
       )}
       {last && recent && (
         <p class={'answer-delivery ad-' + last.state} data-testid="delivery" data-delivery={last.state} role="status">
+          <span class="dot" />{last.what}: {last.message}
+        </p>
+      )}
+    </section>
+  );
+}
+
+/**
+ * MessageBox says something to a live run's agent that asks nothing (a
+ * waiting one has the reply box of Answer): a message, its delivery shown
+ * below it.
+ */
+export function MessageBox({ run }) {
+  const [text, setText] = useState('');
+  if (run.status !== 'running' || waitsForAnswer(run)) return null;
+  const last = answers.value.get(run.id);
+  const busy = !!last && last.state === 'sending';
+  const submit = async (e) => {
+    e.preventDefault();
+    if (!text.trim() || busy) return;
+    if (await answer(run, 'Message', () => reply(run.id, text))) setText('');
+  };
+  const rows = Math.min(5, Math.max(1, text.split('\n').length));
+  return (
+    <section class="answer card" data-testid="message-box" aria-label="Message the agent">
+      <form class="answer-reply" onSubmit={submit}>
+        <textarea rows={rows} value={text} placeholder="Message the agent…" aria-label="Message" data-testid="message"
+          onInput={(e) => setText(e.currentTarget.value)}
+          onKeyDown={(e) => { if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) submit(e); }} />
+        <button type="submit" class="btn sm" disabled={busy || !text.trim()} data-testid="message-send">Send</button>
+      </form>
+      {last && last.what === 'Message' && Date.now() - last.at < SHOWN_FOR && (
+        <p class={'answer-delivery ad-' + last.state} data-testid="message-delivery" data-delivery={last.state} role="status">
           <span class="dot" />{last.what}: {last.message}
         </p>
       )}

@@ -6,7 +6,7 @@
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
-import { Answer } from './answer.jsx';
+import { Answer, MessageBox } from './answer.jsx';
 import { Changes } from './changes.jsx';
 import { Chain, ContinueButton } from './conversation.jsx';
 import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
@@ -60,6 +60,7 @@ export function RunPage({ id }) {
         </div>
       </div>
       <Answer run={run} />
+      <MessageBox run={run} />
       <TerminalPanel run={run} />
       <div class="run-lower">
         <Tabs run={run} />
