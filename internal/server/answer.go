@@ -17,8 +17,9 @@ import (
 // answer that made the change clears it, journaled with its own source,
 // whichever of the two writes would come first.
 type answerSet struct {
-	mu sync.Mutex
-	n  map[string]int
+	mu      sync.Mutex
+	n       map[string]int
+	checked map[string]int // answers checked to the end, by run (tests)
 }
 
 // begin notes an answer to runID; done ends it.
@@ -35,7 +36,18 @@ func (a *answerSet) begin(runID string) (done func()) {
 		if a.n[runID]--; a.n[runID] <= 0 {
 			delete(a.n, runID)
 		}
+		if a.checked == nil {
+			a.checked = map[string]int{}
+		}
+		a.checked[runID]++
 	}
+}
+
+// done reports how many answers to runID were checked to the end.
+func (a *answerSet) done(runID string) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.checked[runID]
 }
 
 // busy reports whether an answer to runID is being checked.

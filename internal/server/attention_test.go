@@ -559,8 +559,9 @@ func TestAnswerClearsOnlyWhatLanded(t *testing.T) {
 		}
 		w.expect(wire.FrameAttachInput)
 	}
+	checked := e.srv.AnswersChecked(r.ID)
 	input("x")
-	time.Sleep(300 * time.Millisecond) // two capture intervals (100 ms here) and some
+	eventually.Wait(t, 10*time.Second, "the attach input's answer checked", func() bool { return e.srv.AnswersChecked(r.ID) > checked })
 	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
 		t.Fatalf("attention %q after attach input the pane did not show", got.Attention)
 	}

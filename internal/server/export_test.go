@@ -10,3 +10,7 @@ const FramesPerSecond = framesPerSecond
 // attention change of that run does first: a test that sets an
 // attention through the store directly orders it after them.
 func (s *Server) FlushOutputs(ctx context.Context, runID string) { s.outputs.flushRun(ctx, runID) }
+
+// AnswersChecked is how many answers (keys, attach input) to runID were
+// checked to the end: a test waits for it instead of for time to pass.
+func (s *Server) AnswersChecked(runID string) int { return s.answers.done(runID) }

@@ -366,10 +366,8 @@ func TestCLILock(t *testing.T) {
 		t.Error("written without the lock")
 	}
 	// The holder lets go while Mark waits.
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		os.Remove(file + ".lock")
-	}()
+	release := time.AfterFunc(100*time.Millisecond, func() { os.Remove(file + ".lock") })
+	defer release.Stop()
 	if _, err := Mark(Claude, env(home), "/w", Options{LockTimeout: 5 * time.Second}); err != nil || !trusted(t, Claude, file, "/w") {
 		t.Fatalf("after release: %v", err)
 	}
