@@ -46,7 +46,19 @@ func (w *fakeWorker) waitClosed(what string) {
 				w.t.Fatalf("%s: %s still got a %s frame", what, w.name, f.Type)
 			}
 		case <-w.gone:
-			return
+			// The reader queued every frame of the connection before it
+			// closed gone: the error frames the server sent as it refused
+			// are taken here, not by the next connection's expect.
+			for {
+				select {
+				case f := <-w.frames:
+					if f.Type != wire.FrameError {
+						w.t.Fatalf("%s: %s still got a %s frame", what, w.name, f.Type)
+					}
+				default:
+					return
+				}
+			}
 		case <-deadline:
 			w.t.Fatalf("%s: the uplink of %s is still open 5s later", what, w.name)
 		}
