@@ -24,17 +24,18 @@ const defaultContinueTick = 5 * time.Second
 // run is never continued twice for a reset by two passes at once.
 type continuer struct{ mu sync.Mutex }
 
-// continueLoop runs ContinueLimited every ContinueTick until the server
-// shuts down.
-func (s *Server) continueLoop() {
+// RunContinue runs ContinueLimited every ContinueTick until ctx ends
+// (then it returns nil): the duty of the active server, which serve runs
+// beside the dispatcher.
+func (s *Server) RunContinue(ctx context.Context) error {
 	t := time.NewTicker(s.opts.ContinueTick)
 	defer t.Stop()
 	for {
 		select {
-		case <-s.streamCtx.Done():
-			return
+		case <-ctx.Done():
+			return nil
 		case <-t.C:
-			s.ContinueLimited(s.streamCtx)
+			s.ContinueLimited(ctx)
 		}
 	}
 }

@@ -37,7 +37,7 @@ func (e *runEnv) limitedRun(w *fakeWorker, resets time.Time) (wire.Run, wire.Fra
 func TestContinueWhenALimitResets(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{at: time.Now()}
-	e := newRunEnv(t, runOpts{continueTick: -1, clock: clock.now})
+	e := newRunEnv(t, runOpts{clock: clock.now})
 	w := e.worker("host-a", 4, "shell")
 	resets := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
 	r, d := e.limitedRun(w, resets)
@@ -112,7 +112,7 @@ func TestContinueWhenALimitResets(t *testing.T) {
 func TestNoContinueWithoutAutoContinue(t *testing.T) {
 	t.Parallel()
 	clock := &testClock{at: time.Now()}
-	e := newRunEnv(t, runOpts{continueTick: -1, clock: clock.now})
+	e := newRunEnv(t, runOpts{clock: clock.now})
 	var p wire.Project
 	e.must(200, "PATCH", "/api/v1/projects/"+e.task.ProjectID, map[string]any{"auto_continue": false}, &p)
 	if p.AutoContinue {

@@ -68,9 +68,9 @@ type Options struct {
 	// two cores, see store.BatcherOptions); a test sets 1 to see every
 	// signal in one sequence of batches (docs/architecture.md#group-commit).
 	SignalLanes int
-	// ContinueTick is how often the server looks for usage limits that
+	// ContinueTick is how often RunContinue looks for usage limits that
 	// have reset (docs/architecture.md#continue-when-a-limit-resets); 0 is
-	// 5s, below 0 never (the caller runs ContinueLimited itself).
+	// 5s.
 	ContinueTick time.Duration
 	// Clock is the time the server decides at (nil: time.Now); a test
 	// moves it.
@@ -122,7 +122,7 @@ func New(o Options) *Server {
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = defaults.LeaseTTL
 	}
-	if o.ContinueTick == 0 {
+	if o.ContinueTick <= 0 {
 		o.ContinueTick = defaultContinueTick
 	}
 	if o.Clock == nil {
@@ -140,9 +140,6 @@ func New(o Options) *Server {
 	s.term = newTerminal(s)
 	s.outputs = newOutputs(s)
 	s.routes()
-	if o.ContinueTick > 0 {
-		s.bg.goFunc(s.continueLoop)
-	}
 	return s
 }
 
