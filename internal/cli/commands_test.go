@@ -146,7 +146,7 @@ func (f *fakeAPI) last() string {
 	return f.log[len(f.log)-1]
 }
 
-const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"repo":null,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
+const projectJSON = `{"id":"8b0c2f7e-0000-4000-8000-000000000001","name":"Demo","slug":"demo","description":"d","status":"active","auto_done":true,"auto_continue":true,"repo":null,"created_at":"2026-01-01T00:00:00Z","updated_at":"2026-01-01T00:00:00Z"}`
 
 // itemID is the id of itemJSON; parentID1 and parentID2 are ids of other
 // items: commands pass whole ids to the API as they are.
@@ -178,6 +178,8 @@ func TestClientCommandsSendWhatWasGiven(t *testing.T) {
 		{[]string{"project", "create", "--name", "Demo", "--slug", "d", "--description", "", "--auto-done=false"}, `POST /api/v1/projects {"name":"Demo","slug":"d","description":"","auto_done":false}`},
 		{[]string{"project", "update", "demo", "--description", "new"}, `PATCH /api/v1/projects/demo {"description":"new"}`},
 		{[]string{"project", "update", "--auto-done=false", "demo"}, `PATCH /api/v1/projects/demo {"auto_done":false}`},
+		{[]string{"project", "update", "--auto-continue=false", "demo"}, `PATCH /api/v1/projects/demo {"auto_continue":false}`},
+		{[]string{"project", "create", "--name", "Demo", "--auto-continue=false"}, `POST /api/v1/projects {"name":"Demo","auto_continue":false}`},
 		{[]string{"project", "archive", "demo"}, `DELETE /api/v1/projects/demo`},
 		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T"}`},
 		{[]string{"item", "add", "demo", "--kind", "task", "--title", "T", "--parent", parentID1, "--status", "doing", "--body", "b"}, `POST /api/v1/projects/demo/work-items {"kind":"task","title":"T","body":"b","parent_id":"` + parentID1 + `","status":"doing"}`},

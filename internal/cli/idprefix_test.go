@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -183,7 +184,7 @@ func TestAmbiguousPrefixListsCandidates(t *testing.T) {
 
 	// A slug or a name that reads like an id prefix is the object it names.
 	pamJSON[wire.Project](e, "project", "create", "--name", "Abcd")
-	if out := e.mustPam("project", "show", "abcd"); !strings.Contains(out, "slug:         abcd\n") {
+	if out := e.mustPam("project", "show", "abcd"); !regexp.MustCompile(`(?m)^slug:\s+abcd$`).MatchString(out) {
 		t.Errorf("project show abcd (a slug):\n%s", out)
 	}
 

@@ -21,6 +21,7 @@ var projectCmd = &command{
 				slug := fs.String("slug", "", "slug (default: derived from the name)")
 				desc := fs.String("description", "", "description")
 				autoDone := fs.Bool("auto-done", true, "move a work item to done when its run completes")
+				autoContinue := fs.Bool("auto-continue", true, "send a rate-limited agent its continue message when the limit resets")
 				repo := addRepoFlags(fs, false)
 				asJSON := fs.Bool("json", false, "print the created project as JSON")
 				return func(x *invocation) error {
@@ -37,6 +38,9 @@ var projectCmd = &command{
 					}
 					if given["auto-done"] {
 						body.AutoDone = autoDone
+					}
+					if given["auto-continue"] {
+						body.AutoContinue = autoContinue
 					}
 					c, err := x.client()
 					if err != nil {
@@ -84,11 +88,12 @@ var projectCmd = &command{
 			setup: showSetup((*apiclient.Client).GetProject, printProject),
 		},
 		{
-			name: "update", args: "REF", nargs: 1, names: projectIDs, summary: "change a project's name, description, auto-done or repo (only the flags given)", group: "project",
+			name: "update", args: "REF", nargs: 1, names: projectIDs, summary: "change a project's name, description, auto-done, auto-continue or repo (only the flags given)", group: "project",
 			setup: func(fs *flag.FlagSet) func(*invocation) error {
 				name := fs.String("name", "", "new name")
 				desc := fs.String("description", "", "new description")
 				autoDone := fs.Bool("auto-done", true, "move a work item to done when its run completes")
+				autoContinue := fs.Bool("auto-continue", true, "send a rate-limited agent its continue message when the limit resets")
 				repo := addRepoFlags(fs, true)
 				asJSON := fs.Bool("json", false, "print the updated project as JSON")
 				return func(x *invocation) error {
@@ -103,8 +108,11 @@ var projectCmd = &command{
 					if given["auto-done"] {
 						body.AutoDone = autoDone
 					}
+					if given["auto-continue"] {
+						body.AutoContinue = autoContinue
+					}
 					if body == (wire.UpdateProject{}) && !given["repo"] && !given["base"] {
-						return usagef("nothing to change: give --name, --description, --auto-done, --repo or --base")
+						return usagef("nothing to change: give --name, --description, --auto-done, --auto-continue, --repo or --base")
 					}
 					c, err := x.client()
 					if err != nil {
@@ -183,6 +191,7 @@ func printProject(w io.Writer, p *wire.Project) {
 	fmt.Fprintf(tw, "slug:\t%s\n", p.Slug)
 	fmt.Fprintf(tw, "status:\t%s\n", p.Status)
 	fmt.Fprintf(tw, "auto_done:\t%t\n", p.AutoDone)
+	fmt.Fprintf(tw, "auto_continue:\t%t\n", p.AutoContinue)
 	if p.Repo != nil {
 		fmt.Fprintf(tw, "repo:\t%s\n", p.Repo.URL)
 		fmt.Fprintf(tw, "base:\t%s\n", dash(p.Repo.Base))

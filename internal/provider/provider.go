@@ -147,6 +147,16 @@ func BuiltinResumable(name string) bool {
 	return len(builtins()[name].ResumeArgs) > 0
 }
 
+// BuiltinContinueMessage is the named built-in provider's
+// continue_message, "continue" for any other name or one without it: the
+// server knows no host's catalog (docs/architecture.md#continue-when-a-limit-resets).
+func BuiltinContinueMessage(name string) string {
+	if m := builtins()[name].ContinueMessage; m != "" {
+		return m
+	}
+	return "continue"
+}
+
 // Vars are the values of the argv placeholders of one run.
 type Vars struct {
 	Prompt    string // {prompt}

@@ -196,6 +196,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	part("event journal", hub.Run)
 	part("dispatcher", dispatcher.Run)
+	part("continue when a limit resets", srv.RunContinue)
 	part("active-server lock", leader.Watch)
 
 	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", scheme == "https", "version", o.Version)

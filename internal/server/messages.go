@@ -150,11 +150,31 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Conflict(wire.CodeIllegalTransition, "messages go only to a running run; this one is %s", run.Status).With("status", run.Status))
 		return
 	}
-	host := *run.HostID
-	if !s.opts.Fleet.Connected(host) {
+	if !s.opts.Fleet.Connected(*run.HostID) {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
+	// actor: who sent it. Tokens are not per person, so it is null.
+	delivery, err := s.deliver(r.Context(), run, in.Text, "", nil)
+	if err != nil {
+		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
+		return
+	}
+	if r.Context().Err() != nil {
+		return
+	}
+	writeJSON(w, http.StatusAccepted, wire.MessageResult{Delivery: delivery})
+}
+
+// deliver is a message's delivery into a running run on a connected
+// host, for POST /runs/{id}/messages and for pam itself (continue when
+// a limit resets): deliverMessage, input recorded (a message starts a new
+// turn), journaled as run.message by actor ("" for none; the payload's
+// actor is null then) with extra in the payload, and the attention
+// cleared as an answer (source message) when the delivery was confirmed.
+// An error is the host's going away; nothing is journaled after ctx ends.
+func (s *Server) deliver(ctx context.Context, run wire.Run, text, actor string, extra map[string]any) (delivery string, err error) {
+	host := *run.HostID
 	defer s.answers.begin(run.ID)()
 	line := messageLine{
 		working: func() bool {
@@ -166,34 +186,34 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) {
 			return s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys})
 		},
 		input: func() {
-			if err := s.store.TouchInput(r.Context(), run.ID, run.Attempt); err != nil {
+			if err := s.store.TouchInput(ctx, run.ID, run.Attempt); err != nil {
 				s.log.Warn("record a message as input", "run_id", run.ID, "err", err)
 			}
 		},
 	}
-	confirmed, err := deliverMessage(r.Context(), line, in.Text, s.messageTiming())
-	if err != nil {
-		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
-		return
+	confirmed, err := deliverMessage(ctx, line, text, s.messageTiming())
+	if err != nil || ctx.Err() != nil {
+		return "", err
 	}
-	if r.Context().Err() != nil {
-		return
-	}
-	delivery := wire.DeliveryUnconfirmed
+	delivery = wire.DeliveryUnconfirmed
 	if confirmed {
 		delivery = wire.DeliveryConfirmed
 	}
-	text := in.Text
 	if utf8.RuneCountInString(text) > wire.MessageJournalText {
 		text = string([]rune(text)[:wire.MessageJournalText])
 	}
-	// actor: who sent it. Events carry no actor yet (tokens are not
-	// per person), so it is null.
-	if err := s.store.JournalRun(r.Context(), wire.TopicRunMessage, run.ID, map[string]any{"text": text, "delivery": delivery, "actor": nil}); err != nil {
+	payload := map[string]any{"text": text, "delivery": delivery, "actor": nil}
+	if actor != "" {
+		payload["actor"] = actor
+	}
+	for k, v := range extra {
+		payload[k] = v
+	}
+	if err := s.store.JournalRunBy(ctx, wire.TopicRunMessage, run.ID, actor, payload); err != nil {
 		s.log.Warn("journal a message", "run_id", run.ID, "err", err)
 	}
-	s.answered(r.Context(), run, confirmed, wire.AttentionSourceMessage)
-	writeJSON(w, http.StatusAccepted, wire.MessageResult{Delivery: delivery})
+	s.answered(ctx, run, confirmed, wire.AttentionSourceMessage)
+	return delivery, nil
 }
 
 // messageTiming waits for an echo and for each Enter's change as long

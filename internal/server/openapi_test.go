@@ -547,7 +547,7 @@ func TestOpenAPICheckFails(t *testing.T) {
 	t.Parallel()
 	a := spec(t)
 	const project = `{"id":"6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f","name":"Demo","slug":"demo","description":"",` +
-		`"status":"active","auto_done":true,"repo":null,"created_at":"2026-01-02T03:04:05Z","updated_at":"2026-01-02T03:04:05.123456Z"`
+		`"status":"active","auto_done":true,"auto_continue":true,"repo":null,"created_at":"2026-01-02T03:04:05Z","updated_at":"2026-01-02T03:04:05.123456Z"`
 	const envelope = `{"error":{"code":"not_found","message":"project not found","details":{}}}`
 	const js = "application/json"
 	pass := []struct {

@@ -41,6 +41,8 @@ type runOpts struct {
 	ack, dispatchTimeout, spawn time.Duration
 	policy                      store.Policy
 	signalLanes                 int
+	// clock is the server's Clock.
+	clock func() time.Time
 }
 
 func newRunEnv(t testing.TB, o runOpts) *runEnv {
@@ -55,7 +57,7 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	passes := new(atomic.Int64)
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
 		AfterPass: func() { passes.Add(1) }})
-	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, SignalLanes: o.signalLanes, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, SignalLanes: o.signalLanes, Clock: o.clock, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()

@@ -68,6 +68,13 @@ type Options struct {
 	// two cores, see store.BatcherOptions); a test sets 1 to see every
 	// signal in one sequence of batches (docs/architecture.md#group-commit).
 	SignalLanes int
+	// ContinueTick is how often RunContinue looks for usage limits that
+	// have reset (docs/architecture.md#continue-when-a-limit-resets); 0 is
+	// 5s.
+	ContinueTick time.Duration
+	// Clock is the time the server decides at (nil: time.Now); a test
+	// moves it.
+	Clock func() time.Time
 }
 
 // Server holds the handlers' dependencies.
@@ -89,6 +96,8 @@ type Server struct {
 	answers answerSet
 	// agentCalls counts each run's calls of pam's tools (agent.go).
 	agentCalls *callWindow
+	// continuer: one ContinueLimited pass at a time (autocontinue.go).
+	continuer continuer
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
@@ -112,6 +121,12 @@ func New(o Options) *Server {
 	}
 	if o.LeaseTTL <= 0 {
 		o.LeaseTTL = defaults.LeaseTTL
+	}
+	if o.ContinueTick <= 0 {
+		o.ContinueTick = defaultContinueTick
+	}
+	if o.Clock == nil {
+		o.Clock = time.Now
 	}
 	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux(), agentCalls: newCallWindow()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())

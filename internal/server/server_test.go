@@ -279,7 +279,7 @@ func TestProjectLifecycle(t *testing.T) {
 	e := newEnv(t)
 	var p wire.Project
 	e.must(201, "POST", "/api/v1/projects", map[string]any{"name": "My Great Project!", "description": "d"}, &p)
-	if p.Slug != "my-great-project" || p.Status != "active" || !p.AutoDone || p.Description != "d" {
+	if p.Slug != "my-great-project" || p.Status != "active" || !p.AutoDone || !p.AutoContinue || p.Description != "d" {
 		t.Fatalf("created %+v", p)
 	}
 	var p2 wire.Project
@@ -294,8 +294,8 @@ func TestProjectLifecycle(t *testing.T) {
 		t.Fatal("ref by id and slug disagree")
 	}
 	var up wire.Project
-	e.must(200, "PATCH", "/api/v1/projects/"+p.Slug, map[string]any{"name": "Renamed", "auto_done": false}, &up)
-	if up.Name != "Renamed" || up.AutoDone || up.Slug != p.Slug || up.Description != "d" {
+	e.must(200, "PATCH", "/api/v1/projects/"+p.Slug, map[string]any{"name": "Renamed", "auto_done": false, "auto_continue": false}, &up)
+	if up.Name != "Renamed" || up.AutoDone || up.AutoContinue || up.Slug != p.Slug || up.Description != "d" {
 		t.Fatalf("patched %+v", up)
 	}
 	var arch wire.Project

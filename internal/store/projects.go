@@ -14,13 +14,13 @@ import (
 	"pam/internal/wire"
 )
 
-const projectColumns = `id::text, name, slug, description, status, auto_done, repo, created_at, updated_at`
+const projectColumns = `id::text, name, slug, description, status, auto_done, auto_continue, repo, created_at, updated_at`
 
 var slugRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
 
 func scanProject(row pgx.Row) (wire.Project, error) {
 	var p wire.Project
-	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.Repo, &p.CreatedAt, &p.UpdatedAt)
+	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.AutoContinue, &p.Repo, &p.CreatedAt, &p.UpdatedAt)
 	utc(&p.CreatedAt, &p.UpdatedAt)
 	return p, err
 }
@@ -93,6 +93,10 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 	if in.AutoDone != nil {
 		autoDone = *in.AutoDone
 	}
+	autoContinue := true
+	if in.AutoContinue != nil {
+		autoContinue = *in.AutoContinue
+	}
 	var repo *wire.Repo
 	if in.Repo != nil {
 		r, err := wire.ValidateRepo(*in.Repo)
@@ -109,8 +113,8 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 		var p wire.Project
 		err := s.InTx(ctx, func(tx *Tx) error {
 			var err error
-			p, err = scanProject(tx.QueryRow(ctx, `INSERT INTO projects (id, name, slug, description, auto_done, repo)
-				VALUES ($1, $2, $3, $4, $5, $6) RETURNING `+projectColumns, uuid.NewString(), in.Name, candidate, desc, autoDone, repo))
+			p, err = scanProject(tx.QueryRow(ctx, `INSERT INTO projects (id, name, slug, description, auto_done, auto_continue, repo)
+				VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING `+projectColumns, uuid.NewString(), in.Name, candidate, desc, autoDone, autoContinue, repo))
 			if err != nil {
 				return err
 			}
@@ -211,6 +215,9 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 		if in.AutoDone != nil && *in.AutoDone != p.AutoDone {
 			changed["auto_done"] = *in.AutoDone
 		}
+		if in.AutoContinue != nil && *in.AutoContinue != p.AutoContinue {
+			changed["auto_continue"] = *in.AutoContinue
+		}
 		if in.Repo.Set && !sameRepo(repo, p.Repo) {
 			changed["repo"] = repo
 		}
@@ -221,8 +228,8 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 		_, repoChanged := changed["repo"]
 		out, err = scanProject(tx.QueryRow(ctx, `UPDATE projects SET
 			name = coalesce($2, name), description = coalesce($3, description), auto_done = coalesce($4, auto_done),
-			repo = CASE WHEN $5 THEN $6::jsonb ELSE repo END, updated_at = now()
-			WHERE id = $1 RETURNING `+projectColumns, p.ID, in.Name, in.Description, in.AutoDone, repoChanged, repo))
+			repo = CASE WHEN $5 THEN $6::jsonb ELSE repo END, auto_continue = coalesce($7, auto_continue), updated_at = now()
+			WHERE id = $1 RETURNING `+projectColumns, p.ID, in.Name, in.Description, in.AutoDone, repoChanged, repo, in.AutoContinue))
 		if err != nil {
 			return err
 		}

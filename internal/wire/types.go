@@ -11,15 +11,19 @@ import (
 
 // Project is a unit of planning that owns a tree of work items.
 type Project struct {
-	ID          string    `json:"id"`
-	Name        string    `json:"name"`
-	Slug        string    `json:"slug"`
-	Description string    `json:"description"`
-	Status      string    `json:"status"`
-	AutoDone    bool      `json:"auto_done"`
-	Repo        *Repo     `json:"repo"`
-	CreatedAt   time.Time `json:"created_at"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Slug        string `json:"slug"`
+	Description string `json:"description"`
+	Status      string `json:"status"`
+	AutoDone    bool   `json:"auto_done"`
+	// AutoContinue sends a running agent stopped at a usage limit its
+	// provider's continue message when the limit resets
+	// (docs/architecture.md#continue-when-a-limit-resets).
+	AutoContinue bool      `json:"auto_continue"`
+	Repo         *Repo     `json:"repo"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
 }
 
 // WorkItem is one node of a project's plan. Path is the chain of ids from
@@ -149,18 +153,20 @@ type EventList struct {
 
 // CreateProject is the body of POST /projects.
 type CreateProject struct {
-	Name        string     `json:"name"`
-	Slug        *string    `json:"slug,omitempty"`
-	Description *string    `json:"description,omitempty"`
-	AutoDone    *bool      `json:"auto_done,omitempty"`
-	Repo        *RepoInput `json:"repo,omitempty"`
+	Name         string     `json:"name"`
+	Slug         *string    `json:"slug,omitempty"`
+	Description  *string    `json:"description,omitempty"`
+	AutoDone     *bool      `json:"auto_done,omitempty"`
+	AutoContinue *bool      `json:"auto_continue,omitempty"`
+	Repo         *RepoInput `json:"repo,omitempty"`
 }
 
 // UpdateProject is the body of PATCH /projects/{ref}; nil fields are kept.
 type UpdateProject struct {
-	Name        *string `json:"name,omitempty"`
-	Description *string `json:"description,omitempty"`
-	AutoDone    *bool   `json:"auto_done,omitempty"`
+	Name         *string `json:"name,omitempty"`
+	Description  *string `json:"description,omitempty"`
+	AutoDone     *bool   `json:"auto_done,omitempty"`
+	AutoContinue *bool   `json:"auto_continue,omitempty"`
 	// Repo: absent keeps it, null removes it.
 	Repo OptionalRepo `json:"repo,omitzero"`
 }
