@@ -371,6 +371,12 @@ func (c *attachClient) resize(rows, cols int) {
 // longer runs (its session went with it), else relay_closed with the
 // worker's reason.
 func (c *attachClient) relayEnded(reason string) {
+	if c.t.s.streamCtx.Err() != nil {
+		// The relay went with the uplinks of a server that stops: the
+		// socket ends, and its lease is released, because the server stops.
+		c.end(codeStopping, "server shutting down")
+		return
+	}
 	ctx, cancel := context.WithTimeout(c.t.s.streamCtx, 5*time.Second)
 	defer cancel()
 	if run, err := c.t.s.store.GetRun(ctx, c.runID); err == nil && run.Status != wire.RunRunning {
