@@ -33,22 +33,32 @@ func (e *runEnv) attendedRun(w *fakeWorker) (wire.Run, wire.Frame) {
 // attentionLog is the run's run.attention events as "from>attention/source".
 func (e *runEnv) attentionLog(runID string) []string {
 	e.t.Helper()
+	var out []string
+	for _, p := range e.payloads(runID, wire.TopicRunAttention) {
+		s := fmt.Sprintf("%v>%v/%v", p["from"], p["attention"], p["source"])
+		if st, ok := p["status"]; ok {
+			s += "/" + fmt.Sprint(st)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// payloads are the payloads of the run's events of topic, in order.
+func (e *runEnv) payloads(runID string, topic wire.Topic) []map[string]any {
+	e.t.Helper()
 	var l wire.EventList
 	e.must(200, "GET", "/api/v1/runs/"+runID+"/events", nil, &l)
-	var out []string
+	var out []map[string]any
 	for _, ev := range l.Events {
-		if ev.Topic != string(wire.TopicRunAttention) {
+		if ev.Topic != string(topic) {
 			continue
 		}
 		var p map[string]any
 		if err := json.Unmarshal(ev.Payload, &p); err != nil {
 			e.t.Fatal(err)
 		}
-		s := fmt.Sprintf("%v>%v/%v", p["from"], p["attention"], p["source"])
-		if st, ok := p["status"]; ok {
-			s += "/" + fmt.Sprint(st)
-		}
-		out = append(out, s)
+		out = append(out, p)
 	}
 	return out
 }

@@ -49,21 +49,7 @@ func (w *fakeWorker) expectKeys(runID string) []string {
 
 // runMessages are the payloads of a run's run.message events.
 func (e *runEnv) runMessages(runID string) []map[string]any {
-	e.t.Helper()
-	var l wire.EventList
-	e.must(200, "GET", "/api/v1/runs/"+runID+"/events", nil, &l)
-	var out []map[string]any
-	for _, ev := range l.Events {
-		if ev.Topic != string(wire.TopicRunMessage) {
-			continue
-		}
-		var p map[string]any
-		if err := json.Unmarshal(ev.Payload, &p); err != nil {
-			e.t.Fatal(err)
-		}
-		out = append(out, p)
-	}
-	return out
+	return e.payloads(runID, wire.TopicRunMessage)
 }
 
 // A message (docs/api.md#messages) to a run that asks a question: typed,
