@@ -1,0 +1,148 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"pam/internal/eventually"
+	"pam/internal/wire"
+)
+
+// progressEvents are the seq and coalesced count of each run.progress
+// of a run, in journal order.
+func (e *runEnv) progressEvents(runID string) (seqs []int64, counts []int) {
+	e.t.Helper()
+	for _, p := range e.payloads(runID, wire.TopicRunProgress) {
+		seq, _ := p["seq"].(float64)
+		n, ok := p[wire.PayloadCoalesced].(float64)
+		if !ok {
+			e.t.Fatalf("run.progress without %q: %v", wire.PayloadCoalesced, p)
+		}
+		seqs, counts = append(seqs, int64(seq)), append(counts, int(n))
+	}
+	return seqs, counts
+}
+
+// lastProgressSeq is the run's last applied progress seq.
+func (e *runEnv) lastProgressSeq(runID string) int64 {
+	e.t.Helper()
+	var seq int64
+	if err := e.store.Pool.QueryRow(context.Background(), `SELECT last_progress_seq FROM runs WHERE id = $1`, runID).Scan(&seq); err != nil {
+		e.t.Fatal(err)
+	}
+	return seq
+}
+
+// TestProgressJournaledOncePerSecond: a signal token posting progress as
+// fast as it can grows the journal by at most one run.progress a second;
+// each event counts the signals it stands for, none is lost (the last
+// one is journaled by the trailing flush once its second has passed),
+// and every seq was applied.
+func TestProgressJournaledOncePerSecond(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("progress-host", 4, "shell")
+	r := e.runningWithToken(w)
+
+	const n = 400
+	start := time.Now()
+	for i := 1; i <= n; i++ {
+		body := sig(wire.SignalProgress, 1, "seq", i, "payload", map[string]any{"step": i})
+		if code, res, out := e.signal(r.token, r.ID, body); code != 202 || res.Result != wire.ResultApplied {
+			t.Fatalf("progress %d: %d %s", i, code, out)
+		}
+	}
+	elapsed := time.Since(start)
+	var seqs []int64
+	var counts []int
+	eventually.Wait(t, 20*time.Second, "the last progress journaled", func() bool {
+		seqs, counts = e.progressEvents(r.ID)
+		return len(seqs) > 0 && seqs[len(seqs)-1] == n
+	})
+	// One a second at most: the first at once, one per second passed
+	// while they came, and the trailing flush.
+	if max := int(elapsed/time.Second) + 2; len(seqs) > max {
+		t.Errorf("%d progress signals in %v journaled %d run.progress (seqs %v), want at most %d", n, elapsed, len(seqs), seqs, max)
+	}
+	total := 0
+	for _, c := range counts {
+		total += 1 + c
+	}
+	if total != n {
+		t.Errorf("run.progress events stand for %d signals (coalesced %v), want %d", total, counts, n)
+	}
+	if got := e.lastProgressSeq(r.ID); got != n {
+		t.Errorf("last_progress_seq %d, want %d", got, n)
+	}
+	t.Logf("%d progress signals in %v: run.progress seqs %v, coalesced %v", n, elapsed, seqs, counts)
+
+	// The uplink follows the same rule.
+	for i := n + 1; i <= 2*n; i++ {
+		w.progress(r.ID, 1, int64(i), `{}`)
+	}
+	for range n {
+		if ack := w.expect(wire.FrameSignalAck); ack.Result != wire.ResultApplied {
+			t.Fatalf("uplink progress: %+v", ack)
+		}
+	}
+	eventually.Wait(t, 20*time.Second, "the uplink's last progress journaled", func() bool {
+		seqs, counts = e.progressEvents(r.ID)
+		return seqs[len(seqs)-1] == 2*n
+	})
+	total = 0
+	for _, c := range counts {
+		total += 1 + c
+	}
+	if total != 2*n {
+		t.Errorf("after the uplink's: run.progress events stand for %d signals, want %d", total, 2*n)
+	}
+}
+
+// TestProgressPayloadBound: a progress signal's payload is at most 4 KiB;
+// a bigger one is refused validation_failed on both transports, and
+// nothing of it is applied or journaled.
+func TestProgressPayloadBound(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("payload-host", 4, "shell")
+	r := e.runningWithToken(w)
+
+	// Nearly 64 KiB (the bound of any signal's payload) in strings of at
+	// most 1,000 characters.
+	big := map[string]any{}
+	for i := range 60 {
+		big[fmt.Sprintf("k%02d", i)] = strings.Repeat("x", 1000)
+	}
+	code, _, body := e.signal(r.token, r.ID, sig(wire.SignalProgress, 1, "seq", 1, "payload", big))
+	if code != 400 || errorOf(t, body).Code != wire.CodeValidationFailed {
+		t.Errorf("progress with a 64 KiB payload: %d %s, want 400 validation_failed", code, body)
+	}
+	raw := `{"note":"` + strings.Repeat("y", 1000) + `","more":"` + strings.Repeat("z", 1000) + `","a":"` + strings.Repeat("a", 1000) +
+		`","b":"` + strings.Repeat("b", 1000) + `","c":"` + strings.Repeat("c", 200) + `"}`
+	if len(raw) <= wire.MaxProgressPayload {
+		t.Fatalf("test payload is %d bytes, not over 4 KiB", len(raw))
+	}
+	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(2)),
+		Source: wire.SourceWrapper, Payload: []byte(raw)})
+	if f := w.expect(wire.FrameSignalAck); f.Code != wire.CodeValidationFailed {
+		t.Errorf("progress frame over 4 KiB: %+v, want validation_failed", f)
+	}
+	if got := e.lastProgressSeq(r.ID); got != 0 {
+		t.Errorf("a refused progress moved last_progress_seq to %d", got)
+	}
+	// 4 KiB exactly is taken.
+	content := `"a":"` + strings.Repeat("y", 1000) + `","b":"` + strings.Repeat("z", 1000) + `","c":"` + strings.Repeat("a", 1000) +
+		`","d":"` + strings.Repeat("b", 1000) + `"`
+	fits := "{" + strings.Repeat(" ", wire.MaxProgressPayload-2-len(content)) + content + "}"
+	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(3)),
+		Source: wire.SourceWrapper, Payload: []byte(fits)})
+	if f := w.expect(wire.FrameSignalAck); f.Result != wire.ResultApplied {
+		t.Errorf("progress frame of %d bytes: %+v, want applied", len(fits), f)
+	}
+	if n := e.countEvents(r.ID, wire.TopicRunProgress); n != 1 {
+		t.Errorf("%d run.progress journaled, want 1 (the one that fits)", n)
+	}
+}
