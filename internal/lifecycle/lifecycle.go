@@ -194,6 +194,11 @@ type Decision struct {
 	Refusal *Refusal
 	// ProgressSeq > 0 records last_progress_seq.
 	ProgressSeq int64
+	// Report != "" marks a worker's run_state report that is only
+	// journaled (orphan_detected, stale_session, or a report about an
+	// attempt or host the run has left): the store journals it once per
+	// (host, run, kind) an hour and counts the repeats in between.
+	Report string
 	// Progress says how the applied progress signal is journaled (nil
 	// for any other decision): at once, or held back for the trailing
 	// flush because one was journaled less than ProgressEvery ago.
@@ -982,7 +987,7 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 		case wire.StateOrphanDetected:
 			topic = wire.TopicRunOrphanDetected
 		}
-		return Decision{Steps: []Step{journal(topic, map[string]any{"state": state, "detail": detail, "reported_attempt": attempt, "from_host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(topic, map[string]any{"state": state, "detail": detail, "reported_attempt": attempt, "from_host_id": host})}}, nil
 	}
 	var reason string
 	switch state {
@@ -997,9 +1002,9 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 	case wire.StateWrapperDied:
 		reason = wire.FailWrapperDied
 	case wire.StateStaleSession:
-		return Decision{Steps: []Step{journal(wire.TopicRunStaleSession, map[string]any{"detail": detail, "host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(wire.TopicRunStaleSession, map[string]any{"detail": detail, "host_id": host})}}, nil
 	case wire.StateOrphanDetected:
-		return Decision{Steps: []Step{journal(wire.TopicRunOrphanDetected, map[string]any{"detail": detail, "host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(wire.TopicRunOrphanDetected, map[string]any{"detail": detail, "host_id": host})}}, nil
 	default:
 		return Decision{}, wire.Invalid("state", "unknown run_state %q", state)
 	}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -144,5 +145,113 @@ func TestProgressPayloadBound(t *testing.T) {
 	}
 	if n := e.countEvents(r.ID, wire.TopicRunProgress); n != 1 {
 		t.Errorf("%d run.progress journaled, want 1 (the one that fits)", n)
+	}
+}
+
+// TestWorkerReportsJournaledOncePerHour: a worker repeating an
+// orphan_detected or a stale run_state about one run grows the journal
+// by one event per (host, run, kind) an hour; the repeats in between
+// are counted and told by the next event journaled.
+func TestWorkerReportsJournaledOncePerHour(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	a := e.worker("report-a", 4, "shell")
+	b := e.worker("report-b", 4, "shell")
+	r := e.start(map[string]any{"host_id": a.hostID})
+	d := a.expect(wire.FrameRunDispatch)
+	a.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+
+	one, two := wire.IntPtr(1), wire.IntPtr(2)
+	const n = 5
+	send := func() {
+		for range n {
+			// An orphan on host B naming A's run, a stale session on A,
+			// and a report about an attempt the run never had.
+			b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: "orphan"})
+			a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "stale"})
+			a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: two, State: wire.StateSessionLost, Detail: "old"})
+		}
+		a.barrier()
+		b.barrier()
+	}
+	orphans := func() []map[string]any {
+		var out []map[string]any
+		for _, ev := range e.events("run.orphan_detected") {
+			if ev.HostID != nil && *ev.HostID == b.hostID {
+				var p map[string]any
+				if err := json.Unmarshal(ev.Payload, &p); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	send()
+	if got := orphans(); len(got) != 1 || got[0]["repeats"] != float64(0) {
+		t.Errorf("%d orphan_detected reports: journaled %v, want one with repeats 0", n, got)
+	}
+	if got := e.payloads(r.ID, wire.TopicRunStaleSession); len(got) != 1 {
+		t.Errorf("%d stale_session reports: journaled %v, want one", n, got)
+	}
+	if got := e.payloads(r.ID, wire.TopicRunSignalReceived); len(got) != 1 || got[0]["state"] != wire.StateSessionLost {
+		t.Errorf("%d session_lost reports of attempt 2: journaled %v, want one", n, got)
+	}
+
+	// An hour later (moved in the database) each is journaled again, with
+	// the count of those set aside.
+	if _, err := e.store.Pool.Exec(context.Background(), `UPDATE report_limits SET journaled_at = journaled_at - interval '61 minutes'`); err != nil {
+		t.Fatal(err)
+	}
+	send()
+	if got := orphans(); len(got) != 2 || got[1]["repeats"] != float64(n-1) {
+		t.Errorf("orphan_detected an hour later: %v, want a second one with repeats %d", got, n-1)
+	}
+	if got := e.payloads(r.ID, wire.TopicRunStaleSession); len(got) != 2 || got[1]["repeats"] != float64(n-1) {
+		t.Errorf("stale_session an hour later: %v, want a second one with repeats %d", got, n-1)
+	}
+	if got := e.payloads(r.ID, wire.TopicRunSignalReceived); len(got) != 2 {
+		t.Errorf("stale session_lost an hour later: %v, want a second one", got)
+	}
+}
+
+// TestUnrequestedPushIgnored: a workspace_pushed the server did not ask
+// for journals nothing; the answer to a push it asked for is journaled.
+func TestUnrequestedPushIgnored(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	e.must(200, "PATCH", "/api/v1/projects/runs", map[string]any{"repo": map[string]any{"url": "/srv/app.git"}}, nil)
+	a := e.worker("push-host", 4, "shell")
+	r := e.start(nil)
+	d := a.expect(wire.FrameRunDispatch)
+	a.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
+	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
+
+	ok := true
+	for range 3 {
+		a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "nobody asked"})
+	}
+	a.barrier()
+	if n := e.countEvents(r.ID, wire.TopicRunWorkspacePushed); n != 0 {
+		t.Errorf("%d run.workspace_pushed journaled for pushes nobody asked for", n)
+	}
+
+	done := make(chan int, 1)
+	go func() { code, _ := e.call("POST", "/api/v1/runs/"+r.ID+"/push", nil); done <- code }()
+	req := a.expect(wire.FrameWorkspaceRequest)
+	a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "pushed"})
+	a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "again"})
+	a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, EOF: true,
+		Text: `{"run_id":"` + r.ID + `","branch":"` + ws.Branch + `","ok":true,"detail":"pushed"}`})
+	if code := <-done; code != 202 {
+		t.Fatalf("push: %d", code)
+	}
+	a.barrier()
+	if got := e.payloads(r.ID, wire.TopicRunWorkspacePushed); len(got) != 1 || got[0]["detail"] != "pushed" {
+		t.Errorf("run.workspace_pushed after one push asked for: %v, want the one answer", got)
 	}
 }

@@ -35,6 +35,12 @@ func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout
 	if err != nil {
 		return "", err
 	}
+	if op == wire.WorkspaceOpPush {
+		// The push's result is journaled only if asked for.
+		if err := s.store.RequestPush(ctx, run.ID, host); err != nil {
+			return "", err
+		}
+	}
 	id := uuid.NewString()
 	ch, done := s.opts.Fleet.AwaitLog(id, host, run.ID)
 	defer done()

@@ -177,6 +177,20 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 		if err != nil {
 			return err
 		}
+		if d.Report != "" {
+			// Journaled once per (host, run, kind) an hour, counted
+			// in between (docs/architecture.md#bounded-journal).
+			due, repeats, err := reportDue(ctx, tx, hostID, r.ID, d.Report)
+			if err != nil || !due {
+				out = r
+				return err
+			}
+			for _, st := range d.Steps {
+				for _, ev := range st.Events {
+					ev.Extra[PayloadRepeats] = repeats
+				}
+			}
+		}
 		out, err = s.apply(ctx, tx, r, d)
 		if errors.Is(err, errGuardLost) {
 			out = r
