@@ -255,3 +255,76 @@ func TestUnrequestedPushIgnored(t *testing.T) {
 		t.Errorf("run.workspace_pushed after one push asked for: %v, want the one answer", got)
 	}
 }
+
+// lastOutputAt is the run's last_output_at (zero: none).
+func (e *runEnv) lastOutputAt(runID string) time.Time {
+	e.t.Helper()
+	var at *time.Time
+	if err := e.store.Pool.QueryRow(context.Background(), `SELECT last_output_at FROM runs WHERE id = $1`, runID).Scan(&at); err != nil {
+		e.t.Fatal(err)
+	}
+	if at == nil {
+		return time.Time{}
+	}
+	return *at
+}
+
+// TestSnapshotOnlyFromCurrentHost: once a run's offer to host A was
+// withdrawn and the run went to host B, A's snapshots (and its screen
+// readings) neither overwrite the pane nor move the hang timer; neither
+// does a snapshot of an attempt the run is not at. B's are taken.
+func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{ack: 300 * time.Millisecond})
+	a := e.worker("pane-a", 4, "shell")
+	r := e.start(nil)
+	da := a.expect(wire.FrameRunDispatch) // a never acks: the offer is withdrawn
+	e.must(200, "POST", "/api/v1/hosts/pane-a/disable", nil, nil)
+	a.reconnect()
+	b := e.worker("pane-b", 4, "shell")
+	db := b.expect(wire.FrameRunDispatch)
+	if db.RunID != r.ID || *db.Attempt != 1 {
+		t.Fatalf("re-offer %+v", db)
+	}
+	b.ack(db, true)
+	if code, _, body := e.signal(db.SignalToken, r.ID, sig(wire.SignalStarted, 1)); code != 202 {
+		t.Fatalf("started: %d %s", code, body)
+	}
+	b.snapshot(db, "b's screen")
+	eventually.Wait(t, 10*time.Second, "b's pane change recorded", func() bool { return !e.lastOutputAt(r.ID).IsZero() })
+	// The hang timer is moved far back, so that any write shows.
+	old := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
+	if _, err := e.store.Pool.Exec(context.Background(), `UPDATE runs SET last_output_at = $2 WHERE id = $1`, r.ID, old); err != nil {
+		t.Fatal(err)
+	}
+
+	a.snapshot(da, "a's stale screen")
+	a.screen(da, 1, wire.AttentionNeedsInput, "a's question?")
+	// A run_state writes the run's pending pane change before it is
+	// handled: whatever a's snapshot noted is written by now.
+	a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
+	a.barrier()
+	b.snapshot(wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(2)}, "an attempt the run is not at")
+	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(2), State: wire.StateIdle})
+	b.barrier()
+	if p := e.fleet.Pane(r.ID); p.Capture != "b's screen" {
+		t.Errorf("pane %q after stale snapshots, want b's", p.Capture)
+	}
+	if at := e.lastOutputAt(r.ID); !at.Equal(old) {
+		t.Errorf("last_output_at moved to %v by stale snapshots (was %v)", at, old)
+	}
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Errorf("attention %q after a withdrawn host's screen", got.Attention)
+	}
+
+	// The current host and attempt are heard.
+	b.snapshot(db, "b's next screen")
+	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
+	b.barrier()
+	if p := e.fleet.Pane(r.ID); p.Capture != "b's next screen" {
+		t.Errorf("pane %q, want b's next screen", p.Capture)
+	}
+	if at := e.lastOutputAt(r.ID); !at.After(old) {
+		t.Errorf("last_output_at %v not moved by the current host's snapshot", at)
+	}
+}
