@@ -328,3 +328,43 @@ func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
 		t.Errorf("last_output_at %v not moved by the current host's snapshot", at)
 	}
 }
+
+// TestSignalTokenExpires: a signal token is refused (401) once its run
+// has ended for 24 h — moved in the database, not waited for; until
+// then a late signal is answered as the ingest table says. The host's
+// worker token is not a signal token and is still answered.
+func TestSignalTokenExpires(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("expiry-host", 4, "shell")
+	r := e.runningWithToken(w)
+	if code, _, body := e.signal(r.token, r.ID, sig(wire.SignalFinished, 1, "payload", map[string]any{"exit_code": 0})); code != 202 {
+		t.Fatalf("finished: %d %s", code, body)
+	}
+	e.waitRun(r.ID, "exited", func(r wire.Run) bool { return r.Status == wire.RunExited })
+	ended := func(ago time.Duration) {
+		t.Helper()
+		if _, err := e.store.Pool.Exec(context.Background(), `UPDATE runs SET finished_at = now() - $2::float8 * interval '1 second' WHERE id = $1`,
+			r.ID, ago.Seconds()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ended(23 * time.Hour)
+	if code, res, body := e.signal(r.token, r.ID, sig(wire.SignalProgress, 1, "seq", 1)); code != 202 || res.Result != wire.ResultApplied {
+		t.Errorf("progress of a run ended 23 h ago: %d %s, want 202 applied", code, body)
+	}
+	ended(25 * time.Hour)
+	code, _, body := e.signal(r.token, r.ID, sig(wire.SignalProgress, 1, "seq", 2))
+	if code != 401 || errorOf(t, body).Code != wire.CodeUnauthorized {
+		t.Errorf("signal token of a run ended 25 h ago: %d %s, want 401 unauthorized", code, body)
+	}
+	if code, _, body := e.signal(r.token, r.ID, sig(wire.SignalFinished, 1, "payload", map[string]any{"exit_code": 0})); code != 401 {
+		t.Errorf("finished with a signal token of a run ended 25 h ago: %d %s, want 401", code, body)
+	}
+	if code, res, body := e.signal(w.token, r.ID, sig(wire.SignalProgress, 1, "seq", 3)); code != 202 || res.Result != wire.ResultApplied {
+		t.Errorf("the worker token on a run ended 25 h ago: %d %s, want 202 applied", code, body)
+	}
+	if got := e.lastProgressSeq(r.ID); got != 3 {
+		t.Errorf("last_progress_seq %d, want 3 (the refused seq 2 not applied)", got)
+	}
+}

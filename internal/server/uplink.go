@@ -322,7 +322,7 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 			return
 		}
 		u.signals.Add(1)
-		s.ingestAsync(f.RunID, u.host.ID, sig, func(o store.SignalOut) {
+		s.ingestAsync(f.RunID, u.host.ID, sig, false, func(o store.SignalOut) {
 			defer u.signals.Done()
 			<-u.window
 			if o.Err != nil {

@@ -24,6 +24,24 @@ type SignalIn struct {
 	// from Sender at the signal's attempt (lifecycle.SignalFacts.Screen);
 	// nil when none.
 	Screen *wire.AttentionDetail
+	// ByToken: the signal came with the run's signal token, which is
+	// refused once the run has ended SignalTokenTTL ago.
+	ByToken bool
+}
+
+// SignalTokenTTL is how long after its run ended a signal token is
+// still taken: a late hook or a spooled replay of a run that just ended
+// is answered as the ingest table says; a token kept for days is refused
+// (docs/architecture.md#bounded-journal).
+const SignalTokenTTL = 24 * time.Hour
+
+// tokenExpired refuses a signal token whose run ended more than
+// SignalTokenTTL before now (401).
+func tokenExpired(in SignalIn, r wire.Run, now time.Time) error {
+	if !in.ByToken || lifecycle.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
+		return nil
+	}
+	return wire.Errorf(wire.CodeUnauthorized, "this signal token's run ended more than %s ago", SignalTokenTTL)
 }
 
 // SignalOut is what became of one signal of a batch: what IngestSignal
@@ -238,8 +256,12 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			out[i].Err = wire.NotFound("run")
 			continue
 		}
-		f.facts.Screen = sg.Screen
 		now := s.now()
+		if err := tokenExpired(sg, st.run, now); err != nil {
+			out[i].Err = err
+			continue
+		}
+		f.facts.Screen = sg.Screen
 		d, err := s.decideSignalAt(st.run, sg.Sender, sg.Signal, f.facts, now)
 		if err != nil {
 			out[i].Err = err // refused: nothing written

@@ -47,6 +47,9 @@ func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 		if !known {
 			return wire.NotFound("run")
 		}
+		if err := tokenExpired(in, r, s.now()); err != nil {
+			return err
+		}
 		res, err = s.applySignal(ctx, tx, r, senderHost, sig, in.Screen)
 		return err
 	})
