@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -83,7 +84,9 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 			return 0, err
 		}
 		var p map[string]any
-		if err := json.Unmarshal(held, &p); err != nil {
+		dec := json.NewDecoder(bytes.NewReader(held))
+		dec.UseNumber() // seqs and counts stay exact
+		if err := dec.Decode(&p); err != nil {
 			rows.Close()
 			return 0, fmt.Errorf("held progress of run %s: %w", ev.RunID, err)
 		}
