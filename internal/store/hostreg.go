@@ -301,7 +301,7 @@ const activeOnHost = `(r.host_id = $1 AND r.status IN ('pending', 'spawning', 'r
 
 // DeleteHost removes a host that has no active run (409 has_active_runs
 // otherwise), journaling host.removed. Its history stays
-// (docs/architecture.md#hosts): the runs, attempts and offers that ran on
+// (docs/architecture.md#host-status): the runs, attempts and offers that ran on
 // it keep its id, and removed_hosts keeps its id and name; only a pending
 // run's wish for it (target_host_id) is dropped. The host row is locked
 // before its active runs are counted, and placement locks the rows of

@@ -1,4 +1,4 @@
--- A removed host stays in the history (docs/architecture.md#hosts): runs,
+-- A removed host stays in the history (docs/architecture.md#host-status): runs,
 -- their attempts and offers keep the id of the host that ran them, and
 -- removed_hosts keeps its name. The foreign keys that nulled those ids (or
 -- deleted the offers) when the host row went are dropped; a run can still
