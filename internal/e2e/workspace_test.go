@@ -41,7 +41,8 @@ const commit = "git -c user.name=agent -c user.email=agent@example.com commit -q
 //   - a retry reuses the worktree (attempt 1's file is there in attempt 2);
 //   - kill -9 of the worker mid-run: the worktree is re-adopted with the
 //     run, and a budget clean-up after the restart removes only finished
-//     runs' worktrees;
+//     runs' worktrees, and of those only the one with nothing unsaved:
+//     the ones with uncommitted or untracked files stay;
 //   - an unreachable repository fails the run workspace_failed.
 func TestWorkspaceE2E(t *testing.T) {
 	t.Parallel()
@@ -149,12 +150,15 @@ func TestWorkspaceE2E(t *testing.T) {
 	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
 	w.start()
 	w.waitLog(30*time.Second, "session adopted", d.ID)
-	for _, id := range []string{a.ID, b.ID, c.ID} {
-		s.waitRun(id, "worktree removed by the budget", 60*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	s.waitRun(b.ID, "worktree removed by the budget", 60*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	if _, err := os.Stat(wb.Path); !os.IsNotExist(err) {
+		t.Errorf("the clean finished run's worktree %s still there: %v", wb.Path, err)
 	}
-	for _, ws := range []string{wa.Path, wb.Path, rc.Workspace.Path} {
-		if _, err := os.Stat(ws); !os.IsNotExist(err) {
-			t.Errorf("finished run's worktree %s still there: %v", ws, err)
+	// Run a's and run c's hold files never committed: the budget keeps
+	// them (only retention or DELETE removes unsaved work).
+	for _, f := range []string{filepath.Join(wa.Path, "untracked.txt"), filepath.Join(rc.Workspace.Path, "attempt2.txt")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("unsaved work removed by the budget: %v", err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(rd.Workspace.Path, "started")); err != nil {
@@ -165,12 +169,12 @@ func TestWorkspaceE2E(t *testing.T) {
 	}
 	var evs wire.EventList
 	s.must(200, "GET", "/api/v1/events?after=0&topic=run.workspace_removed", nil, &evs)
-	if len(evs.Events) != 3 || !strings.Contains(string(evs.Events[0].Payload), `"reason":"budget"`) {
+	if len(evs.Events) != 1 || !strings.Contains(string(evs.Events[0].Payload), `"reason":"budget"`) {
 		t.Errorf("run.workspace_removed events: %d", len(evs.Events))
 	}
 	g.open(t, "d")
 	s.waitRun(d.ID, "exited", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" })
-	code, body = s.call("GET", "/api/v1/runs/"+a.ID+"/diff", nil)
+	code, body = s.call("GET", "/api/v1/runs/"+b.ID+"/diff", nil)
 	if code != 404 || !strings.Contains(string(body), wire.CodeNoWorkspace) {
 		t.Errorf("diff of a cleaned run: %d %s", code, body)
 	}
