@@ -207,3 +207,46 @@ func jsonNum(p *int) string {
 	b, _ := json.Marshal(*p)
 	return string(b)
 }
+
+// TestWorkspaceDeleteInHoldOpen: DELETE /runs/{id}/workspace of a run
+// that exited while its session is still held open (PAM_HOLD_OPEN) ends
+// the session and removes the worktree (204), instead of a 409 saying
+// the run is live; the branch, with the run's unpushed commit, stays in
+// the mirror.
+func TestWorkspaceDeleteInHoldOpen(t *testing.T) {
+	t.Parallel()
+	s, _ := newFaultSystem(t, "")
+	w := s.faultWorker("hold-host", s.url, "PAM_HOLD_OPEN=1h")
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\n"})
+	var p wire.Project
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Held", "repo": map[string]any{"url": remote}}, &p)
+	var task wire.WorkItem
+	s.must(201, "POST", "/api/v1/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Hold it"}, &task)
+
+	run := s.runShell(task.ID, "echo A > a.txt && git add a.txt && "+commit+" a && echo wip > wip.txt; exit 0", nil)
+	r := s.waitRun(run.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	ws := *r.Workspace
+	head := gitE2E(t, ws.Path, nil, "rev-parse", "HEAD")
+	if msg := gitE2E(t, ws.Path, nil, "log", "-1", "--format=%s"); msg != "a" {
+		t.Fatalf("the run's commit is not there: HEAD %q", msg)
+	}
+	if !w.hasSession(r.SessionName) {
+		t.Fatal("the exited run's session is not held open")
+	}
+
+	code, body := s.call("DELETE", "/api/v1/runs/"+run.ID+"/workspace", nil)
+	if code != 204 {
+		t.Fatalf("DELETE /runs/{id}/workspace of an exited run in hold-open: %d %s", code, body)
+	}
+	if w.hasSession(r.SessionName) {
+		t.Error("the hold-open session is still there")
+	}
+	if _, err := os.Stat(ws.Path); !os.IsNotExist(err) {
+		t.Errorf("the worktree is still there: %v", err)
+	}
+	s.waitRun(run.ID, "workspace cleared", 30*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	mirror := filepath.Join(w.opts.DataDir, "repos", p.ID+".git")
+	if got := gitE2E(t, mirror, nil, "rev-parse", "refs/heads/"+ws.Branch); got != head {
+		t.Errorf("the branch in the mirror is at %s, want the run's commit %s", got, head)
+	}
+}
