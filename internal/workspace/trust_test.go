@@ -143,3 +143,28 @@ func TestUntrustedRecordRemovesNothing(t *testing.T) {
 		t.Fatalf("remove the victim's worktree on request: %v %v", ok, err)
 	}
 }
+
+// TestRecordTrustedWithoutMirror: a worktree whose project's mirror an
+// operator removed still names that mirror: its record is trusted, and
+// it can be removed.
+func TestRecordTrustedWithoutMirror(t *testing.T) {
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
+	m := newManager(t, "")
+	s := spec(uuid.NewString(), remote)
+	ws, err := m.Prepare(t.Context(), s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(m.MirrorPath(s.ProjectID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Record(s.RunID); !ok {
+		t.Fatal("the record is not trusted once the mirror is gone")
+	}
+	if _, ok, err := m.Remove(t.Context(), s.RunID); err != nil || !ok {
+		t.Fatalf("remove: %v %v", ok, err)
+	}
+	if _, err := os.Stat(ws.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the worktree is still there: %v", err)
+	}
+}

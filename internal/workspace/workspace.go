@@ -215,8 +215,20 @@ func (m *Manager) checkFolder(r Record) error {
 		return nil // not (or no longer) a checkout: nothing of a mirror's
 	}
 	mirror, err := filepath.EvalSymlinks(m.MirrorPath(r.ProjectID))
+	if errors.Is(err, fs.ErrNotExist) {
+		// The mirror went (an operator removed it): the checkout must
+		// still name it.
+		want := filepath.Join(m.MirrorPath(r.ProjectID), "worktrees")
+		if repos, err := filepath.EvalSymlinks(m.reposDir()); err == nil {
+			want = filepath.Join(repos, r.ProjectID+".git", "worktrees")
+		}
+		if d := filepath.Dir(filepath.Clean(gitdir)); d != want && d != filepath.Join(m.MirrorPath(r.ProjectID), "worktrees") {
+			return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
+		}
+		return nil
+	}
 	if err != nil {
-		return fmt.Errorf("the checkout %s names %s, and project %s has no mirror here", path, gitdir, r.ProjectID)
+		return err
 	}
 	if real, err := filepath.EvalSymlinks(gitdir); err != nil || filepath.Dir(real) != filepath.Join(mirror, "worktrees") {
 		return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
