@@ -250,3 +250,56 @@ func TestWorkspaceDeleteInHoldOpen(t *testing.T) {
 		t.Errorf("the branch in the mirror is at %s, want the run's commit %s", got, head)
 	}
 }
+
+// TestWorkspaceHostAddedAgain: a host removed and added again (a new host
+// id, the same worker data dir) keeps its old worktrees: the orchestrator
+// no longer knows their runs, and its worker's clean-up keeps the one
+// holding an unpushed commit and an uncommitted file — even past the
+// budget, which takes only the clean one. Which host ran the runs is
+// still on them.
+func TestWorkspaceHostAddedAgain(t *testing.T) {
+	t.Parallel()
+	s, _ := newFaultSystem(t, "")
+	w := s.faultWorker("again-host", s.url)
+	old := s.host("again-host")
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\n"})
+	var p wire.Project
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Again", "repo": map[string]any{"url": remote}}, &p)
+	var task wire.WorkItem
+	s.must(201, "POST", "/api/v1/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Keep it"}, &task)
+
+	a := s.runShell(task.ID, "echo A > a.txt && git add a.txt && "+commit+" a && echo wip > wip.txt; exit 0", nil)
+	b := s.runShell(task.ID, "exit 0", nil)
+	ra := s.waitRun(a.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	rb := s.waitRun(b.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	head := gitE2E(t, ra.Workspace.Path, nil, "rev-parse", "HEAD")
+
+	// The worker stops; its host is removed and added again.
+	w.kill9()
+	s.must(204, "DELETE", "/api/v1/hosts/again-host", nil, nil)
+	var created wire.HostCreated
+	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": "again-host"}, &created)
+	if created.Host.ID == old.ID {
+		t.Fatal("the host came back with its old id")
+	}
+	w.opts.Token = created.WorkerToken
+	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
+	w.start()
+	s.waitHost("again-host", "online", 30*time.Second)
+
+	// The budget takes the clean worktree; in the same pass it keeps the
+	// one with unsaved work.
+	w.waitLog(60*time.Second, "worktree cleaned up", b.ID, "reason=budget")
+	if _, err := os.Stat(rb.Workspace.Path); !os.IsNotExist(err) {
+		t.Errorf("the clean worktree is still there: %v", err)
+	}
+	if got := gitE2E(t, ra.Workspace.Path, nil, "rev-parse", "HEAD"); got != head {
+		t.Errorf("the kept worktree's HEAD is %s, want the unpushed commit %s", got, head)
+	}
+	if b, err := os.ReadFile(filepath.Join(ra.Workspace.Path, "wip.txt")); err != nil || string(b) != "wip\n" {
+		t.Errorf("the uncommitted file is gone: %q %v", b, err)
+	}
+	if got := s.getRun(a.ID); got.HostID == nil || *got.HostID != old.ID {
+		t.Errorf("run a's host_id after its host was removed: %v, want %s", got.HostID, old.ID)
+	}
+}
