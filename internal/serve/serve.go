@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
 
 	"pam/internal/datadir"
 	"pam/internal/dispatch"
@@ -202,12 +204,31 @@ func Run(ctx context.Context, o Options) (err error) {
 	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", scheme == "https", "version", o.Version)
 	fmt.Fprintf(o.Stdout, "pam serve listening on %s\n", base)
 	if o.DashboardURL {
-		fmt.Fprintf(o.Stdout, "dashboard: %s/#token=%s\n", base, token)
+		printDashboard(o.Stdout, base, token, o.DataDir)
 	}
 	if o.Ready != nil {
 		o.Ready(base, token)
 	}
 	return g.Wait()
+}
+
+// printDashboard prints where the dashboard is. To a terminal the URL
+// carries the token in its fragment, one click away from signed in; to
+// anything else (a file, a pipe into a log collector, a systemd journal)
+// the token would be kept wherever that output goes, so the line names
+// the token file instead.
+func printDashboard(w io.Writer, base, token, dataDir string) {
+	if isTerminal(w) {
+		fmt.Fprintf(w, "dashboard: %s/#token=%s\n", base, token)
+		return
+	}
+	fmt.Fprintf(w, "dashboard: %s/ (sign in with the token in %s; the URL with #token= is printed only to a terminal)\n", base, datadir.TokenPath(dataDir))
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // listen opens serve's listener, with TLS when a certificate is
