@@ -247,7 +247,7 @@ func printDashboard(w io.Writer, base, token, dataDir string) {
 		fmt.Fprintf(w, "dashboard: %s/#token=%s\n", base, token)
 		return
 	}
-	fmt.Fprintf(w, "dashboard: %s/ (sign in with the token in %s; the URL with #token= is printed only to a terminal)\n", base, datadir.TokenPath(dataDir))
+	fmt.Fprintf(w, "dashboard: %s/ (sign in with the token in %s; a URL that carries it is printed only to a terminal)\n", base, datadir.TokenPath(dataDir))
 }
 
 // isTerminal reports whether w is a terminal.
