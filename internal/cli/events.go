@@ -26,7 +26,7 @@ var eventsCmd = &command{
 	summary: "list the newest events of the journal, or follow it live (--follow); --after N for the history after seq N",
 	group:   "events",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
-		after := fs.Int64("after", 0, "the events after this seq, oldest first (without it: the newest; with --follow: live only)")
+		after := fs.Int64("after", 0, "the events after this seq, oldest first (without it: the newest, or with --follow live from now)")
 		topic := fs.String("topic", "", "topic glob, e.g. run.* (* matches within a dot-separated segment)")
 		limit := fs.Int("limit", 0, "at most this many events (default 100)")
 		follow := fs.Bool("follow", false, "stream events live until interrupted, from now (or after --after first), reconnecting by itself")
