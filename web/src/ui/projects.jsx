@@ -44,7 +44,11 @@ export function Projects({ query }) {
         </div>
       </div>
       {list.length === 0 ? (
-        <Empty icon="board" title="No projects yet">Create one to plan work and start runs.</Empty>
+        archived.length ? (
+          <Empty icon="board" title="No active projects">{showArchived ? 'Restore an archived one below, or create a new one.' : 'Every project is archived: show them to restore one, or create a new one.'}</Empty>
+        ) : (
+          <Empty icon="board" title="No projects yet">Create one to plan work and start runs.</Empty>
+        )
       ) : (
         <div class="project-grid">
           {list.map((p) => {
