@@ -67,8 +67,10 @@ func mustRouteParams(doc []byte) map[string]map[string]bool {
 			}
 		}
 		for method, raw := range item {
-			if method == "parameters" || !strings.Contains("get post put patch delete", method) {
-				continue
+			switch method {
+			case "get", "post", "put", "patch", "delete":
+			default:
+				continue // parameters, summary, …: not an operation
 			}
 			var op struct {
 				Parameters []param `json:"parameters"`
