@@ -115,6 +115,11 @@ func (c *Client) ArchiveProject(ctx context.Context, ref string) (*wire.Project,
 	return decode[wire.Project](c, ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
+// UnarchiveProject makes an archived project active again.
+func (c *Client) UnarchiveProject(ctx context.Context, ref string) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(ref)+"/unarchive", nil, nil)
+}
+
 // ListWorkItems returns a project's work items in tree order (depth-first,
 // siblings by position then creation).
 func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkItemFilter) ([]wire.WorkItem, error) {
@@ -492,6 +497,9 @@ type RunFilter struct {
 	HostID    string
 	Attention string
 	Limit     int
+	// Before, a run id, asks for the page after that run (the Next of
+	// the page before).
+	Before string
 }
 
 // CreateRun admits a run (202, pending); placement happens asynchronously.
@@ -499,10 +507,18 @@ func (c *Client) CreateRun(ctx context.Context, body wire.CreateRun) (*wire.Run,
 	return decode[wire.Run](c, ctx, http.MethodPost, "/api/v1/runs", nil, body)
 }
 
-// ListRuns returns runs newest first.
+// ListRuns returns runs newest first: one page, see ListRunsPage.
 func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
+	l, err := c.ListRunsPage(ctx, f)
+	return l.Runs, err
+}
+
+// ListRunsPage returns one page of runs, newest first, and the Before of
+// the following page in Next (nil on the last).
+func (c *Client) ListRunsPage(ctx context.Context, f RunFilter) (wire.RunList, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "attention": f.Attention} {
+	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID,
+		"attention": f.Attention, "before": f.Before} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -512,9 +528,9 @@ func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) 
 	}
 	var out wire.RunList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs", q, nil, &out); err != nil {
-		return nil, err
+		return wire.RunList{}, err
 	}
-	return out.Runs, nil
+	return out, nil
 }
 
 // GetRun fetches one run.

@@ -83,6 +83,7 @@ var runCmd = &command{
 				task := fs.String("task", "", "only runs of this task (id or id prefix)")
 				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
+				before := fs.String("before", "", "the page after this run (id or id prefix): what the last page ended with")
 				var attention attentionFlag
 				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input, rate_limited or idle), with their question; --attention=needs_input for one kind")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
@@ -110,18 +111,28 @@ var runCmd = &command{
 							return err
 						}
 					}
-					runs, err := c.ListRuns(x.ctx, f)
+					if *before != "" {
+						if f.Before, err = x.id(c, runIDs, *before); err != nil {
+							return err
+						}
+					}
+					page, err := c.ListRunsPage(x.ctx, f)
 					if err != nil {
 						return err
 					}
+					runs := page.Runs
 					if *asJSON {
-						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
+						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs), Next: page.Next})
 					}
 					var hosts hostNames
 					if runsHaveHosts(runs...) {
 						hosts = x.hostNames(c)
 					}
 					printRuns(x.stdout, runs, hosts, x.env.Now())
+					if page.Next != nil {
+						// On stderr: stdout stays the table.
+						fmt.Fprintf(x.stderr, "more: pam run list --before %s\n", *page.Next)
+					}
 					return nil
 				}
 			},

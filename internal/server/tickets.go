@@ -182,8 +182,8 @@ func sameOrigin(r *http.Request) bool {
 func (s *Server) terminalRoutes(api func(pattern string, h http.HandlerFunc)) {
 	api("POST /ws-tickets", s.createWSTicket)
 	api("DELETE /runs/{id}/lease", s.revokeLease)
-	s.mux.Handle("GET /api/v1/runs/{id}/pane/ws", s.counted(s.socket(wire.PurposePane, s.paneWS)))
-	s.mux.Handle("GET /api/v1/runs/{id}/attach/ws", s.counted(s.socket(wire.PurposeAttach, s.attachWS)))
+	s.mux.Handle("GET /api/v1/runs/{id}/pane/ws", checked(s.counted(s.socket(wire.PurposePane, s.paneWS))))
+	s.mux.Handle("GET /api/v1/runs/{id}/attach/ws", checked(s.counted(s.socket(wire.PurposeAttach, s.attachWS))))
 	s.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_pane_viewers", Help: "Connected pane viewers (pane/ws)."},
 			func() float64 { return float64(s.opts.Fleet.PaneViewers()) }),

@@ -100,8 +100,8 @@ func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCr
 // row (only the row: the active_runs count is read, not locked).
 func lookupHost(ctx context.Context, q querier, ref string, lock bool) (wire.Host, error) {
 	where := `h.name = $1`
-	if id, err := uuid.Parse(ref); err == nil {
-		where, ref = `h.id = $1::uuid`, id.String()
+	if wire.ValidUUID(ref) {
+		where = `h.id = $1::uuid`
 	} else if !hostNameRe.MatchString(ref) {
 		return wire.Host{}, wire.NotFound("host")
 	}
