@@ -53,7 +53,8 @@ const (
 	// it is this old (PAM_RUN_LOG_RETENTION).
 	RunLogRetention = 168 * time.Hour
 	// WorktreeBudget: past this many bytes of worktrees, finished runs'
-	// are removed oldest first (PAM_WORKTREE_BUDGET, "20GB").
+	// are removed oldest first, those with unpushed or uncommitted work
+	// never (PAM_WORKTREE_BUDGET, "20GB").
 	WorktreeBudget = 20 * 1000 * 1000 * 1000
 )
 

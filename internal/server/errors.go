@@ -29,7 +29,7 @@ func StatusOf(e *wire.Error) int {
 	case wire.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
 	case wire.CodeConflict, wire.CodeSlugTaken, wire.CodeIllegalTransition, wire.CodeHasChildren, wire.CodeHasRuns,
-		wire.CodeHasActiveRuns, wire.CodeLeaseHeld, wire.CodeInvalidAttempt, wire.CodeNotResumable:
+		wire.CodeHasActiveRuns, wire.CodeLeaseHeld, wire.CodeInvalidAttempt, wire.CodeNotResumable, wire.CodeProjectArchived:
 		return http.StatusConflict
 	case wire.CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

@@ -74,7 +74,11 @@ func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout
 // runDiff is GET /runs/{id}/diff: the unified diff as text/x-diff, or
 // with ?stat=true the files changed with their line counts.
 func (s *Server) runDiff(w http.ResponseWriter, r *http.Request) {
-	stat := r.URL.Query().Get("stat") == "true"
+	stat, err := queryBool(r, "stat")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	op := wire.WorkspaceOpDiff
 	if stat {
 		op = wire.WorkspaceOpStat

@@ -140,7 +140,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 	if code != 200 || string(body) != "diff --git a/x b/x\n+new\n" {
 		t.Errorf("diff: %d %q", code, body)
 	}
-	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=true", func(req wire.Frame) {
+	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=1", func(req wire.Frame) {
 		if req.Op != wire.WorkspaceOpStat {
 			t.Errorf("op %s", req.Op)
 		}

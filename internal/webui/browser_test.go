@@ -829,6 +829,16 @@ func TestDashboard(t *testing.T) {
 		notifications(t, d)
 	})
 
+	t.Run("ArchivedProjectRestore", func(t *testing.T) {
+		d.t = t
+		archivedRestore(t, d)
+	})
+
+	t.Run("RunsLoadMore", func(t *testing.T) {
+		d.t = t
+		runsLoadMore(t, d)
+	})
+
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
 		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
 	}
