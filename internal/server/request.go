@@ -114,6 +114,11 @@ func checkRequest(pattern string, r *http.Request) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
+		if !allowed[name] && name == "token" {
+			// Not merely unknown: a credential where it would land in
+			// logs, so the refusal says where it belongs.
+			return wire.Errorf(wire.CodeUnauthorized, "a token in the URL is not accepted (it would land in logs): send the Authorization header, or ?ticket= from POST /api/v1/ws-tickets")
+		}
 		if !allowed[name] {
 			return wire.Invalid(name, "unknown query parameter %s", strconv.Quote(name))
 		}

@@ -133,10 +133,6 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 		auth, ok := s.authenticateSocket(r, r.PathValue("id"), purpose)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
-			if r.Header.Get("Authorization") == "" && r.URL.Query().Has("token") {
-				s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "a token in the URL is not accepted (it would land in logs): send the Authorization header, or ?ticket= from POST /api/v1/ws-tickets"))
-				return
-			}
 			s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
 			return
 		}
