@@ -186,9 +186,14 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		e   workspace.Entry
 		end time.Time
 	}
-	// The mirrors count in the budget too; pruned first, on their
-	// schedule, so that what counts is what they must keep.
-	w.ws.PruneMirrors(ctx, workspace.PruneEvery)
+	// The mirrors are pruned on their schedule, beside the pass, and
+	// count in the budget too.
+	if w.pruning.CompareAndSwap(false, true) {
+		w.ops.Go(func() {
+			defer w.pruning.Store(false)
+			w.ws.PruneMirrors(ctx, workspace.PruneEvery)
+		})
+	}
 	total := w.ws.MirrorsSize()
 	var done []finished
 	now := time.Now()

@@ -420,7 +420,8 @@ func TestWorkspaceBudgetCountsMirrors(t *testing.T) {
 	if _, err := os.Stat(m.Path(run)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the finished run's worktree is still there with the mirror past the budget: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(mirror, "pam-pruned")); err != nil {
-		t.Errorf("the clean-up pass did not prune the mirror: %v", err)
-	}
+	eventually.Wait(t, 30*time.Second, "the mirror pruned beside the clean-up pass", func() bool {
+		_, err := os.Stat(filepath.Join(mirror, "pam-pruned"))
+		return err == nil
+	})
 }
