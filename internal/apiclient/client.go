@@ -159,6 +159,14 @@ func (c *Client) DeleteWorkItem(ctx context.Context, id string) error {
 // ListEvents returns journal events with seq > after in ascending order;
 // topic is a glob ("" = all) and limit ≤ 0 leaves the server's default.
 func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limit int) ([]wire.Event, error) {
+	evs, _, err := c.ListEventsSeq(ctx, after, topic, limit)
+	return evs, err
+}
+
+// ListEventsSeq is ListEvents that also returns the journal position the
+// read saw (its Pam-Event-Seq header; 0 when the server sent none): every
+// event up to it is committed, so streaming from it misses nothing.
+func (c *Client) ListEventsSeq(ctx context.Context, after int64, topic string, limit int) ([]wire.Event, int64, error) {
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
@@ -170,10 +178,12 @@ func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limi
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out wire.EventList
-	if err := c.Do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out); err != nil {
-		return nil, err
+	h, err := c.do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out.Events, nil
+	seq, _ := strconv.ParseInt(h.Get(wire.HeaderEventSeq), 10, 64)
+	return out.Events, seq, nil
 }
 
 // StreamEvents reads GET /events/stream and calls fn for every event with
@@ -315,37 +325,43 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // 2xx body into out when not nil, and turns any other answer into an
 // *Error. path starts with "/" and has its segments already escaped.
 func (c *Client) Do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	_, err := c.do(ctx, method, path, q, in, out)
+	return err
+}
+
+// do is Do that also returns the answer's header.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := c.newRequest(ctx, method, path, q, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
 	}()
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+		return resp.Header, decodeError(resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
+		return resp.Header, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode %s %s response: %w", method, path, err)
+		return resp.Header, fmt.Errorf("decode %s %s response: %w", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pam/internal/apiclient"
+	"pam/internal/screen"
 	"pam/internal/wire"
 )
 
@@ -247,12 +248,28 @@ var runCmd = &command{
 				var follow bool
 				fs.BoolVar(&follow, "follow", false, "keep printing new output until the run ends or you interrupt")
 				fs.BoolVar(&follow, "f", false, "same as --follow")
+				color := fs.String("color", "auto", "the pane's colours and other escape sequences: always, never (plain text, for grep or a file) or auto (always on a terminal, never otherwise)")
 				return func(x *invocation) error {
+					raw, err := colorWanted(*color, x.stdout)
+					if err != nil {
+						return err
+					}
 					c, err := x.client()
 					if err != nil {
 						return err
 					}
-					err = c.RunLogs(x.ctx, x.args[0], follow, x.stdout)
+					out := x.stdout
+					var plain *screen.PlainWriter
+					if !raw {
+						plain = screen.NewPlainWriter(x.stdout)
+						out = plain
+					}
+					err = c.RunLogs(x.ctx, x.args[0], follow, out)
+					if plain != nil {
+						if cerr := plain.Close(); err == nil {
+							err = cerr
+						}
+					}
 					if follow && errors.Is(err, context.Canceled) {
 						return nil // interrupted: a normal way to stop following
 					}
@@ -263,6 +280,20 @@ var runCmd = &command{
 		runWatchCmd,
 		runAttachCmd,
 	},
+}
+
+// colorWanted resolves a --color value as ls and git do: always, never,
+// or auto — escape sequences only when w is a terminal.
+func colorWanted(mode string, w io.Writer) (bool, error) {
+	switch mode {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto", "":
+		return isTerminal(w), nil
+	}
+	return false, usagef("--color %q: want always, never or auto", mode)
 }
 
 // runAction calls an action that answers a Run and reports it.

@@ -18,9 +18,11 @@ import (
 // WebSocket authentication (docs/api.md#resources, docs/api.md#websockets, docs/architecture.md#security-model). A browser cannot set headers on
 // a WebSocket handshake, so besides the Authorization header a socket
 // takes ?ticket= (single use, 30 s, bound to one run and purpose: what the
-// dashboard puts in a URL instead of the token) or ?token= (docs/api.md, for
-// non-browser clients). The request logger logs the path only, never the
-// query, so neither appears in a log.
+// dashboard puts in a URL instead of the token). The token itself is never
+// taken from a URL: a query string lands in proxies' and browsers' logs
+// and histories, where a spent ticket is worth nothing and a token would
+// be the operator's. The request logger logs the path only, never the
+// query.
 
 const (
 	// ticketTTL is how long a ticket is valid.
@@ -33,7 +35,6 @@ const (
 // How a socket authenticated, as journaled with a lease.
 const (
 	authHeader = "header"
-	authToken  = "token"
 	authTicket = "ticket"
 )
 
@@ -132,6 +133,10 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 		auth, ok := s.authenticateSocket(r, r.PathValue("id"), purpose)
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
+			if r.Header.Get("Authorization") == "" && r.URL.Query().Has("token") {
+				s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "a token in the URL is not accepted (it would land in logs): send the Authorization header, or ?ticket= from POST /api/v1/ws-tickets"))
+				return
+			}
 			s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
 			return
 		}
@@ -145,7 +150,8 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 }
 
 // authenticateSocket checks the handshake's credential: the Authorization
-// header if present (and then nothing else), else ?ticket=, else ?token=.
+// header if present (and then nothing else), else ?ticket=. A ?token= is
+// no credential, whatever it holds.
 func (s *Server) authenticateSocket(r *http.Request, runID, purpose string) (string, bool) {
 	if r.Header.Get("Authorization") != "" {
 		return authHeader, tokenEqual(bearer(r), s.opts.Token)
@@ -154,9 +160,6 @@ func (s *Server) authenticateSocket(r *http.Request, runID, purpose string) (str
 	if tok := q.Get("ticket"); tok != "" {
 		t, ok := s.term.tickets.redeem(tok, time.Now())
 		return authTicket, ok && t.purpose == purpose && strings.EqualFold(t.runID, runID)
-	}
-	if tok := q.Get("token"); tok != "" {
-		return authToken, tokenEqual(tok, s.opts.Token)
 	}
 	return "", false
 }

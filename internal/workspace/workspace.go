@@ -132,22 +132,126 @@ func (m *Manager) recordPath(runID string) string {
 }
 
 // Record returns what the worker knows of a run's worktree; ok is false
-// when it has none. A record is trusted only when its path is this
-// host's worktree folder of the run it names (its own, or the one it
-// took over).
+// when it has none, or when its record is not trusted (logged).
 func (m *Manager) Record(runID string) (Record, bool) {
+	r, err := m.readRecord(runID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("workspace record refused: its worktree is left alone", "run_id", runID, "err", err)
+	}
+	return r, err == nil
+}
+
+// ErrUntrusted is a workspace record pam will not act on: nothing is
+// removed, diffed or pushed on its word.
+var ErrUntrusted = errors.New("workspace record not trusted")
+
+// readRecord reads and checks a run's record: fs.ErrNotExist when there
+// is none, ErrUntrusted (wrapped, saying why) when there is one that
+// must not be acted on. Agents run as the worker's user and can write
+// these files: a record is trusted only when it names this run, a
+// project id, and as its path this host's worktree folder of the run
+// (its own, or the one it took over) — a real directory there, not a
+// symlink out of it — and that checkout, when there, belongs to the
+// record's project's mirror.
+func (m *Manager) readRecord(runID string) (Record, error) {
 	if !wire.ValidUUID(runID) {
-		return Record{}, false
+		return Record{}, fs.ErrNotExist
 	}
 	b, err := os.ReadFile(m.recordPath(runID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, err
+	}
+	untrusted := func(why string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrUntrusted, m.recordPath(runID), fmt.Sprintf(why, a...))
+	}
 	if err != nil {
-		return Record{}, false
+		return Record{}, untrusted("%v", err)
 	}
 	var r Record
-	if json.Unmarshal(b, &r) != nil || r.RunID != runID || !wire.ValidUUID(r.folder()) || r.Workspace.Path != m.Path(r.folder()) {
-		return Record{}, false
+	switch {
+	case json.Unmarshal(b, &r) != nil:
+		return Record{}, untrusted("not a record")
+	case r.RunID != runID:
+		return Record{}, untrusted("it names run %q", r.RunID)
+	case !wire.ValidUUID(r.ProjectID):
+		return Record{}, untrusted("project %q is not a project id", r.ProjectID)
+	case !wire.ValidUUID(r.folder()):
+		return Record{}, untrusted("folder %q is not a run id", r.Folder)
+	case r.Workspace.Path != m.Path(r.folder()):
+		return Record{}, untrusted("path %q is not the worktree folder %s", r.Workspace.Path, m.Path(r.folder()))
 	}
-	return r, true
+	if err := m.checkFolder(r); err != nil {
+		return Record{}, untrusted("%v", err)
+	}
+	return r, nil
+}
+
+// checkFolder checks what is at a record's worktree path: nothing (the
+// checkout is gone), or a directory that is not a symlink, whose
+// resolved path is the folder under the resolved worktrees directory,
+// and whose checkout, if it has one, is a worktree of the record's
+// project's mirror.
+func (m *Manager) checkFolder(r Record) error {
+	path := r.Workspace.Path
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", path, st.Mode().Type())
+	}
+	dir, err := filepath.EvalSymlinks(m.worktreesDir())
+	if err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(path); err != nil || real != filepath.Join(dir, r.folder()) {
+		return fmt.Errorf("%s resolves to %q, outside %s (%v)", path, real, dir, err)
+	}
+	gitdir, ok := worktreeGitDir(path)
+	if !ok {
+		return nil // not (or no longer) a checkout: nothing of a mirror's
+	}
+	mirror, err := filepath.EvalSymlinks(m.MirrorPath(r.ProjectID))
+	if errors.Is(err, fs.ErrNotExist) {
+		// The mirror went (an operator removed it): the checkout must
+		// still name it.
+		want := filepath.Join(m.MirrorPath(r.ProjectID), "worktrees")
+		if repos, err := filepath.EvalSymlinks(m.reposDir()); err == nil {
+			want = filepath.Join(repos, r.ProjectID+".git", "worktrees")
+		}
+		if d := filepath.Dir(filepath.Clean(gitdir)); d != want && d != filepath.Join(m.MirrorPath(r.ProjectID), "worktrees") {
+			return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(gitdir); err != nil || filepath.Dir(real) != filepath.Join(mirror, "worktrees") {
+		return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
+	}
+	return nil
+}
+
+// worktreeGitDir reads the "gitdir:" line of a worktree's .git file: the
+// administrative directory in the mirror that the checkout belongs to.
+func worktreeGitDir(path string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(path, ".git"))
+	if err != nil {
+		return "", false
+	}
+	dir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
+	dir = strings.TrimSpace(dir)
+	if !ok || dir == "" {
+		return "", false
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(path, dir)
+	}
+	return dir, true
 }
 
 // Exists reports whether the run has a worktree here now: a record and
@@ -296,7 +400,11 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 		return wire.Workspace{}, err
 	}
 	path := m.Path(s.RunID)
-	rec, recorded := m.Record(s.RunID)
+	rec, err := m.readRecord(s.RunID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return wire.Workspace{}, err // never make again over what a record we do not trust names
+	}
+	recorded := err == nil
 	if recorded && isWorktree(rec.Workspace.Path) {
 		return rec.Workspace, nil // a later attempt: the same checkout
 	}
@@ -507,7 +615,16 @@ func isWorktree(path string) bool {
 // removeDir removes whatever is at a worktree path and lets the mirror
 // forget it (git worktree prune), so that the mirror stays consistent.
 func (m *Manager) removeDir(ctx context.Context, projectID, path string) error {
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil && !st.IsDir() {
+		// Not a checkout (a symlink, a file): only the entry itself
+		// goes, never what a link points at.
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
 		return nil
 	}
 	mirror := m.MirrorPath(projectID)
@@ -535,10 +652,15 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 	if err != nil {
 		return wire.Workspace{}, false, err
 	}
-	rec, ok := m.Record(runID)
-	if !ok {
+	rec, err := m.readRecord(runID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("workspace record refused: nothing removed", "run_id", runID, "err", err)
+		return wire.Workspace{}, false, err
+	}
+	if err != nil {
 		// A directory without a record is half-made: remove it all the
-		// same — unless a run that continues this one took it over.
+		// same — unless a run that continues this one took it over. A
+		// symlink there goes, never what it points at.
 		if _, taken := owners[runID]; wire.ValidUUID(runID) && !taken {
 			if _, err := os.Lstat(m.Path(runID)); err == nil {
 				if err := os.RemoveAll(m.Path(runID)); err != nil {
@@ -611,8 +733,14 @@ type Entry struct {
 	// Record is false for a directory without a record (half-made).
 	Recorded bool
 	Record   Record
-	// Size is the bytes of its files.
-	Size int64
+	// Untrusted says the folder's record is there but not trusted
+	// (ErrUntrusted): clean-up must leave it alone.
+	Untrusted bool
+	// Size is the bytes of its files; Modified, the newest change to
+	// any of them (or to a directory), which is when the worktree was
+	// last worked in.
+	Size     int64
+	Modified time.Time
 }
 
 // List returns every worktree directory under <data>/worktrees with its
@@ -636,37 +764,72 @@ func (m *Manager) List() ([]Entry, error) {
 			continue
 		}
 		// A folder a continuation took over is listed as its run's.
-		e := Entry{RunID: de.Name(), Size: dirSize(filepath.Join(m.worktreesDir(), de.Name()))}
+		e := Entry{RunID: de.Name()}
+		e.Size, e.Modified = dirStat(filepath.Join(m.worktreesDir(), de.Name()))
 		if o, ok := owners[de.Name()]; ok {
 			e.RunID, e.Record, e.Recorded = o.RunID, o, true
+		} else if _, err := m.readRecord(de.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			e.Untrusted = true
 		}
 		out = append(out, e)
 		seen[de.Name()] = true
 	}
 	for folder, rec := range owners {
 		if !seen[folder] {
-			out = append(out, Entry{RunID: rec.RunID, Recorded: true, Record: rec})
+			out = append(out, Entry{RunID: rec.RunID, Recorded: true, Record: rec, Modified: rec.CreatedAt})
 		}
 	}
 	return out, nil
 }
 
-// dirSize adds up the sizes of the files under dir (not following
-// symlinks).
-func dirSize(dir string) int64 {
-	var n int64
+// dirStat adds up the sizes of the files under dir and finds the newest
+// modification time of anything there (not following symlinks).
+func dirStat(dir string) (size int64, newest time.Time) {
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
 		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
+			size += info.Size()
+		}
+		if info.ModTime().After(newest) {
+			newest = info.ModTime()
 		}
 		return nil
 	})
-	return n
+	return size, newest
+}
+
+// Unsaved says what in a worktree exists nowhere else, "" when nothing
+// does: commits at its HEAD that no remote branch has (as the mirror
+// last fetched or pushed), and uncommitted or untracked files. A
+// checkout that is gone has nothing unsaved (its branch stays in the
+// mirror). An error means it could not be told: treat it as unsaved.
+func (m *Manager) Unsaved(ctx context.Context, rec Record) (string, error) {
+	path := rec.Workspace.Path
+	if !isWorktree(path) {
+		return "", nil
+	}
+	var out []string
+	n, err := m.git(ctx, path, "rev-list", "--count", "HEAD", "--not", "--remotes")
+	if err != nil {
+		return "", err
+	}
+	if n != "0" {
+		out = append(out, n+" commit(s) not on the remote")
+	}
+	st, err := m.git(ctx, path, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal")
+	if err != nil {
+		return "", err
+	}
+	if st != "" {
+		out = append(out, fmt.Sprintf("%d uncommitted or untracked path(s)", strings.Count(st, "\n")+1))
+	}
+	return strings.Join(out, ", "), nil
 }
 
 // Available reports whether the git binary can be found.
@@ -734,4 +897,7 @@ func (m *Manager) PruneMirrors(ctx context.Context, every time.Duration) {
 
 // MirrorsSize is the bytes of the mirrors (and whatever else is under
 // <data>/repos): they count in the worktree budget with the worktrees.
-func (m *Manager) MirrorsSize() int64 { return dirSize(m.reposDir()) }
+func (m *Manager) MirrorsSize() int64 {
+	size, _ := dirStat(m.reposDir())
+	return size
+}

@@ -565,3 +565,30 @@ func TestTakeOver(t *testing.T) {
 		t.Errorf("take-over of another path: %v", err)
 	}
 }
+
+// git runs with a minimal environment: a secret in the worker's
+// environment (an operator's PAM_TOKEN, the worker's own token, an API
+// key) never reaches it, nor whatever a repository's config makes git
+// run; what git needs (PATH, HOME, the ssh agent) still does. An alias
+// that prints its environment stands for any program git starts.
+func TestGitEnvMinimal(t *testing.T) {
+	const secret = "0123456789abcdef0123456789abcdef"
+	t.Setenv("PAM_TOKEN", secret)
+	t.Setenv("PAM_WORKER_TOKEN", secret)
+	t.Setenv("ANTHROPIC_API_KEY", secret)
+	t.Setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+	m := newManager(t, "")
+	out, err := m.run(t.Context(), cmd{dir: t.TempDir(), args: []string{"-c", "alias.pamenv=!env", "pamenv"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(out)
+	if strings.Contains(env, secret) || strings.Contains(env, "PAM_") {
+		t.Fatalf("git saw the worker's secrets:\n%s", env)
+	}
+	for _, want := range []string{"PATH=", "HOME=", "SSH_AUTH_SOCK=/tmp/agent.sock", "LC_ALL=C", "GIT_TERMINAL_PROMPT=0"} {
+		if !strings.Contains(env, "\n"+want) && !strings.HasPrefix(env, want) {
+			t.Errorf("git lacks %s:\n%s", want, env)
+		}
+	}
+}
