@@ -724,37 +724,52 @@ func (c *Client) PostSignal(ctx context.Context, runID string, sig wire.Signal) 
 	return r.Result, nil
 }
 
-// RunDiff copies the unified diff of everything a run changed in its
-// worktree to w (GET /runs/{id}/diff).
-func (c *Client) RunDiff(ctx context.Context, id string, w io.Writer) error {
-	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", nil, nil)
+// RunDiff copies the unified diff of what a run changed in its worktree
+// to w (GET /runs/{id}/diff): part "" is everything (the committed part,
+// then the rest), "committed" what a push sends, "uncommitted" the rest.
+// It returns the head the diff was taken at.
+func (c *Client) RunDiff(ctx context.Context, id, part string, w io.Writer) (string, error) {
+	var q url.Values
+	if part != "" {
+		q = url.Values{"part": {part}}
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", q, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("Accept", "text/x-diff")
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+		return "", decodeError(resp)
 	}
 	_, err = io.Copy(w, resp.Body)
-	return err
+	return resp.Header.Get(wire.HeadHeader), err
 }
 
-// RunDiffStat is GET /runs/{id}/diff?stat=true: the files a run changed.
-func (c *Client) RunDiffStat(ctx context.Context, id string) (*wire.DiffStat, error) {
+// RunDiffStat is GET /runs/{id}/diff?stat=true: the files a run changed,
+// of one part or both, and the head of its branch.
+func (c *Client) RunDiffStat(ctx context.Context, id, part string) (*wire.DiffStat, error) {
 	var out wire.DiffStat
 	q := url.Values{"stat": {"true"}}
+	if part != "" {
+		q.Set("part", part)
+	}
 	return &out, c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", q, nil, &out)
 }
 
-// PushRun is POST /runs/{id}/push: the run's branch pushed by its host.
-func (c *Client) PushRun(ctx context.Context, id string) (*wire.PushResult, error) {
+// PushRun is POST /runs/{id}/push: the run's branch pushed by its host;
+// with commit, only while the branch is at it (else head_moved).
+func (c *Client) PushRun(ctx context.Context, id, commit string) (*wire.PushResult, error) {
 	var out wire.PushResult
-	return &out, c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/push", nil, nil, &out)
+	var in any
+	if commit != "" {
+		in = wire.PushInput{Commit: &commit}
+	}
+	return &out, c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/push", nil, in, &out)
 }
 
 // DeleteWorkspace is DELETE /runs/{id}/workspace: the run's worktree

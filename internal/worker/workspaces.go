@@ -77,10 +77,15 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
 		}
 	}
-	text, err := w.workspaceOp(ctx, req)
+	text, head, err := w.workspaceOp(ctx, req)
 	switch {
 	case errors.Is(err, workspace.ErrNoWorkspace):
 		refuse(wire.CodeNoWorkspace, err)
+		return
+	case wire.HasCode(err, wire.CodeHeadMoved):
+		if e := reply(wire.Frame{EOF: true, Code: wire.CodeHeadMoved, Message: workspace.Detail(err), Commit: head}); e != nil {
+			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
+		}
 		return
 	case wire.HasCode(err, wire.CodeIllegalTransition):
 		refuse(wire.CodeIllegalTransition, errors.New("the run is live on this host: its worktree is in use"))
@@ -99,7 +104,7 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 			}
 		}
 		text = text[len(chunk):]
-		if err := reply(wire.Frame{Text: chunk, EOF: text == ""}); err != nil {
+		if err := reply(wire.Frame{Text: chunk, EOF: text == "", Commit: head}); err != nil {
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", err)
 			return
 		}
@@ -110,48 +115,50 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 }
 
 // workspaceOp does what a workspace_request asks and returns the text of
-// the answer.
-func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, error) {
+// the answer, and the head of the run's branch it was taken at (for a
+// diff or a stat; for a push, the commit pushed, or the branch's head
+// when it refused head_moved).
+func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, string, error) {
 	switch req.Op {
 	case wire.WorkspaceOpDiff:
 		var b strings.Builder
-		err := w.ws.Diff(ctx, req.RunID, &b, wire.MaxDiff)
-		return strings.ToValidUTF8(b.String(), "\uFFFD"), err
+		head, err := w.ws.Diff(ctx, req.RunID, req.Part, &b, wire.MaxDiff)
+		return strings.ToValidUTF8(b.String(), "\uFFFD"), head, err
 	case wire.WorkspaceOpStat:
-		files, err := w.ws.Stat(ctx, req.RunID)
+		st, err := w.ws.Stat(ctx, req.RunID, req.Part)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
-		b, err := json.Marshal(wire.DiffStat{Files: files})
-		return string(b), err
+		b, err := json.Marshal(st)
+		return string(b), st.Head, err
 	case wire.WorkspaceOpPush:
-		ws, detail, err := w.ws.Push(ctx, req.RunID)
-		if errors.Is(err, workspace.ErrNoWorkspace) {
-			return "", err
+		ws, commit, detail, err := w.ws.Push(ctx, req.RunID, req.Commit)
+		if errors.Is(err, workspace.ErrNoWorkspace) || wire.HasCode(err, wire.CodeHeadMoved) {
+			return "", commit, err // nothing was pushed
 		}
 		ok := err == nil
 		if !ok {
 			detail = workspace.Detail(err)
 		}
-		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "ok", ok, "detail", detail)
+		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "commit", commit, "ok", ok, "detail", detail)
 		w.queueFrame(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: req.RunID, Workspace: &ws, OK: &ok, Detail: detail})
-		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, OK: ok, Detail: detail})
-		return string(b), err
+		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, Commit: commit, OK: ok, Detail: detail})
+		return string(b), commit, err
 	case wire.WorkspaceOpRemove:
 		if w.holds(req.RunID) && !w.endHoldOpen(ctx, req.RunID) {
-			return "", wire.Conflict(wire.CodeIllegalTransition, "run is live")
+			return "", "", wire.Conflict(wire.CodeIllegalTransition, "run is live")
 		}
 		ws, ok, err := w.ws.Remove(ctx, req.RunID)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		if !ok {
-			return "", workspace.ErrNoWorkspace
+			return "", "", workspace.ErrNoWorkspace
 		}
 		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: req.RunID, Workspace: &ws, Reason: "removed on request"})
-		return "", nil
+		return "", "", nil
 	}
-	return "", errors.New("unknown op " + req.Op)
+	return "", "", errors.New("unknown op " + req.Op)
 }
 
 // endHoldOpen ends the session this host keeps for a run that is over
@@ -207,9 +214,10 @@ func (w *agent) holds(runID string) bool {
 // One of a run that ended, or that the orchestrator does not know (its
 // host was removed and added again), is removed WorktreeRetention after
 // the run ended (for an unknown run: after the worktree was last
-// changed), whatever it holds. Then, while the worktrees pass
-// WorktreeBudget, finished runs' go, oldest first — but only those whose
-// work is all pushed and committed: the budget never takes unsaved work.
+// changed), whatever it holds. Then, while the worktrees and the
+// mirrors pass WorktreeBudget, finished runs' go, oldest first — but
+// only those whose work is all pushed and committed: the budget never
+// takes unsaved work.
 func (w *agent) cleanWorkspaces(ctx context.Context) {
 	entries, err := w.ws.List()
 	if err != nil {
@@ -220,7 +228,16 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		e   workspace.Entry
 		end time.Time
 	}
-	var total int64
+	// The mirrors are pruned on their schedule, beside the pass, and
+	// count in the budget too.
+	if w.pruning.CompareAndSwap(false, true) {
+		w.ops.Go(func() {
+			defer w.pruning.Store(false)
+			w.ws.PruneMirrors(ctx, workspace.PruneEvery)
+		})
+	}
+	mirrors := w.ws.MirrorsSize()
+	total := mirrors
 	var done []finished
 	now := time.Now()
 	remove := func(e workspace.Entry, why string) bool {
@@ -317,6 +334,6 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 	}
 	if total > w.o.WorktreeBudget {
 		w.log.Warn("workspaces: over PAM_WORKTREE_BUDGET; the finished worktrees left hold unsaved work and stay until retention",
-			"bytes", total, "budget", w.o.WorktreeBudget, "kept", kept)
+			"bytes", total, "mirrors_bytes", mirrors, "budget", w.o.WorktreeBudget, "kept", kept)
 	}
 }

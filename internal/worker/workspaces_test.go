@@ -89,6 +89,39 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 	if !reply.EOF || reply.Code != "" || !strings.Contains(reply.Text, "+++ b/only-a.txt") || !strings.Contains(reply.Text, "+from a") {
 		t.Errorf("diff reply %+v", reply)
 	}
+	// The committed part and the head it was taken at; a push of a head
+	// the branch has left is refused and pushes nothing; of the head it
+	// is at, it pushes.
+	reviewed := pamtest.Git(t, ws[0].Path, "rev-parse", "HEAD")
+	pamtest.Git(t, ws[0].Path, "add", "only-a.txt")
+	pamtest.Git(t, ws[0].Path, "commit", "--quiet", "-m", "a")
+	head := pamtest.Git(t, ws[0].Path, "rev-parse", "HEAD")
+	req = uuid.NewString()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff, Part: wire.DiffPartCommitted})
+	reply, _ = orch.wait(mark, "the committed part", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	if !reply.EOF || reply.Commit != head || !strings.Contains(reply.Text, "+++ b/only-a.txt") {
+		t.Errorf("committed part reply %+v", reply)
+	}
+	req = uuid.NewString()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: reviewed})
+	reply, _ = orch.wait(mark, "head_moved", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	if reply.Code != wire.CodeHeadMoved || reply.Commit != head {
+		t.Errorf("push of a stale head: %+v", reply)
+	}
+	if out, err := exec.Command("git", "-C", remote, "rev-parse", "--verify", "--quiet", "refs/heads/"+ws[0].Branch).CombinedOutput(); err == nil {
+		t.Errorf("the refused push pushed: %s", out)
+	}
+	req = uuid.NewString()
+	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: head})
+	reply, _ = orch.wait(mark, "the push", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	var pushed wire.PushResult
+	if reply.Code != "" || json.Unmarshal([]byte(reply.Text), &pushed) != nil || !pushed.OK || pushed.Commit != head {
+		t.Errorf("push of the head: %+v", reply)
+	}
+	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+ws[0].Branch); got != head {
+		t.Errorf("remote branch at %s, want %s", got, head)
+	}
+
 	// A live run's worktree stays.
 	req = uuid.NewString()
 	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpRemove})
@@ -147,7 +180,9 @@ func TestWorkspaceCleanup(t *testing.T) {
 	h.opts.WorktreeRetention = time.Hour
 	var passes atomic.Int64
 	h.opts.hooks = &hooks{workspacesPass: func() { passes.Add(1) }}
-	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
+	// A README large enough that the mirror's own small changes (a
+	// worktree's admin files, a prune) are nothing beside a worktree.
+	remote := pamtest.GitRemote(t, map[string]string{"README": strings.Repeat("hello\n", 40000)})
 
 	// Worktrees an earlier worker made.
 	m, err := workspace.New(workspace.Options{DataDir: h.opts.DataDir})
@@ -194,11 +229,11 @@ func TestWorkspaceCleanup(t *testing.T) {
 		r.known[live] = workerRun(live, 1, wire.RunRunning, testHostID)
 		r.desired = []wire.WorkerRun{r.known[live]}
 	})
-	// Room for the live run's, the requeued run's, the continued run's,
-	// the unknown run's and one finished run's worktree (they are all
-	// about the same size), not two.
+	// Room for the mirror and the live run's, the requeued run's, the
+	// continued run's, the unknown run's and one finished run's worktree
+	// (they are all about the same size), not two.
 	per := size(made["older"])
-	h.opts.WorktreeBudget = 5*per + per/2
+	h.opts.WorktreeBudget = m.MirrorsSize() + 5*per + per/2
 	h.start()
 	// The live run: a worktree of its own, made by this worker.
 	from := orch.mark()
@@ -411,7 +446,7 @@ func TestWorkspaceCleanupKeepsUnsavedWork(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(paths["dirty"], "wip.txt"), []byte("not committed\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := m.Push(t.Context(), made["pushed"]); err != nil {
+	if _, _, _, err := m.Push(t.Context(), made["pushed"], ""); err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
@@ -545,4 +580,63 @@ func TestWorkspaceRemoveEndsHoldOpen(t *testing.T) {
 	if got := pamtest.Git(t, h.opts.DataDir, "-C", filepath.Join(h.opts.DataDir, "repos", testProjectID+".git"), "rev-parse", "refs/heads/"+ws.Branch); got != commit {
 		t.Errorf("the branch in the mirror is at %s, want the unpushed commit %s", got, commit)
 	}
+}
+
+// TestWorkspaceBudgetCountsMirrors: the mirrors weigh in the budget with
+// the worktrees — a finished run's worktree that would fit beside the
+// others alone goes when the mirror fills the budget — and a clean-up
+// pass prunes the mirrors on their schedule.
+func TestWorkspaceBudgetCountsMirrors(t *testing.T) {
+	orch := newFakeOrch(t)
+	h := newHarness(t, orch)
+	h.opts.ReconcileInterval = 50 * time.Millisecond
+	h.opts.WorktreeRetention = time.Hour
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{workspacesPass: func() { passes.Add(1) }}
+	remote := pamtest.GitRemote(t, map[string]string{"README": "hello\n"})
+	m, err := workspace.New(workspace.Options{DataDir: h.opts.DataDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := uuid.NewString()
+	if _, err := m.Prepare(t.Context(), workspace.Spec{RunID: run, ProjectID: testProjectID, URL: remote, Branch: "pam/done-" + run[:8]}); err != nil {
+		t.Fatal(err)
+	}
+	mirror := m.MirrorPath(testProjectID)
+	// The mirror outweighs the worktree many times: history the run's
+	// checkout does not hold (a branch nobody checked out, as fetched).
+	big := filepath.Join(t.TempDir(), "big")
+	if err := os.WriteFile(big, []byte(uuid.NewString()+strings.Repeat("x", 1<<20)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	blob := pamtest.Git(t, mirror, "hash-object", "-w", big)
+	pamtest.Git(t, mirror, "tag", "history", blob) // reachable: no prune takes it
+	finished := time.Now().UTC().Add(-10 * time.Minute)
+	orch.setRuns(func(r *fakeRuns) {
+		r.serve = true
+		r.known[run] = wire.WorkerRun{RunID: run, Attempt: 1, Status: wire.RunExited, FinishedAt: &finished}
+	})
+	wt := int64(0)
+	filepath.WalkDir(m.Path(run), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			info, _ := d.Info()
+			wt += info.Size()
+		}
+		return nil
+	})
+	// The worktree alone fits ten times over; with the mirror it does not.
+	h.opts.WorktreeBudget = 10 * wt
+	if m.MirrorsSize() < h.opts.WorktreeBudget {
+		t.Fatalf("the mirror (%d bytes) is not past the budget (%d)", m.MirrorsSize(), h.opts.WorktreeBudget)
+	}
+	h.start()
+	start := passes.Load()
+	eventually.Wait(t, 15*time.Second, "a clean-up pass", func() bool { return passes.Load() >= start+1 })
+	if _, err := os.Stat(m.Path(run)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the finished run's worktree is still there with the mirror past the budget: %v", err)
+	}
+	eventually.Wait(t, 30*time.Second, "the mirror pruned beside the clean-up pass", func() bool {
+		_, err := os.Stat(filepath.Join(mirror, "pam-pruned"))
+		return err == nil
+	})
 }

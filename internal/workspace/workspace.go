@@ -839,3 +839,65 @@ func (m *Manager) Available() error {
 	}
 	return nil
 }
+
+// Mirror upkeep. The mirrors are made with gc.auto=0 (no git command of
+// a run's or of the worker's starts a gc in them at a moment nobody
+// chose); PruneMirrors is the schedule instead.
+const (
+	// PruneEvery is how often a mirror is pruned.
+	PruneEvery = 24 * time.Hour
+	// pruneGrace is how old an unreachable object must be to go: git's
+	// answer to a writer racing the prune (an agent's `git add` whose
+	// blob no index names yet, a fetch whose refs are not written yet).
+	pruneGrace = "1.hour.ago"
+	// pruneStamp, in a mirror, is touched by each prune.
+	pruneStamp = "pam-pruned"
+)
+
+// PruneMirrors removes the unreachable objects of every mirror not
+// pruned within every (0: all of them now) with `git gc --prune`, and
+// the scratch directories of diffs a killed worker left. What a live
+// worktree holds is reachable to git — its HEAD, its index (staged
+// files), its reflogs — so its work is kept; objects written within the
+// last hour are kept whatever they are.
+func (m *Manager) PruneMirrors(ctx context.Context, every time.Duration) {
+	scratch, _ := filepath.Glob(filepath.Join(m.reposDir(), scratchPrefix+"*"))
+	for _, dir := range scratch {
+		if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) > time.Hour {
+			_ = os.RemoveAll(dir)
+		}
+	}
+	list, _ := filepath.Glob(filepath.Join(m.reposDir(), "*.git"))
+	for _, mirror := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		if !wire.ValidUUID(strings.TrimSuffix(filepath.Base(mirror), ".git")) {
+			continue
+		}
+		stamp := filepath.Join(mirror, pruneStamp)
+		if st, err := os.Stat(stamp); err == nil && every > 0 && time.Since(st.ModTime()) < every {
+			continue
+		}
+		start := time.Now()
+		// Not under the mirror's lock: gc takes its own (gc.pid) and is
+		// safe beside other git commands; a run's start never waits
+		// for a repack.
+		if _, err := m.git(ctx, mirror, "-c", "gc.autoDetach=false", "gc", "--quiet", "--prune="+pruneGrace); err != nil {
+			m.log.Warn("mirror prune", "mirror", mirror, "err", err)
+			continue
+		}
+		now := time.Now()
+		if err := os.Chtimes(stamp, now, now); errors.Is(err, fs.ErrNotExist) {
+			err = os.WriteFile(stamp, nil, 0o600)
+		}
+		m.log.Info("mirror pruned", "mirror", mirror, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// MirrorsSize is the bytes of the mirrors (and whatever else is under
+// <data>/repos): they count in the worktree budget with the worktrees.
+func (m *Manager) MirrorsSize() int64 {
+	size, _ := dirStat(m.reposDir())
+	return size
+}
