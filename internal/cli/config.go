@@ -108,6 +108,7 @@ var settings = []setting{
 	{Env: "PAM_PASS_ENV", Default: "", Uses: uses(localWorkerCmds, []string{"doctor"}), Help: "extra variables passed from this environment to every CLI, on top of each provider's pass_env (names, comma- or space-separated)"},
 	{Env: "PAM_HOLD_OPEN", Kind: kindDuration, Default: defaults.Duration(defaults.HoldOpen), Uses: uses(localWorkerCmds, []string{"exec"}), Positive: true, Help: "session kept after the CLI exits"},
 	{Env: "PAM_WORKTREE_RETENTION", Kind: kindDuration, Default: defaults.Duration(defaults.WorktreeRetention), Uses: localWorkerCmds, Positive: true, Help: "a finished run's worktree is removed this long after it ended"},
+	{Env: "PAM_RUN_LOG_RETENTION", Kind: kindDuration, Default: defaults.Duration(defaults.RunLogRetention), Uses: localWorkerCmds, Positive: true, Help: "run logs of ended runs older than this are removed"},
 	{Env: "PAM_WORKTREE_BUDGET", Kind: kindSize, Default: "20GB", Uses: localWorkerCmds, Positive: true, Help: "past this size of worktrees, finished runs' are removed oldest first"},
 	{Env: "PAM_SPAWN_TIMEOUT", Kind: kindDuration, Default: defaults.Duration(defaults.SpawnTimeout), Uses: serveCmds, Positive: true, Help: "spawning this long without started: run fails spawn_failed"},
 	{Env: "PAM_TLS_CERT", Default: "", Uses: serveCmds, Help: "TLS certificate file (serve HTTPS natively; needs --tls-key)"},

@@ -166,6 +166,7 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 		HoldOpen:          c.dur("PAM_HOLD_OPEN"),
 		WorktreeRetention: c.dur("PAM_WORKTREE_RETENTION"),
 		WorktreeBudget:    c.size("PAM_WORKTREE_BUDGET"),
+		RunLogRetention:   c.dur("PAM_RUN_LOG_RETENTION"),
 		PamBinary:         self,
 		Version:           versionString(),
 		Logger:            log,

@@ -49,6 +49,9 @@ const (
 	// WorktreeRetention: a finished run's worktree is removed this long
 	// after it ended (PAM_WORKTREE_RETENTION).
 	WorktreeRetention = 168 * time.Hour
+	// RunLogRetention: the pane log of a run that ended is removed once
+	// it is this old (PAM_RUN_LOG_RETENTION).
+	RunLogRetention = 168 * time.Hour
 	// WorktreeBudget: past this many bytes of worktrees, finished runs'
 	// are removed oldest first, those with unpushed or uncommitted work
 	// never (PAM_WORKTREE_BUDGET, "20GB").

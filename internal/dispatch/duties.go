@@ -43,6 +43,11 @@ func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 		d.stopSession(h.HostID, h.RunID, h.Attempt)
 	}
 	changed += len(hung)
+	// A run's progress held back within its second is journaled once the
+	// second has passed (docs/architecture.md#bounded-journal).
+	if _, err := d.store.FlushProgress(ctx); err != nil {
+		d.logErr(ctx, "flush held progress", err)
+	}
 	if d.o.CompletedStopAfter > 0 {
 		idle, err := d.store.StopCompletedRuns(ctx, d.o.CompletedStopAfter, d.o.HostOfflineAfter, d.started)
 		if err != nil {

@@ -278,6 +278,9 @@ func (h *Hub) purgeLoop(ctx context.Context) {
 		case n > 0:
 			h.log.Info("journal: purged events", "count", n, "retention", h.retention)
 		}
+		if err := h.store.PurgeBounds(ctx); err != nil && ctx.Err() == nil {
+			h.log.Warn("journal: purge report counts and push requests", "err", err)
+		}
 		select {
 		case <-ctx.Done():
 			return

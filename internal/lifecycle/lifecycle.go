@@ -194,6 +194,15 @@ type Decision struct {
 	Refusal *Refusal
 	// ProgressSeq > 0 records last_progress_seq.
 	ProgressSeq int64
+	// Report != "" marks a worker's run_state report that is only
+	// journaled (orphan_detected, stale_session, or a report about an
+	// attempt or host the run has left): the store journals it once per
+	// (host, run, kind) an hour and counts the repeats in between.
+	Report string
+	// Progress says how the applied progress signal is journaled (nil
+	// for any other decision): at once, or held back for the trailing
+	// flush because one was journaled less than ProgressEvery ago.
+	Progress *ProgressNote
 	// CompleteSource != "" records the completion mark (completed_at,
 	// run.completed, and the work item to done when the project's
 	// auto_done is set — a fact the store reads).
@@ -727,6 +736,28 @@ type SignalFacts struct {
 	// for the signal's attempt and sender (nil: none): a needs_input
 	// signal carries it as its detail.
 	Screen *wire.AttentionDetail
+	// ProgressJournaledAt is when the run's last run.progress was
+	// journaled (zero: never), and ProgressCoalesced how many progress
+	// signals were applied since without a run.progress of their own.
+	ProgressJournaledAt time.Time
+	ProgressCoalesced   int
+}
+
+// ProgressEvery is the least time between two run.progress events of a
+// run: the progress signals in between are applied (their seq recorded)
+// and counted, and the newest of them is journaled by the next one or
+// by the trailing flush (docs/architecture.md#bounded-journal).
+const ProgressEvery = time.Second
+
+// ProgressNote is how an applied progress signal is journaled.
+type ProgressNote struct {
+	// Journaled: the decision's run.progress event is written now, with
+	// the count of the signals it stands for (coalesced); the run's
+	// progress window starts again.
+	Journaled bool
+	// Held is the event's payload when it is not journaled now: kept
+	// on the run (the newest only) for the trailing flush.
+	Held map[string]any
 }
 
 // Refusal is a signal of a run that the ingest set aside without
@@ -856,8 +887,13 @@ func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Ti
 		if len(sig.Payload) > 0 {
 			payload = sig.Payload
 		}
-		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Steps: []Step{journal(wire.TopicRunProgress,
-			map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload})}}, nil
+		extra := map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload}
+		if !f.ProgressJournaledAt.IsZero() && now.Sub(f.ProgressJournaledAt) < ProgressEvery {
+			return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Held: extra}}, nil
+		}
+		extra[wire.PayloadCoalesced] = f.ProgressCoalesced
+		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Journaled: true},
+			Steps: []Step{journal(wire.TopicRunProgress, extra)}}, nil
 	}
 	if sig.Kind == wire.SignalCompleted {
 		// One per turn (docs/architecture.md#working-waiting-hung): the
@@ -951,7 +987,7 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 		case wire.StateOrphanDetected:
 			topic = wire.TopicRunOrphanDetected
 		}
-		return Decision{Steps: []Step{journal(topic, map[string]any{"state": state, "detail": detail, "reported_attempt": attempt, "from_host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(topic, map[string]any{"state": state, "detail": detail, "reported_attempt": attempt, "from_host_id": host})}}, nil
 	}
 	var reason string
 	switch state {
@@ -966,9 +1002,9 @@ func StateReport(r Run, host string, attempt *int, state, detail string, p Polic
 	case wire.StateWrapperDied:
 		reason = wire.FailWrapperDied
 	case wire.StateStaleSession:
-		return Decision{Steps: []Step{journal(wire.TopicRunStaleSession, map[string]any{"detail": detail, "host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(wire.TopicRunStaleSession, map[string]any{"detail": detail, "host_id": host})}}, nil
 	case wire.StateOrphanDetected:
-		return Decision{Steps: []Step{journal(wire.TopicRunOrphanDetected, map[string]any{"detail": detail, "host_id": host})}}, nil
+		return Decision{Report: state, Steps: []Step{journal(wire.TopicRunOrphanDetected, map[string]any{"detail": detail, "host_id": host})}}, nil
 	default:
 		return Decision{}, wire.Invalid("state", "unknown run_state %q", state)
 	}

@@ -283,6 +283,17 @@ func TestSignalBatchIsolatesFailures(t *testing.T) {
 	if n, _ := e.metric("pam_signal_batch_size"); n-batches0 != 2 {
 		t.Errorf("%v transactions, want 2 (the blocked one, then the batch)", n-batches0)
 	}
+	// run.progress is journaled at most once a second per run: the
+	// progress held back in round one is journaled by the trailing flush,
+	// and then every run's window is passed (in the database), so that
+	// round two's first progress of each run is journaled at once and the
+	// poisoned one meets its trigger.
+	eventually.Wait(t, 10*time.Second, "round one's held progress journaled", func() bool {
+		return e.countEvents(b.ID, wire.TopicRunProgress) == 2
+	})
+	if _, err := e.store.Pool.Exec(context.Background(), `UPDATE runs SET progress_journaled_at = NULL`); err != nil {
+		t.Fatal(err)
+	}
 	check("a signal the database refuses", round(100, true), want(true))
 	if n, _ := e.metric("pam_signal_batch_splits_total"); n != 1 {
 		t.Errorf("%v batches split, want 1", n)
@@ -290,11 +301,15 @@ func TestSignalBatchIsolatesFailures(t *testing.T) {
 
 	// What is written is what one transaction per signal would have
 	// written: every applied seq journaled once, the poisoned one not.
+	// (The last of each round by the trailing flush.)
 	var seqs []int64
-	if err := e.store.Pool.QueryRow(context.Background(), `SELECT array_agg((payload->>'seq')::bigint ORDER BY seq)
-		FROM events WHERE run_id = $1 AND topic = 'run.progress'`, b.ID).Scan(&seqs); err != nil {
-		t.Fatal(err)
-	}
+	eventually.Wait(t, 10*time.Second, "round two's held progress journaled", func() bool {
+		if err := e.store.Pool.QueryRow(context.Background(), `SELECT array_agg((payload->>'seq')::bigint ORDER BY seq)
+			FROM events WHERE run_id = $1 AND topic = 'run.progress'`, b.ID).Scan(&seqs); err != nil {
+			t.Fatal(err)
+		}
+		return len(seqs) >= 4
+	})
 	if fmt.Sprint(seqs) != "[15 16 105 106]" {
 		t.Errorf("run.progress seqs of b: %v, want [15 16 105 106]", seqs)
 	}

@@ -148,7 +148,7 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 		writeError(w, wire.Errorf(wire.CodeUnauthorized, "this signal token is for attempt %d", tokenAttempt))
 		return
 	}
-	res, err := s.ingest(r.Context(), runID, hostID, sig)
+	res, err := s.ingest(r.Context(), runID, hostID, sig, tokenAttempt != 0)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -162,9 +162,11 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 
 // ingest is the one signal path of both transports, for a sender that
 // waits for the answer: see ingestAsync.
-func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Signal) (store.Ingest, error) {
+// byToken says it came with a signal token (refused once its run ended
+// a day ago).
+func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Signal, byToken bool) (store.Ingest, error) {
 	ch := make(chan store.SignalOut, 1)
-	s.ingestAsync(runID, hostID, sig, func(o store.SignalOut) { ch <- o })
+	s.ingestAsync(runID, hostID, sig, byToken, func(o store.SignalOut) { ch <- o })
 	select {
 	case o := <-ch:
 		return o.Ingest, o.Err
@@ -178,8 +180,8 @@ func (s *Server) ingest(ctx context.Context, runID, hostID string, sig wire.Sign
 // committed, tells the sender to stop a stale incarnation, wakes the
 // dispatcher when a run's status changed, and calls done (from the
 // batcher's goroutine: done must not block).
-func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, done func(store.SignalOut)) {
-	in := store.SignalIn{RunID: runID, Sender: hostID, Signal: sig}
+func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, byToken bool, done func(store.SignalOut)) {
+	in := store.SignalIn{RunID: runID, Sender: hostID, Signal: sig, ByToken: byToken}
 	if sig.Kind == wire.SignalNeedsInput {
 		in.Screen = s.screenQuestion(runID, hostID, sig.Attempt)
 	}

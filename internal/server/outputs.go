@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"pam/internal/lifecycle"
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -37,22 +38,24 @@ type outputs struct {
 	running bool                  // the flush loop is on
 }
 
-// outputNote is what waits for a run: its attempt, and whether the pane
-// changed (a snapshot replaced another) or only the hang timer moves.
+// outputNote is what waits for a run: the host and attempt that sent
+// it, and whether the pane changed (a snapshot replaced another) or only
+// the hang timer moves.
 type outputNote struct {
+	host    string
 	attempt int
 	changed bool
 }
 
 func newOutputs(s *Server) *outputs { return &outputs{s: s, pending: map[string]outputNote{}} }
 
-// note records a snapshot of runID's attempt; changed says it replaced
-// an earlier one.
-func (o *outputs) note(runID string, attempt int, changed bool) {
+// note records a snapshot of runID's attempt from host; changed says it
+// replaced an earlier one.
+func (o *outputs) note(runID, host string, attempt int, changed bool) {
 	o.mu.Lock()
 	n, ok := o.pending[runID]
-	if !ok || n.attempt != attempt {
-		n = outputNote{attempt: attempt}
+	if !ok || n.attempt != attempt || n.host != host {
+		n = outputNote{host: host, attempt: attempt}
 	}
 	n.changed = n.changed || changed
 	o.pending[runID] = n
@@ -121,13 +124,13 @@ func (o *outputs) flushRun(ctx context.Context, runID string) {
 // changed (docs/architecture.md#attention) — but for a run whose answer
 // is being checked: the answer clears it, journaled as its own (answer.go).
 func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
-	ids := make([]string, 0, len(batch))
-	for id := range batch {
-		ids = append(ids, id)
+	outs := make([]store.Output, 0, len(batch))
+	for id, n := range batch {
+		outs = append(outs, store.Output{RunID: id, HostID: n.host, Attempt: n.attempt})
 	}
-	waiting, err := o.s.store.TouchOutputs(ctx, ids)
+	waiting, err := o.s.store.TouchOutputs(ctx, outs)
 	if err != nil {
-		o.s.log.Warn("record output", "runs", len(ids), "err", err)
+		o.s.log.Warn("record output", "runs", len(outs), "err", err)
 		return
 	}
 	for id, attempt := range waiting {

@@ -289,13 +289,29 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 		if f.Timestamp != nil {
 			at = *f.Timestamp
 		}
+		// Only the run's current host and attempt are heard: a host whose
+		// offer was withdrawn, or an older attempt's session, must neither
+		// overwrite the screen nor reset the hang timer. A capture the
+		// cache holds already changes nothing and costs no lookup.
+		if s.opts.Fleet.Pane(f.RunID).Capture == f.Capture && f.Capture != "" {
+			return
+		}
+		current, err := s.store.PlacedOn(ctx, u.host.ID, f.RunID, *f.Attempt)
+		if err != nil {
+			u.refuse(f, err)
+			return
+		}
+		if !current {
+			s.log.Debug("snapshot of a host or attempt the run has left dropped", "run_id", f.RunID, "host", u.host.Name, "attempt", *f.Attempt)
+			return
+		}
 		if seq, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
 			// A snapshot that replaces an earlier one is a pane change and
 			// clears the run's attention. The first one this server caches
 			// (a new run, or the resend after a restart of serve) is not
 			// evidence of change: it only moves the hang timer. Written
 			// by the coalescer, not before the next frame is read.
-			s.outputs.note(f.RunID, *f.Attempt, seq > 1)
+			s.outputs.note(f.RunID, u.host.ID, *f.Attempt, seq > 1)
 		}
 
 	case wire.FrameSignal:
@@ -306,7 +322,7 @@ func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
 			return
 		}
 		u.signals.Add(1)
-		s.ingestAsync(f.RunID, u.host.ID, sig, func(o store.SignalOut) {
+		s.ingestAsync(f.RunID, u.host.ID, sig, false, func(o store.SignalOut) {
 			defer u.signals.Done()
 			<-u.window
 			if o.Err != nil {

@@ -44,6 +44,12 @@ func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.Frame,
 	if err != nil {
 		return "", "", err
 	}
+	if req.Op == wire.WorkspaceOpPush {
+		// The push's result is journaled only if asked for.
+		if err := s.store.RequestPush(ctx, run.ID, host); err != nil {
+			return "", "", err
+		}
+	}
 	id := uuid.NewString()
 	ch, done := s.opts.Fleet.AwaitLog(id, host, run.ID)
 	defer done()

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -65,6 +66,11 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 			return r, fmt.Errorf("count %s signal %s of run %s: %w", d.Refusal.Result, d.Refusal.Kind, r.ID, err)
 		}
 	}
+	if d.Changed() {
+		if err := s.flushRunProgress(ctx, tx, r.ID); err != nil {
+			return r, fmt.Errorf("journal the held progress of run %s: %w", r.ID, err)
+		}
+	}
 	for _, st := range d.Steps {
 		var err error
 		if r, err = write(ctx, tx, r, st); err != nil {
@@ -84,7 +90,7 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 		}
 	}
 	if d.ProgressSeq > 0 {
-		if err := recordProgress(ctx, tx, r.ID, d.ProgressSeq); err != nil {
+		if err := s.recordProgress(ctx, tx, r, d); err != nil {
 			return r, err
 		}
 	}
@@ -94,12 +100,42 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 	return r, nil
 }
 
-// recordProgress records the run's last applied progress seq.
-func recordProgress(ctx context.Context, tx *Tx, runID string, seq int64) error {
-	if err := tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, updated_at = now() WHERE id = $1`, runID, seq); err != nil {
-		return fmt.Errorf("record progress of run %s: %w", runID, err)
+// recordProgress records the run's last applied progress seq and how
+// it was journaled: a run.progress written now starts the run's progress
+// window again; one held back is counted and kept (the newest only) for
+// the trailing flush (FlushProgress).
+func (s *Store) recordProgress(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decision) error {
+	var err error
+	switch {
+	case d.Progress != nil && !d.Progress.Journaled:
+		held, herr := heldProgress(r, d.Progress.Held)
+		if herr != nil {
+			return herr
+		}
+		err = tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, progress_coalesced = progress_coalesced + 1, progress_held = $3::jsonb,
+			updated_at = now() WHERE id = $1`, r.ID, d.ProgressSeq, held)
+	case d.Progress != nil:
+		err = tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, progress_journaled_at = $3, progress_coalesced = 0, progress_held = NULL,
+			updated_at = now() WHERE id = $1`, r.ID, d.ProgressSeq, s.now())
+	default:
+		err = tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, updated_at = now() WHERE id = $1`, r.ID, d.ProgressSeq)
+	}
+	if err != nil {
+		return fmt.Errorf("record progress of run %s: %w", r.ID, err)
 	}
 	return nil
+}
+
+// heldProgress is the payload of a run.progress held back, as kept on
+// the run until the trailing flush journals it: the event's payload
+// with the attempt it was made at (the run may have moved on by then).
+func heldProgress(r wire.Run, extra map[string]any) (string, error) {
+	p := runPayload(r, extra)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return "", fmt.Errorf("hold progress of run %s: %w", r.ID, err)
+	}
+	return string(b), nil
 }
 
 // write makes one step's guarded status write and what goes with it in

@@ -244,6 +244,13 @@ func (s *Store) journalOrphan(ctx context.Context, hostID, runID string, attempt
 		payload["attempt"] = attempt
 	}
 	return s.InTx(ctx, func(tx *Tx) error {
+		// Once per (host, run, kind) an hour, counted in between
+		// (docs/architecture.md#bounded-journal).
+		due, repeats, err := reportDue(ctx, tx, hostID, runID, wire.StateOrphanDetected)
+		if err != nil || !due {
+			return err
+		}
+		payload[PayloadRepeats] = repeats
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicRunOrphanDetected, HostID: hostID, Payload: payload})
 	})
 }

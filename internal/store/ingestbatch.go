@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -23,6 +24,24 @@ type SignalIn struct {
 	// from Sender at the signal's attempt (lifecycle.SignalFacts.Screen);
 	// nil when none.
 	Screen *wire.AttentionDetail
+	// ByToken: the signal came with the run's signal token, which is
+	// refused once the run has ended SignalTokenTTL ago.
+	ByToken bool
+}
+
+// SignalTokenTTL is how long after its run ended a signal token is
+// still taken: a late hook or a spooled replay of a run that just ended
+// is answered as the ingest table says; a token kept for days is refused
+// (docs/architecture.md#bounded-journal).
+const SignalTokenTTL = 24 * time.Hour
+
+// tokenExpired refuses a signal token whose run ended more than
+// SignalTokenTTL before now (401).
+func tokenExpired(in SignalIn, r wire.Run, now time.Time) error {
+	if !in.ByToken || lifecycle.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
+		return nil
+	}
+	return wire.Errorf(wire.CodeUnauthorized, "this signal token's run ended more than %s ago", SignalTokenTTL)
 }
 
 // SignalOut is what became of one signal of a batch: what IngestSignal
@@ -97,19 +116,59 @@ type batchRun struct {
 	// one update per signal.
 	seq       int64
 	unwritten bool
+	// The run's progress window as the batch left it (valid once seq >
+	// 0): when run.progress was last journaled, how many were applied
+	// since without one, and the newest of those (nil: none).
+	journaledAt time.Time
+	coalesced   int
+	held        *string
 	// reread: a signal of the batch wrote more than a progress seq (a
 	// status, a processed or refused signal): the run and its facts are
 	// read again before its next signal.
 	reread bool
 }
 
-// recordSeq records the run's last progress seq if the batch has not.
+// recordSeq records the run's last progress seq and window if the
+// batch has not.
 func (st *batchRun) recordSeq(ctx context.Context, tx *Tx) error {
 	if !st.unwritten {
 		return nil
 	}
 	st.unwritten = false
-	return recordProgress(ctx, tx, st.run.ID, st.seq)
+	if err := tx.execLater(ctx, `UPDATE runs SET last_progress_seq = $2, progress_journaled_at = $3, progress_coalesced = $4,
+		progress_held = $5::jsonb, updated_at = now() WHERE id = $1`, st.run.ID, st.seq, nullTime(st.journaledAt), st.coalesced, st.held); err != nil {
+		return fmt.Errorf("record progress of run %s: %w", st.run.ID, err)
+	}
+	return nil
+}
+
+// progressApplied moves the batch's view of the run's progress window
+// (f's, for the run's first progress of the batch) by one applied
+// progress decision d made at now.
+func (st *batchRun) progressApplied(d lifecycle.Decision, f lifecycle.SignalFacts, now time.Time) error {
+	if st.seq == 0 {
+		st.journaledAt, st.coalesced = f.ProgressJournaledAt, f.ProgressCoalesced
+	}
+	st.seq, st.unwritten = d.ProgressSeq, true
+	if d.Progress == nil || d.Progress.Journaled {
+		st.journaledAt, st.coalesced, st.held = now, 0, nil
+		return nil
+	}
+	held, err := heldProgress(st.run, d.Progress.Held)
+	if err != nil {
+		return err
+	}
+	st.coalesced++
+	st.held = &held
+	return nil
+}
+
+// nullTime is t, or NULL when zero.
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // signalFactsRow is the facts of one signal as the batch reads them.
@@ -148,7 +207,7 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 	// one waited for a lock is seen.
 	b.Queue(`SELECT s.i::int,
 		coalesce(s.sender = r.host_id, false) OR EXISTS (SELECT 1 FROM run_offers o WHERE o.run_id = s.run_id AND o.host_id = s.sender),
-		r.last_progress_seq,
+		r.last_progress_seq, r.progress_journaled_at, r.progress_coalesced,
 		EXISTS (SELECT 1 FROM processed_signals p WHERE p.run_id = s.run_id AND p.attempt = r.attempt AND p.kind = s.kind),
 		ARRAY(SELECT f.result FROM signal_refusals f WHERE f.run_id = s.run_id AND f.attempt = s.attempt AND f.kind = s.kind ORDER BY f.result)
 		FROM unnest($1::uuid[], $2::uuid[], $3::text[], $4::int[]) WITH ORDINALITY AS s(run_id, sender, kind, attempt, i)
@@ -191,20 +250,28 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			*st = batchRun{run: r}
 		} else if st.seq > 0 {
 			f.facts.LastProgressSeq = st.seq
+			f.facts.ProgressJournaledAt, f.facts.ProgressCoalesced = st.journaledAt, st.coalesced
 		}
 		if !f.known {
 			out[i].Err = wire.NotFound("run")
 			continue
 		}
+		now := s.now()
+		if err := tokenExpired(sg, st.run, now); err != nil {
+			out[i].Err = err
+			continue
+		}
 		f.facts.Screen = sg.Screen
-		d, err := s.decideSignal(st.run, sg.Sender, sg.Signal, f.facts)
+		d, err := s.decideSignalAt(st.run, sg.Sender, sg.Signal, f.facts, now)
 		if err != nil {
 			out[i].Err = err // refused: nothing written
 			continue
 		}
 		only := progressOnly(d)
 		if only {
-			st.seq, st.unwritten = d.ProgressSeq, true
+			if err := st.progressApplied(d, f.facts, now); err != nil {
+				return err
+			}
 			d.ProgressSeq = 0 // recorded once for the run (recordSeq)
 		} else if writes(d) {
 			if err := st.recordSeq(ctx, tx); err != nil {
@@ -222,14 +289,20 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 	// The seqs still unwritten, one statement for all the runs.
 	var seqRuns []string
 	var seqs []int64
+	var ats []*time.Time
+	var counts []int32
+	var helds []*string
 	for _, id := range ids {
 		if st := runs[id]; st != nil && st.unwritten {
 			seqRuns, seqs = append(seqRuns, id), append(seqs, st.seq)
+			ats, counts, helds = append(ats, nullTime(st.journaledAt)), append(counts, int32(st.coalesced)), append(helds, st.held)
 		}
 	}
 	if len(seqRuns) > 0 {
-		if err := tx.execLater(ctx, `UPDATE runs SET last_progress_seq = v.seq, updated_at = now()
-			FROM unnest($1::uuid[], $2::bigint[]) AS v(id, seq) WHERE runs.id = v.id`, seqRuns, seqs); err != nil {
+		if err := tx.execLater(ctx, `UPDATE runs SET last_progress_seq = v.seq, progress_journaled_at = v.at, progress_coalesced = v.n,
+			progress_held = v.held::jsonb, updated_at = now()
+			FROM unnest($1::uuid[], $2::bigint[], $3::timestamptz[], $4::int[], $5::text[]) AS v(id, seq, at, n, held) WHERE runs.id = v.id`,
+			seqRuns, seqs, ats, counts, helds); err != nil {
 			return fmt.Errorf("record the progress of a signal batch: %w", err)
 		}
 	}
@@ -276,9 +349,13 @@ func readBatchStart(br pgx.BatchResults, n int) (map[string]*batchRun, []signalF
 	for rows.Next() {
 		var k int
 		var f signalFactsRow
-		if err := rows.Scan(&k, &f.known, &f.facts.LastProgressSeq, &f.facts.Processed, &f.facts.Refused); err != nil {
+		var at *time.Time
+		if err := rows.Scan(&k, &f.known, &f.facts.LastProgressSeq, &at, &f.facts.ProgressCoalesced, &f.facts.Processed, &f.facts.Refused); err != nil {
 			rows.Close()
 			return nil, nil, err
+		}
+		if at != nil {
+			f.facts.ProgressJournaledAt = *at
 		}
 		facts[k-1] = f
 	}

@@ -176,6 +176,19 @@ func (s *Store) OfferedTo(ctx context.Context, hostID, runID string) (bool, erro
 	return ok, translate(err)
 }
 
+// PlacedOn reports whether runID's current attempt is attempt and is
+// placed on (or offered to) hostID: the only incarnation whose pane the
+// server takes (docs/architecture.md#bounded-journal). A host whose
+// offer was withdrawn, or an older attempt, is not.
+func (s *Store) PlacedOn(ctx context.Context, hostID, runID string, attempt int) (bool, error) {
+	var ok bool
+	err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1 AND host_id = $2 AND attempt = $3)`, runID, hostID, attempt).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("read the placement of run %s: %w", runID, translate(err))
+	}
+	return ok, nil
+}
+
 func offeredTo(ctx context.Context, q querier, hostID, runID string) (bool, error) {
 	var ok bool
 	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&ok)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"pam/internal/lifecycle"
 	"pam/internal/wire"
@@ -46,6 +47,9 @@ func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 		if !known {
 			return wire.NotFound("run")
 		}
+		if err := tokenExpired(in, r, s.now()); err != nil {
+			return err
+		}
 		res, err = s.applySignal(ctx, tx, r, senderHost, sig, in.Screen)
 		return err
 	})
@@ -80,7 +84,7 @@ func validateSignal(sig wire.Signal) error {
 	default:
 		return wire.Invalid("source", "source must be wrapper or provider-hook")
 	}
-	return wire.CheckPayload(sig.Payload)
+	return wire.CheckSignalPayload(sig.Kind, sig.Payload)
 }
 
 func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal, screen *wire.AttentionDetail) (Ingest, error) {
@@ -106,8 +110,13 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 // decideSignal is the decision about sig (lifecycle.IngestSignal) from
 // the run and the facts read under its lock.
 func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts) (lifecycle.Decision, error) {
+	return s.decideSignalAt(r, sender, sig, f, s.now())
+}
+
+// decideSignalAt is decideSignal at a given time.
+func (s *Store) decideSignalAt(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts, now time.Time) (lifecycle.Decision, error) {
 	return lifecycle.IngestSignal(lifecycle.FromWire(r), lifecycle.Signal{Kind: sig.Kind, Source: sig.Source, Attempt: sig.Attempt,
-		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, f, s.Policy, s.now())
+		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, f, s.Policy, now)
 }
 
 // signalFacts reads what the decision about a signal of kind at attempt
@@ -117,13 +126,17 @@ func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifec
 // row is locked, so they hold until the transaction ends.
 func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind string) (lifecycle.SignalFacts, error) {
 	var f lifecycle.SignalFacts
-	err := tx.QueryRow(ctx, `SELECT last_progress_seq,
+	var journaledAt *time.Time
+	err := tx.QueryRow(ctx, `SELECT last_progress_seq, progress_journaled_at, progress_coalesced,
 		EXISTS (SELECT 1 FROM processed_signals WHERE run_id = $1 AND attempt = $2 AND kind = $3),
 		ARRAY(SELECT result FROM signal_refusals WHERE run_id = $1 AND attempt = $4 AND kind = $3 ORDER BY result)
 		FROM runs WHERE id = $1`,
-		r.ID, r.Attempt, kind, attempt).Scan(&f.LastProgressSeq, &f.Processed, &f.Refused)
+		r.ID, r.Attempt, kind, attempt).Scan(&f.LastProgressSeq, &journaledAt, &f.ProgressCoalesced, &f.Processed, &f.Refused)
 	if err != nil {
 		return f, fmt.Errorf("read signal facts of run %s: %w", r.ID, err)
+	}
+	if journaledAt != nil {
+		f.ProgressJournaledAt = *journaledAt
 	}
 	return f, nil
 }
@@ -166,6 +179,20 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 		d, err := lifecycle.StateReport(lifecycle.FromWire(r), hostID, f.Attempt, f.State, f.Detail, s.Policy, s.now())
 		if err != nil {
 			return err
+		}
+		if d.Report != "" {
+			// Journaled once per (host, run, kind) an hour, counted
+			// in between (docs/architecture.md#bounded-journal).
+			due, repeats, err := reportDue(ctx, tx, hostID, r.ID, d.Report)
+			if err != nil || !due {
+				out = r
+				return err
+			}
+			for _, st := range d.Steps {
+				for _, ev := range st.Events {
+					ev.Extra[PayloadRepeats] = repeats
+				}
+			}
 		}
 		out, err = s.apply(ctx, tx, r, d)
 		if errors.Is(err, errGuardLost) {

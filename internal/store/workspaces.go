@@ -150,6 +150,12 @@ func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.Frame
 		if err != nil {
 			return err
 		}
+		// Only the answer to a push the server asked for is journaled; one
+		// nobody asked for is ignored (docs/architecture.md#bounded-journal).
+		asked, err := takePushRequest(ctx, tx, r.ID, hostID)
+		if err != nil || !asked {
+			return err
+		}
 		return tx.Journal(ctx, workspaceEvent(wire.TopicRunWorkspacePushed, r, hostID, map[string]any{
 			"branch": f.Workspace.Branch, "ok": *f.OK, "detail": f.Detail}))
 	})

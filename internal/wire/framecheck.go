@@ -36,6 +36,9 @@ const (
 	MaxToken = 256
 	// MaxPayload bounds a signal's payload.
 	MaxPayload = 64 << 10
+	// MaxProgressPayload bounds a progress signal's payload: progress
+	// comes often and each may be journaled (docs/architecture.md#bounded-journal).
+	MaxProgressPayload = 4 << 10
 	// MaxCapture bounds a snapshot's capture: what one frame can carry.
 	// The check is explicit so that a frame built in memory is held to it
 	// as a decoded one is.
@@ -415,7 +418,19 @@ func checkSignal(f *Frame) error {
 	if err := checkSeq(f.Seq); err != nil {
 		return err
 	}
-	return CheckPayload(f.Payload)
+	return CheckSignalPayload(f.Kind, f.Payload)
+}
+
+// CheckSignalPayload is CheckPayload for a signal of kind: a progress
+// signal's payload is held to MaxProgressPayload bytes besides, and a
+// bigger one is refused (validation_failed), never cut: a cut payload
+// would not be JSON, and a journal entry that says less than its sender
+// meant is worse than an answer that says why.
+func CheckSignalPayload(kind string, p json.RawMessage) error {
+	if kind == SignalProgress && len(p) > MaxProgressPayload {
+		return Invalid("payload", "a progress signal's payload must be at most 4 KiB")
+	}
+	return CheckPayload(p)
 }
 
 // CheckPayload applies the bounds of a signal's payload on both

@@ -88,6 +88,12 @@ const (
 	// without a seq.
 	SignalNeedsInput = "needs_input"
 
+	// PayloadCoalesced is the field of a run.progress payload that
+	// counts the progress signals applied since the run's previous
+	// run.progress and journaled with none of their own: this one stands
+	// for them (docs/architecture.md#bounded-journal).
+	PayloadCoalesced = "coalesced"
+
 	SourceWrapper      = "wrapper"
 	SourceProviderHook = "provider-hook"
 	SourceManual       = "manual"

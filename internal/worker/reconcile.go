@@ -232,6 +232,7 @@ func (w *agent) reconcileLoop(ctx context.Context) {
 		// interval, and at the first pass with the orchestrator's word.
 		if w.currentHostID() != "" && time.Since(cleaned) >= 10*w.o.ReconcileInterval {
 			w.cleanWorkspaces(ctx)
+			w.cleanRunLogs(ctx)
 			cleaned = time.Now()
 			w.o.hooks.pass(func(h *hooks) func() { return h.workspacesPass })
 		}

@@ -76,6 +76,9 @@ type Options struct {
 	// (docs/architecture.md#workspaces).
 	WorktreeRetention time.Duration
 	WorktreeBudget    int64
+	// RunLogRetention (PAM_RUN_LOG_RETENTION): the log of a run that
+	// ended is removed once it is this old (runlogs.go).
+	RunLogRetention time.Duration
 	// Git is the git binary for workspaces; empty means git on PATH.
 	Git string
 	// CAFile is an extra CA bundle to trust for URL (PAM_CA_FILE).
@@ -191,6 +194,7 @@ func (o *Options) defaults() error {
 	def(&o.OrphanHold, defaults.OrphanHold)
 	def(&o.HoldOpen, defaults.HoldOpen)
 	def(&o.WorktreeRetention, defaults.WorktreeRetention)
+	def(&o.RunLogRetention, defaults.RunLogRetention)
 	if o.WorktreeBudget <= 0 {
 		o.WorktreeBudget = defaults.WorktreeBudget
 	}
