@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
+	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -146,7 +148,31 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) e
 		if err := agentLive(r, sc.HostID, sc.Attempt); err != nil {
 			return err
 		}
-		ev := runEvent(wire.TopicRunProgress, r, map[string]any{"source": "mcp", "text": text})
+		// The same window as a signal's progress: at most one run.progress
+		// a second per run, the others held (the newest kept, with its
+		// actor) and counted for the next one or the trailing flush.
+		var last *time.Time
+		var coalesced int
+		if err := tx.QueryRow(ctx, `SELECT progress_journaled_at, progress_coalesced FROM runs WHERE id = $1 FOR NO KEY UPDATE`,
+			r.ID).Scan(&last, &coalesced); err != nil {
+			return fmt.Errorf("progress window of run %s: %w", r.ID, translate(err))
+		}
+		now := s.now()
+		extra := map[string]any{"source": "mcp", "text": text}
+		if last != nil && now.Sub(*last) < lifecycle.ProgressEvery {
+			held, err := heldProgress(r, map[string]any{"source": "mcp", "text": text, heldActor: sc.Actor()})
+			if err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `UPDATE runs SET progress_coalesced = progress_coalesced + 1, progress_held = $2::jsonb WHERE id = $1`, r.ID, held)
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runs SET progress_journaled_at = $2, progress_coalesced = 0, progress_held = NULL WHERE id = $1`,
+			r.ID, now); err != nil {
+			return err
+		}
+		extra[wire.PayloadCoalesced] = coalesced
+		ev := runEvent(wire.TopicRunProgress, r, extra)
 		ev.Actor = sc.Actor()
 		return tx.Journal(ctx, ev)
 	})

@@ -93,6 +93,10 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 		// The held signal is one of those counted: the event stands for
 		// the others.
 		p[wire.PayloadCoalesced] = max(coalesced-1, 0)
+		if a, ok := p[heldActor].(string); ok {
+			ev.Actor = a
+		}
+		delete(p, heldActor)
 		ev.Topic, ev.Payload = wire.TopicRunProgress, p
 		evs = append(evs, ev)
 	}
@@ -101,6 +105,11 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 	}
 	return len(evs), tx.Journal(ctx, evs...)
 }
+
+// heldActor is the key under which held progress keeps the event's
+// actor (an agent's tool call names its run) until it is journaled; it
+// never reaches the event's payload.
+const heldActor = "_actor"
 
 // reportEvery is how often one kind of worker report about one run is
 // journaled per host; the repeats in between are counted.

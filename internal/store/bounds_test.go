@@ -108,3 +108,58 @@ func TestProgressWindowAcrossServers(t *testing.T) {
 	}
 	flush(other, &now2, 10*time.Second, 0)
 }
+
+// TestAgentProgressKeepsTheWindow: pam's report_progress tool goes
+// through the same once-a-second window as a progress signal: a second
+// call within the second is held (not journaled), and the trailing
+// flush journals it with the agent as its actor and the count of what it
+// stands for.
+func TestAgentProgressKeepsTheWindow(t *testing.T) {
+	f := newFleet(t, 1)
+	r := f.running()
+	t0 := time.Now()
+	now := t0
+	f.s.Clock = func() time.Time { return now }
+	sc, err := f.s.AgentScope(t.Context(), r.ID, f.host.ID, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, at := range []time.Duration{0, 200 * time.Millisecond, 400 * time.Millisecond} {
+		now = t0.Add(at)
+		if err := f.s.AgentProgress(t.Context(), sc, fmt.Sprintf("step %d", i)); err != nil {
+			t.Fatalf("progress %d: %v", i, err)
+		}
+	}
+	texts := func() string {
+		t.Helper()
+		rows, err := f.s.Pool.Query(t.Context(), `SELECT coalesce(actor, ''), payload->>'text', payload->>'coalesced', payload ? '_actor'
+			FROM events WHERE run_id = $1 AND topic = 'run.progress' ORDER BY seq`, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := ""
+		for rows.Next() {
+			var actor, text, coalesced string
+			var leaked bool
+			if err := rows.Scan(&actor, &text, &coalesced, &leaked); err != nil {
+				t.Fatal(err)
+			}
+			if actor != wire.AgentActor(r.ID) || leaked {
+				t.Fatalf("run.progress %q: actor %q, held actor in the payload %v", text, actor, leaked)
+			}
+			out += fmt.Sprintf(" %s/%s", text, coalesced)
+		}
+		return out
+	}
+	if got := texts(); got != " step 0/0" {
+		t.Fatalf("within the second: %q, want only the first", got)
+	}
+	now = t0.Add(1500 * time.Millisecond)
+	if n, err := f.s.FlushProgress(t.Context()); err != nil || n != 1 {
+		t.Fatalf("flush: %d %v", n, err)
+	}
+	if got := texts(); got != " step 0/0 step 2/1" {
+		t.Fatalf("after the flush: %q, want the newest standing for one other", got)
+	}
+}
