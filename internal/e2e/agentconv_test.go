@@ -46,6 +46,35 @@ func lastUserTurn(r fakemodel.Request) string {
 	return ""
 }
 
+// agentItem checks that the work item titled title was made by pam's MCP
+// tool in the run's project: journaled work_item.created with actor
+// agent:<run8>, listed in the project as todo.
+func (a *agentRig) agentItem(runID, title string) {
+	a.t.Helper()
+	var created wire.EventList
+	a.s.must(200, "GET", "/api/v1/events?topic=work_item.created", nil, &created)
+	var item *wire.Event
+	for i, e := range created.Events {
+		if strings.Contains(string(e.Payload), title) {
+			item = &created.Events[i]
+		}
+	}
+	switch {
+	case item == nil:
+		a.t.Errorf("no work_item.created for the agent's item %q: %d events\nscreen:\n%s", title, len(created.Events), a.pane(runID))
+	case item.Actor == nil || *item.Actor != "agent:"+runID[:8] || item.ProjectID == nil || *item.ProjectID != a.project.ID:
+		a.t.Errorf("work_item.created by %v in project %v, want agent:%s in %s", item.Actor, item.ProjectID, runID[:8], a.project.ID)
+	}
+	var items wire.WorkItemList
+	a.s.must(200, "GET", "/api/v1/projects/"+a.project.Slug+"/work-items", nil, &items)
+	for _, it := range items.WorkItems {
+		if it.Title == title && it.Status == "todo" {
+			return
+		}
+	}
+	a.t.Errorf("the agent's item %q is not in the project: %+v", title, items.WorkItems)
+}
+
 // TestRealClaudeConversation:
 //   - the agent calls pam's MCP tool create_work_item (as Claude Code
 //     names it, mcp__pam__create_work_item): the item is made in the
@@ -116,30 +145,7 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 	done := a.s.waitRun(first.ID, "completed, with its agent session", 60*time.Second, func(r wire.Run) bool {
 		return r.CompletedAt != nil && r.AgentSessionID != nil
 	})
-	// The item, in the run's project, made by the agent of this run.
-	var created wire.EventList
-	a.s.must(200, "GET", "/api/v1/events?topic=work_item.created", nil, &created)
-	var item *wire.Event
-	for i, e := range created.Events {
-		if strings.Contains(string(e.Payload), "FOLLOW-UP-E2E document the API") {
-			item = &created.Events[i]
-		}
-	}
-	switch {
-	case item == nil:
-		t.Errorf("no work_item.created for the agent's item: %d events\nscreen:\n%s", len(created.Events), a.pane(first.ID))
-	case item.Actor == nil || *item.Actor != "agent:"+first.ID[:8] || item.ProjectID == nil || *item.ProjectID != a.project.ID:
-		t.Errorf("work_item.created by %v in project %v, want agent:%s in %s", item.Actor, item.ProjectID, first.ID[:8], a.project.ID)
-	}
-	var items wire.WorkItemList
-	a.s.must(200, "GET", "/api/v1/projects/"+a.project.Slug+"/work-items", nil, &items)
-	found := false
-	for _, it := range items.WorkItems {
-		found = found || (it.Title == "FOLLOW-UP-E2E document the API" && it.Status == "todo")
-	}
-	if !found {
-		t.Errorf("the agent's item is not in the project: %+v", items.WorkItems)
-	}
+	a.agentItem(first.ID, "FOLLOW-UP-E2E document the API")
 	// Nothing was asked: not for pam's tool, not for the command.
 	if log := a.s.attentionLog(first.ID); len(log) != 0 {
 		t.Errorf("run.attention %q on a run whose tools never ask", log)
