@@ -42,7 +42,8 @@ func lastOpenAIUserTurn(r fakemodel.Request) string {
 //   - a stopped run (its session id from codex's notify) continued with
 //     a message resumes its thread: the request holds the earlier tool
 //     calls and their outputs, the message last, and the continuation's
-//     command runs in the first run's worktree;
+//     command runs in the first run's worktree; a message to it, once
+//     its turn completed, is the next user turn, and its command runs;
 //   - a usage limit (429 usage_limit_reached with its resets_at) makes
 //     the run rate_limited with the time codex prints; once the clock
 //     passes it, the host's continue_message reaches the model.
@@ -120,6 +121,27 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 	cont := a.s.waitRun(next.ID, "the continuation completed", 60*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
 	if cont.Workspace == nil || cont.Workspace.Path != wt || cont.AgentSessionID == nil || *cont.AgentSessionID != *done.AgentSessionID {
 		t.Errorf("the continuation in %+v with session %v, want %s and %s", cont.Workspace, cont.AgentSessionID, wt, *done.AgentSessionID)
+	}
+
+	// A message to the continuation, its turn completed: the next user
+	// turn, and the command it calls runs.
+	openai.Script(
+		fakemodel.Turn{Tool: &fakemodel.ToolCall{ID: "call_conv_msg", Name: "exec_command",
+			Input: map[string]any{"cmd": "echo CODEX-MESSAGE-RAN > message.txt"}}},
+		fakemodel.Text("Wrote message.txt."),
+	)
+	var mr wire.MessageResult
+	a.s.must(202, "POST", "/api/v1/runs/"+next.ID+"/messages", map[string]any{"text": "CODEX-MESSAGE write message.txt"}, &mr)
+	if mr.Delivery != wire.DeliveryConfirmed {
+		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(next.ID))
+	}
+	req = a.modelRequest(openai, next.ID, 30*time.Second, "the message", "CODEX-MESSAGE write message.txt")
+	if !strings.Contains(lastOpenAIUserTurn(req), "CODEX-MESSAGE write message.txt") || !req.Contains("call_conv_cat") {
+		t.Errorf("the message is not the next user turn of the conversation:\n%s", openai.Describe())
+	}
+	a.modelRequest(openai, next.ID, 30*time.Second, "the message's command's output", `"call_id":"call_conv_msg"`, `"type":"function_call_output"`)
+	if b, err := os.ReadFile(filepath.Join(wt, "message.txt")); err != nil || string(b) != "CODEX-MESSAGE-RAN\n" {
+		t.Errorf("message.txt in the worktree: %q %v", b, err)
 	}
 
 	// (3) A usage limit, then its reset.

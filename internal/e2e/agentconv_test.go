@@ -183,6 +183,27 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 		t.Errorf("the continuation in %+v with session %v, want %s and %s", cont.Workspace, cont.AgentSessionID, wt, *done.AgentSessionID)
 	}
 
+	// A message to the continuation, its turn completed: the next user
+	// turn, and the tool it calls runs.
+	model.Script(
+		fakemodel.Turn{Tool: &fakemodel.ToolCall{ID: "toolu_conv_msg", Name: "Bash",
+			Input: map[string]any{"command": "echo MESSAGE-TOOL-RAN > message.txt", "description": "Write message.txt"}}},
+		fakemodel.Text("Wrote message.txt."),
+	)
+	var mr wire.MessageResult
+	a.s.must(202, "POST", "/api/v1/runs/"+next.ID+"/messages", map[string]any{"text": "MESSAGE-CONV write message.txt"}, &mr)
+	if mr.Delivery != wire.DeliveryConfirmed {
+		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(next.ID))
+	}
+	req = a.modelRequest(model, next.ID, 30*time.Second, "the message", "MESSAGE-CONV write message.txt")
+	if !strings.Contains(lastUserTurn(req), "MESSAGE-CONV write message.txt") || !req.Contains("toolu_conv_cat") {
+		t.Errorf("the message is not the next user turn of the conversation: %s", lastUserTurn(req))
+	}
+	a.modelRequest(model, next.ID, 30*time.Second, "the message's tool's result", `"tool_use_id":"toolu_conv_msg"`)
+	if b, err := os.ReadFile(filepath.Join(wt, "message.txt")); err != nil || string(b) != "MESSAGE-TOOL-RAN\n" {
+		t.Errorf("message.txt in the worktree: %q %v", b, err)
+	}
+
 	// (3) A plan's usage limit, then its reset.
 	resets := time.Now().Add(3 * time.Hour)
 	model.Script(fakemodel.AnthropicUsageLimit(resets), fakemodel.Text("Back at work after the limit."))
