@@ -115,6 +115,11 @@ func (c *Client) ArchiveProject(ctx context.Context, ref string) (*wire.Project,
 	return decode[wire.Project](c, ctx, http.MethodDelete, "/api/v1/projects/"+url.PathEscape(ref), nil, nil)
 }
 
+// UnarchiveProject makes an archived project active again.
+func (c *Client) UnarchiveProject(ctx context.Context, ref string) (*wire.Project, error) {
+	return decode[wire.Project](c, ctx, http.MethodPost, "/api/v1/projects/"+url.PathEscape(ref)+"/unarchive", nil, nil)
+}
+
 // ListWorkItems returns a project's work items in tree order (depth-first,
 // siblings by position then creation).
 func (c *Client) ListWorkItems(ctx context.Context, projectRef string, f WorkItemFilter) ([]wire.WorkItem, error) {
@@ -159,6 +164,14 @@ func (c *Client) DeleteWorkItem(ctx context.Context, id string) error {
 // ListEvents returns journal events with seq > after in ascending order;
 // topic is a glob ("" = all) and limit ≤ 0 leaves the server's default.
 func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limit int) ([]wire.Event, error) {
+	evs, _, err := c.ListEventsSeq(ctx, after, topic, limit)
+	return evs, err
+}
+
+// ListEventsSeq is ListEvents that also returns the journal position the
+// read saw (its Pam-Event-Seq header; 0 when the server sent none): every
+// event up to it is committed, so streaming from it misses nothing.
+func (c *Client) ListEventsSeq(ctx context.Context, after int64, topic string, limit int) ([]wire.Event, int64, error) {
 	q := url.Values{}
 	if after > 0 {
 		q.Set("after", strconv.FormatInt(after, 10))
@@ -170,10 +183,12 @@ func (c *Client) ListEvents(ctx context.Context, after int64, topic string, limi
 		q.Set("limit", strconv.Itoa(limit))
 	}
 	var out wire.EventList
-	if err := c.Do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out); err != nil {
-		return nil, err
+	h, err := c.do(ctx, http.MethodGet, "/api/v1/events", q, nil, &out)
+	if err != nil {
+		return nil, 0, err
 	}
-	return out.Events, nil
+	seq, _ := strconv.ParseInt(h.Get(wire.HeaderEventSeq), 10, 64)
+	return out.Events, seq, nil
 }
 
 // StreamEvents reads GET /events/stream and calls fn for every event with
@@ -315,37 +330,43 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 // 2xx body into out when not nil, and turns any other answer into an
 // *Error. path starts with "/" and has its segments already escaped.
 func (c *Client) Do(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	_, err := c.do(ctx, method, path, q, in, out)
+	return err
+}
+
+// do is Do that also returns the answer's header.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, in, out any) (http.Header, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return fmt.Errorf("encode %s %s: %w", method, path, err)
+			return nil, fmt.Errorf("encode %s %s: %w", method, path, err)
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := c.newRequest(ctx, method, path, q, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 		resp.Body.Close()
 	}()
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+		return resp.Header, decodeError(resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
+		return resp.Header, nil
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("decode %s %s response: %w", method, path, err)
+		return resp.Header, fmt.Errorf("decode %s %s response: %w", method, path, err)
 	}
-	return nil
+	return resp.Header, nil
 }
 
 func (c *Client) newRequest(ctx context.Context, method, path string, q url.Values, body io.Reader) (*http.Request, error) {
@@ -476,6 +497,9 @@ type RunFilter struct {
 	HostID    string
 	Attention string
 	Limit     int
+	// Before, a run id, asks for the page after that run (the Next of
+	// the page before).
+	Before string
 }
 
 // CreateRun admits a run (202, pending); placement happens asynchronously.
@@ -483,10 +507,18 @@ func (c *Client) CreateRun(ctx context.Context, body wire.CreateRun) (*wire.Run,
 	return decode[wire.Run](c, ctx, http.MethodPost, "/api/v1/runs", nil, body)
 }
 
-// ListRuns returns runs newest first.
+// ListRuns returns runs newest first: one page, see ListRunsPage.
 func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
+	l, err := c.ListRunsPage(ctx, f)
+	return l.Runs, err
+}
+
+// ListRunsPage returns one page of runs, newest first, and the Before of
+// the following page in Next (nil on the last).
+func (c *Client) ListRunsPage(ctx context.Context, f RunFilter) (wire.RunList, error) {
 	q := url.Values{}
-	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "attention": f.Attention} {
+	for k, v := range map[string]string{"status": f.Status, "project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID,
+		"attention": f.Attention, "before": f.Before} {
 		if v != "" {
 			q.Set(k, v)
 		}
@@ -496,9 +528,9 @@ func (c *Client) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) 
 	}
 	var out wire.RunList
 	if err := c.Do(ctx, http.MethodGet, "/api/v1/runs", q, nil, &out); err != nil {
-		return nil, err
+		return wire.RunList{}, err
 	}
-	return out.Runs, nil
+	return out, nil
 }
 
 // GetRun fetches one run.
@@ -692,37 +724,52 @@ func (c *Client) PostSignal(ctx context.Context, runID string, sig wire.Signal) 
 	return r.Result, nil
 }
 
-// RunDiff copies the unified diff of everything a run changed in its
-// worktree to w (GET /runs/{id}/diff).
-func (c *Client) RunDiff(ctx context.Context, id string, w io.Writer) error {
-	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", nil, nil)
+// RunDiff copies the unified diff of what a run changed in its worktree
+// to w (GET /runs/{id}/diff): part "" is everything (the committed part,
+// then the rest), "committed" what a push sends, "uncommitted" the rest.
+// It returns the head the diff was taken at.
+func (c *Client) RunDiff(ctx context.Context, id, part string, w io.Writer) (string, error) {
+	var q url.Values
+	if part != "" {
+		q = url.Values{"part": {part}}
+	}
+	req, err := c.newRequest(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", q, nil)
 	if err != nil {
-		return err
+		return "", err
 	}
 	req.Header.Set("Accept", "text/x-diff")
 	resp, err := c.httpClient().Do(req)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
+		return "", decodeError(resp)
 	}
 	_, err = io.Copy(w, resp.Body)
-	return err
+	return resp.Header.Get(wire.HeadHeader), err
 }
 
-// RunDiffStat is GET /runs/{id}/diff?stat=true: the files a run changed.
-func (c *Client) RunDiffStat(ctx context.Context, id string) (*wire.DiffStat, error) {
+// RunDiffStat is GET /runs/{id}/diff?stat=true: the files a run changed,
+// of one part or both, and the head of its branch.
+func (c *Client) RunDiffStat(ctx context.Context, id, part string) (*wire.DiffStat, error) {
 	var out wire.DiffStat
 	q := url.Values{"stat": {"true"}}
+	if part != "" {
+		q.Set("part", part)
+	}
 	return &out, c.Do(ctx, http.MethodGet, "/api/v1/runs/"+url.PathEscape(id)+"/diff", q, nil, &out)
 }
 
-// PushRun is POST /runs/{id}/push: the run's branch pushed by its host.
-func (c *Client) PushRun(ctx context.Context, id string) (*wire.PushResult, error) {
+// PushRun is POST /runs/{id}/push: the run's branch pushed by its host;
+// with commit, only while the branch is at it (else head_moved).
+func (c *Client) PushRun(ctx context.Context, id, commit string) (*wire.PushResult, error) {
 	var out wire.PushResult
-	return &out, c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/push", nil, nil, &out)
+	var in any
+	if commit != "" {
+		in = wire.PushInput{Commit: &commit}
+	}
+	return &out, c.Do(ctx, http.MethodPost, "/api/v1/runs/"+url.PathEscape(id)+"/push", nil, in, &out)
 }
 
 // DeleteWorkspace is DELETE /runs/{id}/workspace: the run's worktree

@@ -28,7 +28,7 @@ var runAttachCmd = &command{
 	summary: `attach this terminal to a running run through the orchestrator (raw mode; detach with Ctrl-\)`,
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
 		local := fs.Bool("local", false, "on the run's worker host (PAM_EXECUTOR=pty): read its PTY holder directly, read-only; several terminals may")
-		write := fs.Bool("write", false, "with --local: type too, after taking the run's attach lease from the orchestrator")
+		write := fs.Bool("write", false, "with --local: type too, after taking the run's attach lease from the orchestrator; needs PAM_URL and the operator token for this command only (PAM_TOKEN, or --token-file FILE from outside the worker's data dir): a token left on a worker host can be read by every agent there")
 		return func(x *invocation) error {
 			if *write && !*local {
 				return usagef("--write goes with --local")

@@ -39,7 +39,8 @@ func attachLocal(x *invocation, write bool) error {
 		// The orchestrator knows the whole id of a prefix, and holds the
 		// lease.
 		if _, err := x.client(); err != nil {
-			return err
+			return fmt.Errorf("pam run attach --local --write takes the run's attach lease from the orchestrator, so it needs PAM_URL and the operator token: "+
+				"give the token to this command only (PAM_TOKEN=… in its environment, or --token-file FILE), never in a file the worker's agents can read: %w", err)
 		}
 	}
 	runID := x.args[0]

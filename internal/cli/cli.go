@@ -371,7 +371,7 @@ func (x *invocation) client() (*apiclient.Client, error) {
 		return x.api, nil
 	}
 	base := x.cfg.str("PAM_URL")
-	if err := checkURL(base); err != nil {
+	if err := checkURL(base, x.cfg.bool("PAM_ALLOW_INSECURE")); err != nil {
 		return nil, err
 	}
 	tok, err := x.cfg.token()

@@ -145,6 +145,8 @@ func TestSettingsPrecedence(t *testing.T) {
 			return o.DatabaseURL
 		case "MetricsPublic":
 			return o.MetricsPublic
+		case "AllowInsecure":
+			return o.AllowInsecure
 		case "DispatchTimeout":
 			return o.DispatchTimeout
 		case "HostOfflineAfter":
@@ -205,6 +207,12 @@ func TestSettingsPrecedence(t *testing.T) {
 			env:  map[string]string{"PAM_BIND": "10.0.0.1", "PAM_DISPATCH_TIMEOUT": "2s", "PAM_METRICS_PUBLIC": "true"},
 			args: []string{"serve", "--bind", "10.0.0.2", "--dispatch-timeout=3s", "--metrics-public=false", "--host-offline-after", "1m"},
 			want: []want{{"Bind", "10.0.0.2"}, {"DispatchTimeout", 3 * time.Second}, {"MetricsPublic", false}, {"HostOfflineAfter", time.Minute}},
+		},
+		{
+			name: "allow insecure reaches serve",
+			env:  map[string]string{"PAM_ALLOW_INSECURE": "1"},
+			args: []string{"serve"},
+			want: []want{{"AllowInsecure", true}, {"Bind", "0.0.0.0"}},
 		},
 		{
 			name: "bare bool flag",

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -10,6 +11,8 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -586,5 +589,93 @@ func TestDoctorPTYExecutor(t *testing.T) {
 	}
 	if exec == nil || !exec.OK || !strings.Contains(exec.Detail, "pty") || !strings.Contains(exec.Detail, "0 live holder") {
 		t.Fatalf("executor check: %+v", exec)
+	}
+}
+
+// pam events prints the newest events, oldest first (--after N reads the
+// history after N instead), and --follow starts live, at the journal's
+// position, not with a replay of everything retained.
+func TestEventsNewestAndLiveFollow(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	const head = 2500 // seqs 1..2500; every 50th is rare.x
+	topicOf := func(seq int64) string {
+		if seq%50 == 0 {
+			return "rare.x"
+		}
+		return "run.progress"
+	}
+	f.routes["GET /api/v1/events"] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		q := r.URL.Query()
+		after, _ := strconv.ParseInt(cmp.Or(q.Get("after"), "0"), 10, 64)
+		limit, _ := strconv.Atoi(cmp.Or(q.Get("limit"), "100"))
+		if limit < 1 || limit > 1000 {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"error":{"code":"invalid","message":"limit","details":null}}`)
+			return
+		}
+		evs := []wire.Event{}
+		for s := after + 1; s <= head && len(evs) < limit; s++ {
+			if q.Get("topic") == "rare.*" && topicOf(s) != "rare.x" {
+				continue
+			}
+			evs = append(evs, wire.Event{Seq: s, Topic: topicOf(s), Payload: json.RawMessage(`{}`)})
+		}
+		w.Header().Set(wire.HeaderEventSeq, strconv.Itoa(head))
+		json.NewEncoder(w).Encode(wire.EventList{Events: evs})
+	}
+	seqs := func(args ...string) []int64 {
+		t.Helper()
+		var l wire.EventList
+		if err := json.Unmarshal([]byte(e.mustPam(append([]string{"events", "--json"}, args...)...)), &l); err != nil {
+			t.Fatal(err)
+		}
+		var out []int64
+		for _, ev := range l.Events {
+			out = append(out, ev.Seq)
+		}
+		return out
+	}
+	if got := seqs(); len(got) != 100 || got[0] != head-99 || got[99] != head {
+		t.Errorf("pam events: %d events, %v … %v; want the newest 100, %d to %d", len(got), got[:min(3, len(got))], got[max(0, len(got)-3):], head-99, head)
+	}
+	if got := seqs("--limit", "3", "--topic", "rare.*"); !slices.Equal(got, []int64{2400, 2450, 2500}) {
+		t.Errorf("pam events --limit 3 --topic rare.*: %v", got)
+	}
+	if got := seqs("--limit", "1500"); len(got) != 1500 || got[0] != head-1499 || got[1499] != head {
+		t.Errorf("pam events --limit 1500: %d events", len(got))
+	}
+	if got := seqs("--after", "10", "--limit", "2"); !slices.Equal(got, []int64{11, 12}) {
+		t.Errorf("pam events --after 10: %v", got)
+	}
+
+	var mu sync.Mutex
+	var cursors []string
+	f.routes["GET /api/v1/events/stream"] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		mu.Lock()
+		cursors = append(cursors, r.URL.Query().Get("after"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		if r.URL.Query().Get("after") == "0" || !r.URL.Query().Has("after") {
+			sseEvent(w, 1, "run.progress") // a replay from the start
+		}
+		sseEvent(w, head+1, "run.started")
+		<-r.Context().Done()
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	var out, errb pamtest.Buffer
+	done := make(chan int)
+	env := e.env()
+	go func() { done <- env.Main(ctx, []string{"events", "--follow", "--json"}, &out, &errb) }()
+	eventually.Wait(t, 10*time.Second, "the live event", func() bool { return strings.Contains(out.String(), `"seq":2501`) })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Count(out.String(), "\n") != 1 || !slices.Equal(cursors, []string{strconv.Itoa(head)}) {
+		t.Errorf("--follow printed %q from cursors %v; want only the live event, from after=%d", out.String(), cursors, head)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"pam/internal/datadir"
 	"pam/internal/defaults"
+	"pam/internal/serve"
 )
 
 // kind is the type of a setting's value.
@@ -112,6 +113,7 @@ var settings = []setting{
 	{Env: "PAM_TLS_CERT", Default: "", Uses: serveCmds, Help: "TLS certificate file (serve HTTPS natively; needs --tls-key)"},
 	{Env: "PAM_TLS_KEY", Default: "", Uses: serveCmds, Help: "TLS private key file (needs --tls-cert)"},
 	{Env: "PAM_CA_FILE", Default: "", Uses: uses(clientCmds, workerCmds), Help: "extra CA bundle to trust for --url"},
+	{Env: "PAM_ALLOW_INSECURE", Kind: kindBool, Default: "false", Uses: uses(serveCmds, clientCmds, workerCmds), Help: "allow plain http:// to a non-loopback --url (worker, CLI) and a non-loopback bind without TLS (serve): tokens then cross the network in clear"},
 	{Env: "PAM_METRICS_PUBLIC", Kind: kindBool, Default: "false", Uses: serveCmds, Help: "serve /metrics without a token"},
 	{Env: "PAM_LOG_LEVEL", Default: "info", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log level: debug, info, warn or error"},
 	{Env: "PAM_LOG_FORMAT", Default: "text", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log format: text or json"},
@@ -376,11 +378,16 @@ func (c *config) token() (string, error) {
 }
 
 // checkURL validates PAM_URL before any request, so a typo is a usage
-// error rather than a confusing transport failure.
-func checkURL(raw string) error {
+// error rather than a confusing transport failure, and refuses plain
+// http:// to another machine unless allowInsecure (PAM_ALLOW_INSECURE):
+// every request carries a token, which would cross the network in clear.
+func checkURL(raw string, allowInsecure bool) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return usagef("PAM_URL %q: want http://host:port or https://host:port", raw)
+	}
+	if u.Scheme == "http" && !allowInsecure && !serve.IsLoopback(u.Hostname()) {
+		return usagef("PAM_URL %s is plain http:// to another machine: every token would cross the network in clear; use https:// (PAM_CA_FILE for a private CA), or set PAM_ALLOW_INSECURE=1 on a network you trust", raw)
 	}
 	return nil
 }

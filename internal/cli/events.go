@@ -2,11 +2,13 @@ package cli
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -21,13 +23,13 @@ const reconnectMax = 10 * time.Second
 
 var eventsCmd = &command{
 	name:    "events",
-	summary: "list the event journal, or follow it live (--follow)",
+	summary: "list the newest events of the journal, or follow it live (--follow); --after N for the history after seq N",
 	group:   "events",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
-		after := fs.Int64("after", 0, "only events with a larger seq")
+		after := fs.Int64("after", 0, "the events after this seq, oldest first (without it: the newest, or with --follow live from now)")
 		topic := fs.String("topic", "", "topic glob, e.g. run.* (* matches within a dot-separated segment)")
-		limit := fs.Int("limit", 0, "at most this many events (default: the server's)")
-		follow := fs.Bool("follow", false, "print the events after --after, then stream new ones live until interrupted (reconnects by itself)")
+		limit := fs.Int("limit", 0, "at most this many events (default 100)")
+		follow := fs.Bool("follow", false, "stream events live until interrupted, from now (or after --after first), reconnecting by itself")
 		asJSON := fs.Bool("json", false, "print the API's JSON (with --follow: one Event per line)")
 		return func(x *invocation) error {
 			if _, err := wire.ParseTopicGlob(*topic); err != nil {
@@ -36,14 +38,31 @@ var eventsCmd = &command{
 			if *after < 0 || *limit < 0 {
 				return usagef("--after and --limit cannot be negative")
 			}
+			fromSeq := false // --after given: history from there
+			fs.Visit(func(f *flag.Flag) { fromSeq = fromSeq || f.Name == "after" })
 			c, err := x.client()
 			if err != nil {
 				return err
 			}
 			if *follow {
+				if !fromSeq {
+					// Live: from the journal's position now, so that a
+					// reconnect before the first event misses nothing.
+					if _, *after, err = c.ListEventsSeq(x.ctx, 0, *topic, 1); err != nil {
+						return err
+					}
+					if *after <= 0 {
+						*after = -1 // no position known: the stream's own live start
+					}
+				}
 				return followEvents(x, c, *after, *topic, *asJSON)
 			}
-			evs, err := c.ListEvents(x.ctx, *after, *topic, *limit)
+			var evs []wire.Event
+			if fromSeq {
+				evs, err = c.ListEvents(x.ctx, *after, *topic, *limit)
+			} else {
+				evs, err = newestEvents(x, c, *topic, cmp.Or(*limit, defaultEventLimit))
+			}
 			if err != nil {
 				return err
 			}
@@ -58,6 +77,67 @@ var eventsCmd = &command{
 			return tw.Flush()
 		}
 	},
+}
+
+const (
+	// defaultEventLimit is how many events pam events prints by default,
+	// as many as GET /events answers by default.
+	defaultEventLimit = 100
+	// eventPage is the most events one GET /events answers.
+	eventPage = 1000
+)
+
+// newestEvents returns the newest limit events of topic, oldest first.
+// GET /events reads forward from a seq, so it looks back from the
+// journal's position in windows that grow fourfold until one holds
+// limit events or reaches the start: seqs are nearly dense, so for all
+// topics the first window usually does.
+func newestEvents(x *invocation, c *apiclient.Client, topic string, limit int) ([]wire.Event, error) {
+	page := min(limit, eventPage)
+	first, head, err := c.ListEventsSeq(x.ctx, 0, topic, page)
+	if err != nil {
+		return nil, err
+	}
+	if len(first) < page {
+		return first, nil // the whole journal
+	}
+	if head <= 0 { // a server that does not say where its journal is
+		head = math.MaxInt64
+	}
+	for w := int64(limit); ; w *= 4 {
+		lo := max(0, head-w)
+		if head == math.MaxInt64 {
+			lo = 0
+		}
+		evs, err := eventsBetween(x, c, lo, head, topic)
+		if err != nil {
+			return nil, err
+		}
+		if len(evs) >= limit || lo == 0 {
+			return evs[max(0, len(evs)-limit):], nil
+		}
+	}
+}
+
+// eventsBetween returns the events of topic with lo < seq <= hi.
+func eventsBetween(x *invocation, c *apiclient.Client, lo, hi int64, topic string) ([]wire.Event, error) {
+	var out []wire.Event
+	for {
+		page, err := c.ListEvents(x.ctx, lo, topic, eventPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range page {
+			if e.Seq > hi {
+				return out, nil
+			}
+			out = append(out, e)
+		}
+		if len(page) < eventPage {
+			return out, nil
+		}
+		lo = page[len(page)-1].Seq
+	}
 }
 
 // followEvents streams events until ctx ends (exit 0). A dropped stream

@@ -5,12 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"strings"
 	"time"
 
 	"pam/internal/apiclient"
+	"pam/internal/serve"
 	"pam/internal/wire"
 )
 
@@ -204,12 +204,7 @@ func isLoopbackURL(raw string) bool {
 	if err != nil {
 		return false
 	}
-	h := u.Hostname()
-	if h == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
+	return serve.IsLoopback(u.Hostname())
 }
 
 // shellQuote quotes s for a POSIX shell when it holds anything but safe

@@ -24,14 +24,15 @@ func TestAgainstRealServer(t *testing.T) {
 	e.setenv("PAM_URL", sv.URL)
 	e.setenv("PAM_TOKEN", sv.Token)
 
-	// Follow the journal from the start while the commands below run.
+	// Follow the journal from the start (--after 0: without it, --follow
+	// starts live) while the commands below run.
 	followCtx, stopFollow := context.WithCancel(t.Context())
 	defer stopFollow()
 	var followOut, followErr pamtest.Buffer
 	followDone := make(chan int, 1)
 	env := e.env()
 	go func() {
-		followDone <- env.Main(followCtx, []string{"events", "--follow", "--json", "--topic", "work_item.*"}, &followOut, &followErr)
+		followDone <- env.Main(followCtx, []string{"events", "--follow", "--after", "0", "--json", "--topic", "work_item.*"}, &followOut, &followErr)
 	}()
 
 	var p wire.Project
@@ -90,6 +91,14 @@ func TestAgainstRealServer(t *testing.T) {
 	got := strings.Join(topics, " ")
 	if !strings.HasPrefix(got, "project.created work_item.created work_item.created work_item.created work_item.reparented") {
 		t.Errorf("events: %s", got)
+	}
+	// --limit N: the newest N, oldest first.
+	var newest wire.EventList
+	if err := json.Unmarshal([]byte(e.mustPam("events", "--json", "--limit", "2")), &newest); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(evs.Events); len(newest.Events) != 2 || n < 2 || newest.Events[0].Seq != evs.Events[n-2].Seq || newest.Events[1].Seq != evs.Events[n-1].Seq {
+		t.Errorf("events --limit 2: %+v", newest.Events)
 	}
 
 	// The follower saw the work_item events live, as raw Event JSON lines.

@@ -12,7 +12,7 @@ import (
 
 var projectCmd = &command{
 	name:    "project",
-	summary: "create, list, show, update and archive projects",
+	summary: "create, list, show, update, archive and unarchive projects",
 	subs: []*command{
 		{
 			name: "create", summary: "create a project", group: "project",
@@ -152,6 +152,27 @@ var projectCmd = &command{
 						return printJSON(x.stdout, p)
 					}
 					fmt.Fprintf(x.stdout, "archived project %s\n", p.Slug)
+					return nil
+				}
+			},
+		},
+		{
+			name: "unarchive", args: "REF", nargs: 1, names: projectIDs, summary: "make an archived project active again", group: "project",
+			setup: func(fs *flag.FlagSet) func(*invocation) error {
+				asJSON := fs.Bool("json", false, "print the project as JSON")
+				return func(x *invocation) error {
+					c, err := x.client()
+					if err != nil {
+						return err
+					}
+					p, err := c.UnarchiveProject(x.ctx, x.args[0])
+					if err != nil {
+						return err
+					}
+					if *asJSON {
+						return printJSON(x.stdout, p)
+					}
+					fmt.Fprintf(x.stdout, "unarchived project %s\n", p.Slug)
 					return nil
 				}
 			},

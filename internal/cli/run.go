@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"pam/internal/apiclient"
+	"pam/internal/screen"
 	"pam/internal/wire"
 )
 
@@ -82,6 +83,7 @@ var runCmd = &command{
 				task := fs.String("task", "", "only runs of this task (id or id prefix)")
 				host := fs.String("host", "", "only runs on this host (name, id or id prefix)")
 				limit := fs.Int("limit", 0, "at most this many runs (default: the server's)")
+				before := fs.String("before", "", "the page after this run (id or id prefix): what the last page ended with")
 				var attention attentionFlag
 				fs.Var(&attention, "attention", "only runs that wait for a person (needs_input, rate_limited or idle), with their question; --attention=needs_input for one kind")
 				asJSON := fs.Bool("json", false, "print the API's JSON")
@@ -109,18 +111,28 @@ var runCmd = &command{
 							return err
 						}
 					}
-					runs, err := c.ListRuns(x.ctx, f)
+					if *before != "" {
+						if f.Before, err = x.id(c, runIDs, *before); err != nil {
+							return err
+						}
+					}
+					page, err := c.ListRunsPage(x.ctx, f)
 					if err != nil {
 						return err
 					}
+					runs := page.Runs
 					if *asJSON {
-						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs)})
+						return printJSON(x.stdout, wire.RunList{Runs: nonNil(runs), Next: page.Next})
 					}
 					var hosts hostNames
 					if runsHaveHosts(runs...) {
 						hosts = x.hostNames(c)
 					}
 					printRuns(x.stdout, runs, hosts, x.env.Now())
+					if page.Next != nil {
+						// On stderr: stdout stays the table.
+						fmt.Fprintf(x.stderr, "more: pam run list --before %s\n", *page.Next)
+					}
 					return nil
 				}
 			},
@@ -247,12 +259,28 @@ var runCmd = &command{
 				var follow bool
 				fs.BoolVar(&follow, "follow", false, "keep printing new output until the run ends or you interrupt")
 				fs.BoolVar(&follow, "f", false, "same as --follow")
+				color := fs.String("color", "auto", "the pane's colours and other escape sequences: always, never (plain text, for grep or a file) or auto (always on a terminal, never otherwise)")
 				return func(x *invocation) error {
+					raw, err := colorWanted(*color, x.stdout)
+					if err != nil {
+						return err
+					}
 					c, err := x.client()
 					if err != nil {
 						return err
 					}
-					err = c.RunLogs(x.ctx, x.args[0], follow, x.stdout)
+					out := x.stdout
+					var plain *screen.PlainWriter
+					if !raw {
+						plain = screen.NewPlainWriter(x.stdout)
+						out = plain
+					}
+					err = c.RunLogs(x.ctx, x.args[0], follow, out)
+					if plain != nil {
+						if cerr := plain.Close(); err == nil {
+							err = cerr
+						}
+					}
 					if follow && errors.Is(err, context.Canceled) {
 						return nil // interrupted: a normal way to stop following
 					}
@@ -263,6 +291,20 @@ var runCmd = &command{
 		runWatchCmd,
 		runAttachCmd,
 	},
+}
+
+// colorWanted resolves a --color value as ls and git do: always, never,
+// or auto — escape sequences only when w is a terminal.
+func colorWanted(mode string, w io.Writer) (bool, error) {
+	switch mode {
+	case "always":
+		return true, nil
+	case "never":
+		return false, nil
+	case "auto", "":
+		return isTerminal(w), nil
+	}
+	return false, usagef("--color %q: want always, never or auto", mode)
 }
 
 // runAction calls an action that answers a Run and reports it.

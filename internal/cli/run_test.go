@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
@@ -325,4 +328,54 @@ func TestRunSend(t *testing.T) {
 	if out := e.mustPam("run", "send", "--help"); !strings.Contains(out, "ID TEXT") || !strings.Contains(out, "--json") || !strings.Contains(out, "stdin") {
 		t.Errorf("send --help:\n%s", out)
 	}
+}
+
+// run logs prints the pane's escape sequences only to a terminal: piped
+// into grep or a file (stdout not a terminal, --color=auto, the default)
+// or with --color=never it prints plain text with words whole;
+// --color=always keeps the sequences wherever stdout goes.
+func TestRunLogsColor(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	f, _ := newFakeAPI(t, e)
+	const raw = "--- 2026-12-02T00:00:00Z attempt 1 ---\n\x1b[1mhel\x1b[0;32mlo\x1b[0m wor\x1b[7mld\x1b[0m\n"
+	const plain = "--- 2026-12-02T00:00:00Z attempt 1 ---\nhello world\n"
+	f.routes["GET /api/v1/runs/"+runID+"/logs"] = func(w http.ResponseWriter, r *http.Request, _ []byte) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		io.WriteString(w, raw)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, plain},
+		{[]string{"--color=auto"}, plain},
+		{[]string{"--color", "never"}, plain},
+		{[]string{"--color=always"}, raw},
+	} {
+		if out := e.mustPam(append([]string{"run", "logs", runID}, c.args...)...); out != c.want {
+			t.Errorf("run logs %v to a pipe: %q, want %q", c.args, out, c.want)
+		}
+	}
+	if r := e.pam("run", "logs", runID, "--color=rainbow"); r.code != 2 || !strings.Contains(r.stderr, "--color") {
+		t.Errorf("--color=rainbow: %v", r)
+	}
+
+	// To a terminal, auto keeps the sequences.
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	var got pamtest.Buffer
+	go io.Copy(&got, master)
+	var errb bytes.Buffer
+	code := e.env().Main(t.Context(), []string{"run", "logs", runID}, tty, &errb)
+	tty.Close()
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	eventually.Wait(t, 10*time.Second, "the log on the terminal", func() bool {
+		return strings.ReplaceAll(got.String(), "\r\n", "\n") == raw
+	})
 }

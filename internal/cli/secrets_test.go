@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/creack/pty"
 )
 
 // Secrets are never flags: a flag's value shows in the process list. The
@@ -99,5 +101,31 @@ func TestSecretsNeverFlags(t *testing.T) {
 	// --database-url-file: serve's connection string.
 	if r := e.pam("serve", "--database-url-file", write("db", "postgres://u:pw@db/pam\n", 0o600)); r.code != 0 || s.DatabaseURL != "postgres://u:pw@db/pam" {
 		t.Errorf("--database-url-file: %v url %q", r, s.DatabaseURL)
+	}
+}
+
+// pam run attach --local --write takes the run's lease from the
+// orchestrator, so it needs the operator token on the worker host: its
+// help says so and how to give it (for the command only), and without a
+// token its error says what it needs rather than only that a token is
+// missing.
+func TestAttachLocalWriteSaysWhatItNeeds(t *testing.T) {
+	t.Parallel()
+	e := isolate(t)
+	help := e.mustPam("run", "attach", "--help")
+	if !strings.Contains(help, "operator token") || !strings.Contains(help, "PAM_TOKEN") {
+		t.Errorf("--help does not say --write needs the operator token:\n%s", help)
+	}
+	master, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	defer tty.Close()
+	e.stdin = tty
+	r := e.pam("run", "attach", "--local", "--write", "0123456789abcdef")
+	if r.code != 1 || !strings.Contains(r.stderr, "--local --write") || !strings.Contains(r.stderr, "operator token") ||
+		!strings.Contains(r.stderr, "PAM_TOKEN") || !strings.Contains(r.stderr, "agents") {
+		t.Fatalf("without a token: %v", r)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -65,7 +66,7 @@ func workerTokenPath(dataDir string) string { return filepath.Join(dataDir, "wor
 func workerOptions(x *invocation) (worker.Options, error) {
 	c := x.cfg
 	base := c.str("PAM_URL")
-	if err := checkURL(base); err != nil {
+	if err := checkURL(base, c.bool("PAM_ALLOW_INSECURE")); err != nil {
 		return worker.Options{}, err
 	}
 	dataDir := c.str("PAM_DATA_DIR")
@@ -85,7 +86,34 @@ func workerOptions(x *invocation) (worker.Options, error) {
 	}
 	o, err := localWorkerOptions(x, base, token)
 	o.CAFile = c.str("PAM_CA_FILE")
+	if err == nil {
+		warnOperatorToken(x, dataDir, o.Logger)
+	}
 	return o, err
+}
+
+// warnOperatorToken warns, in the log and in a line of its own on
+// stderr, when the operator token is within reach of this worker: set as
+// PAM_TOKEN in its environment, or a token file in its data dir. Every
+// agent the worker starts runs as the worker's uid, so it could read
+// either and then act as the operator over the whole fleet; a worker
+// needs only its own token. pam up is exempt: there the operator's
+// machine is the worker host by design.
+func warnOperatorToken(x *invocation, dataDir string, log *slog.Logger) {
+	var where []string
+	if v, ok := x.env.lookup("PAM_TOKEN"); ok && strings.TrimSpace(v) != "" {
+		where = append(where, "PAM_TOKEN is set in the worker's environment")
+	}
+	file := datadir.TokenPath(dataDir)
+	if _, err := os.Stat(file); err == nil {
+		where = append(where, "an operator token file is in its data dir ("+file+")")
+	}
+	if len(where) == 0 {
+		return
+	}
+	const why = "every agent on this host runs as the worker's user and can read it, then act as the operator; a worker needs only its worker token (see the README's Security section)"
+	log.Warn("the operator token is on this worker host: "+why, "found", strings.Join(where, "; "))
+	fmt.Fprintf(x.stderr, "pam worker: warning: the operator token is on this worker host (%s): %s\n", strings.Join(where, "; "), why)
 }
 
 // localWorkerOptions resolves the settings every worker has (pam worker

@@ -18,32 +18,39 @@ import (
 
 var runDiffCmd = &command{
 	name: "diff", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
-	summary: "print what a run changed in its worktree (--stat: files with lines added and deleted)",
+	summary: "print what a run changed in its worktree: its commits (what push sends), then the rest (--stat: files with lines added and deleted)",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
-		stat := fs.Bool("stat", false, "list the files changed with their line counts")
+		stat := fs.Bool("stat", false, "list the files changed with their line counts, each marked committed or not, and the branch's head")
+		part := fs.String("part", "", "only one part: committed (what pam run push sends) or uncommitted (the rest of the working tree)")
 		asJSON := fs.Bool("json", false, "with --stat, print the API's JSON")
 		return func(x *invocation) error {
+			switch *part {
+			case "", wire.DiffPartCommitted, wire.DiffPartUncommitted:
+			default:
+				return usagef("--part is committed or uncommitted, not %q", *part)
+			}
 			c, err := x.client()
 			if err != nil {
 				return err
 			}
 			color := isTerminal(x.stdout)
 			if *stat {
-				s, err := c.RunDiffStat(x.ctx, x.args[0])
+				s, err := c.RunDiffStat(x.ctx, x.args[0], *part)
 				if err != nil {
 					return err
 				}
 				if *asJSON {
 					return printJSON(x.stdout, s)
 				}
-				printDiffStat(x.stdout, s.Files, color)
+				printDiffStat(x.stdout, s, color)
 				return nil
 			}
 			if !color {
-				return c.RunDiff(x.ctx, x.args[0], x.stdout)
+				_, err := c.RunDiff(x.ctx, x.args[0], *part, x.stdout)
+				return err
 			}
 			var b bytes.Buffer
-			if err := c.RunDiff(x.ctx, x.args[0], &b); err != nil {
+			if _, err := c.RunDiff(x.ctx, x.args[0], *part, &b); err != nil {
 				return err
 			}
 			return colorDiff(x.stdout, &b)
@@ -55,13 +62,17 @@ var runPushCmd = &command{
 	name: "push", args: "ID", nargs: 1, names: runIDs, group: clientGroup,
 	summary: "push a run's branch to its project's repository (with the host's git credentials)",
 	setup: func(fs *flag.FlagSet) func(*invocation) error {
+		commit := fs.String("commit", "", "push only if the branch is still at this commit (the head pam run diff --stat named: what you reviewed); refused head_moved otherwise")
 		asJSON := fs.Bool("json", false, "print the API's JSON")
 		return func(x *invocation) error {
+			if *commit != "" && !wire.ValidCommit(*commit) {
+				return usagef("--commit must be a full commit id (the head pam run diff --stat prints)")
+			}
 			c, err := x.client()
 			if err != nil {
 				return err
 			}
-			res, err := c.PushRun(x.ctx, x.args[0])
+			res, err := c.PushRun(x.ctx, x.args[0], *commit)
 			if err != nil {
 				return err
 			}
@@ -71,7 +82,7 @@ var runPushCmd = &command{
 			if !res.OK {
 				return fmt.Errorf("push of %s failed: %s", res.Branch, res.Detail)
 			}
-			fmt.Fprintf(x.stdout, "pushed %s\n", res.Branch)
+			fmt.Fprintf(x.stdout, "pushed %s at %s\n", res.Branch, res.Commit)
 			return nil
 		}
 	},
@@ -142,9 +153,11 @@ func colorDiff(w io.Writer, r io.Reader) error {
 	return bw.Flush()
 }
 
-// printDiffStat prints one line per file: added, deleted (- for a
-// binary file), status and path, then the totals.
-func printDiffStat(w io.Writer, files []wire.DiffFile, color bool) {
+// printDiffStat prints the branch's head, then one line per file:
+// added, deleted (- for a binary file), status, part and path, then the
+// totals.
+func printDiffStat(w io.Writer, st *wire.DiffStat, color bool) {
+	fmt.Fprintf(w, "head %s\n", st.Head)
 	tw := table(w)
 	var add, del int
 	num := func(p *int, c string, sum *int) string {
@@ -157,12 +170,16 @@ func printDiffStat(w io.Writer, files []wire.DiffFile, color bool) {
 		}
 		return fmt.Sprint(*p)
 	}
-	fmt.Fprintln(tw, "ADDED\tDELETED\tSTATUS\tPATH")
-	for _, f := range files {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", num(f.Added, ansiGreen, &add), num(f.Deleted, ansiRed, &del), f.Status, f.Path)
+	fmt.Fprintln(tw, "ADDED\tDELETED\tSTATUS\tPART\tPATH")
+	for _, f := range st.Files {
+		part := wire.DiffPartUncommitted
+		if f.Committed {
+			part = wire.DiffPartCommitted
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", num(f.Added, ansiGreen, &add), num(f.Deleted, ansiRed, &del), f.Status, part, f.Path)
 	}
 	tw.Flush()
-	fmt.Fprintf(w, "%d files changed, %d insertions(+), %d deletions(-)\n", len(files), add, del)
+	fmt.Fprintf(w, "%d files changed, %d insertions(+), %d deletions(-)\n", len(st.Files), add, del)
 }
 
 // repoFlags are --repo and --base of pam project create and update.

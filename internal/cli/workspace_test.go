@@ -17,7 +17,7 @@ func TestWorkspaceCommands(t *testing.T) {
 	f.handle("PATCH /api/v1/projects/demo", 200, withRepo)
 	f.handle("GET /api/v1/projects/demo", 200, withRepo)
 	f.handle("POST /api/v1/runs", 202, runJSON)
-	f.handle("POST /api/v1/runs/"+runID+"/push", 202, `{"run_id":"`+runID+`","branch":"pam/demo-f8d9e2a1","ok":true,"detail":"pushed"}`)
+	f.handle("POST /api/v1/runs/"+runID+"/push", 202, `{"run_id":"`+runID+`","branch":"pam/demo-f8d9e2a1","commit":"0123456789abcdef0123456789abcdef01234567","ok":true,"detail":"pushed"}`)
 	f.handle("DELETE /api/v1/runs/"+runID+"/workspace", 204, ``)
 	f.handle("GET /api/v1/runs/"+runID+"/diff", 200, "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-old\n+new\n")
 
@@ -41,6 +41,8 @@ func TestWorkspaceCommands(t *testing.T) {
 		{[]string{"run", "push", runID}, `POST /api/v1/runs/` + runID + `/push`},
 		{[]string{"run", "clean", runID}, `DELETE /api/v1/runs/` + runID + `/workspace`},
 		{[]string{"run", "diff", runID}, `GET /api/v1/runs/` + runID + `/diff`},
+		{[]string{"run", "diff", "--part", "committed", runID}, `GET /api/v1/runs/` + runID + `/diff?part=committed`},
+		{[]string{"run", "push", "--commit", "0123456789abcdef0123456789abcdef01234567", runID}, `POST /api/v1/runs/` + runID + `/push {"commit":"0123456789abcdef0123456789abcdef01234567"}`},
 	}
 	for _, tt := range tests {
 		e.mustPam(tt.args...)
@@ -54,16 +56,16 @@ func TestWorkspaceCommands(t *testing.T) {
 	if out := e.mustPam("project", "show", "demo"); !strings.Contains(out, "/srv/app.git") {
 		t.Errorf("project show lacks the repo:\n%s", out)
 	}
-	if out := e.mustPam("run", "push", runID); out != "pushed pam/demo-f8d9e2a1\n" {
+	if out := e.mustPam("run", "push", runID); out != "pushed pam/demo-f8d9e2a1 at 0123456789abcdef0123456789abcdef01234567\n" {
 		t.Errorf("push printed %q", out)
 	}
 
-	f.handle("GET /api/v1/runs/"+runID+"/diff", 200, `{"files":[{"path":"x","added":3,"deleted":1,"status":"modified"},{"path":"b.png","added":null,"deleted":null,"status":"added"}]}`)
+	f.handle("GET /api/v1/runs/"+runID+"/diff", 200, `{"head":"0123456789abcdef0123456789abcdef01234567","files":[{"path":"x","added":3,"deleted":1,"status":"modified","committed":true},{"path":"b.png","added":null,"deleted":null,"status":"added","committed":false}]}`)
 	out := e.mustPam("run", "diff", "--stat", runID)
 	if f.last() != `GET /api/v1/runs/`+runID+`/diff?stat=true` {
 		t.Errorf("stat sent %s", f.last())
 	}
-	for _, want := range []string{"3      1        modified  x", "-      -        added     b.png", "2 files changed, 3 insertions(+), 1 deletions(-)"} {
+	for _, want := range []string{"head 0123456789abcdef0123456789abcdef01234567", "3      1        modified  committed    x", "-      -        added     uncommitted  b.png", "2 files changed, 3 insertions(+), 1 deletions(-)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("stat lacks %q:\n%s", want, out)
 		}
@@ -76,6 +78,15 @@ func TestWorkspaceCommands(t *testing.T) {
 	f.handle("GET /api/v1/runs/"+runID+"/diff", 404, `{"error":{"code":"no_workspace","message":"run has no worktree","details":{}}}`)
 	if r := e.pam("run", "diff", runID); r.code != 1 || !strings.Contains(r.stderr, "no worktree") {
 		t.Errorf("no worktree: %+v", r)
+	}
+	f.handle("POST /api/v1/runs/"+runID+"/push", 409, `{"error":{"code":"head_moved","message":"the branch is at 89abcdef0123 now, not at the reviewed 0123456789ab: review it again","details":{}}}`)
+	if r := e.pam("run", "push", "--commit", "0123456789abcdef0123456789abcdef01234567", runID); r.code != 1 || !strings.Contains(r.stderr, "review it again") {
+		t.Errorf("push of a moved head: %+v", r)
+	}
+	for _, args := range [][]string{{"run", "diff", "--part", "all", runID}, {"run", "push", "--commit", "HEAD", runID}} {
+		if r := e.pam(args...); r.code != 2 {
+			t.Errorf("pam %s: %+v", strings.Join(args, " "), r)
+		}
 	}
 	if r := e.pam("project", "create", "--name", "X", "--base", "main"); r.code != 2 {
 		t.Errorf("--base without --repo: %+v", r)

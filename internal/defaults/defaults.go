@@ -50,7 +50,8 @@ const (
 	// after it ended (PAM_WORKTREE_RETENTION).
 	WorktreeRetention = 168 * time.Hour
 	// WorktreeBudget: past this many bytes of worktrees, finished runs'
-	// are removed oldest first (PAM_WORKTREE_BUDGET, "20GB").
+	// are removed oldest first, those with unpushed or uncommitted work
+	// never (PAM_WORKTREE_BUDGET, "20GB").
 	WorktreeBudget = 20 * 1000 * 1000 * 1000
 )
 

@@ -24,7 +24,7 @@ const ticker = `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo tick-$i; sleep
 // Socket auth happens before the upgrade: 401 without a credential, 403
 // from a foreign Origin, 404 for a run that is not a UUID or does not
 // exist; tickets are single use and bound to run and purpose; ?token=
-// works for non-browser clients.
+// is refused even with the right token (a URL lands in logs).
 func TestTerminalSocketAuth(t *testing.T) {
 	t.Parallel()
 	s := newSystem(t)
@@ -48,7 +48,7 @@ func TestTerminalSocketAuth(t *testing.T) {
 		{"not a uuid", "not-a-uuid", "pane", nil, bearer, 404},
 		{"unknown run", "00000000-0000-4000-8000-000000000000", "attach", nil, bearer, 404},
 		{"bad size", r.ID, "attach", url.Values{"rows": {"0"}}, bearer, 400},
-		{"token param", r.ID, "pane", url.Values{"token": {s.token}}, http.Header{}, 101},
+		{"token param", r.ID, "pane", url.Values{"token": {s.token}}, http.Header{}, 401},
 		{"same origin", r.ID, "pane", nil, http.Header{"Authorization": {"Bearer " + s.token}, "Origin": {s.url}}, 101},
 	}
 	for _, c := range cases {

@@ -41,7 +41,8 @@ const commit = "git -c user.name=agent -c user.email=agent@example.com commit -q
 //   - a retry reuses the worktree (attempt 1's file is there in attempt 2);
 //   - kill -9 of the worker mid-run: the worktree is re-adopted with the
 //     run, and a budget clean-up after the restart removes only finished
-//     runs' worktrees;
+//     runs' worktrees, and of those only the one with nothing unsaved:
+//     the ones with uncommitted or untracked files stay;
 //   - an unreachable repository fails the run workspace_failed.
 func TestWorkspaceE2E(t *testing.T) {
 	t.Parallel()
@@ -149,12 +150,15 @@ func TestWorkspaceE2E(t *testing.T) {
 	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
 	w.start()
 	w.waitLog(30*time.Second, "session adopted", d.ID)
-	for _, id := range []string{a.ID, b.ID, c.ID} {
-		s.waitRun(id, "worktree removed by the budget", 60*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	s.waitRun(b.ID, "worktree removed by the budget", 60*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	if _, err := os.Stat(wb.Path); !os.IsNotExist(err) {
+		t.Errorf("the clean finished run's worktree %s still there: %v", wb.Path, err)
 	}
-	for _, ws := range []string{wa.Path, wb.Path, rc.Workspace.Path} {
-		if _, err := os.Stat(ws); !os.IsNotExist(err) {
-			t.Errorf("finished run's worktree %s still there: %v", ws, err)
+	// Run a's and run c's hold files never committed: the budget keeps
+	// them (only retention or DELETE removes unsaved work).
+	for _, f := range []string{filepath.Join(wa.Path, "untracked.txt"), filepath.Join(rc.Workspace.Path, "attempt2.txt")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("unsaved work removed by the budget: %v", err)
 		}
 	}
 	if _, err := os.Stat(filepath.Join(rd.Workspace.Path, "started")); err != nil {
@@ -165,12 +169,12 @@ func TestWorkspaceE2E(t *testing.T) {
 	}
 	var evs wire.EventList
 	s.must(200, "GET", "/api/v1/events?after=0&topic=run.workspace_removed", nil, &evs)
-	if len(evs.Events) != 3 || !strings.Contains(string(evs.Events[0].Payload), `"reason":"budget"`) {
+	if len(evs.Events) != 1 || !strings.Contains(string(evs.Events[0].Payload), `"reason":"budget"`) {
 		t.Errorf("run.workspace_removed events: %d", len(evs.Events))
 	}
 	g.open(t, "d")
 	s.waitRun(d.ID, "exited", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" })
-	code, body = s.call("GET", "/api/v1/runs/"+a.ID+"/diff", nil)
+	code, body = s.call("GET", "/api/v1/runs/"+b.ID+"/diff", nil)
 	if code != 404 || !strings.Contains(string(body), wire.CodeNoWorkspace) {
 		t.Errorf("diff of a cleaned run: %d %s", code, body)
 	}
@@ -202,4 +206,100 @@ func jsonNum(p *int) string {
 	}
 	b, _ := json.Marshal(*p)
 	return string(b)
+}
+
+// TestWorkspaceDeleteInHoldOpen: DELETE /runs/{id}/workspace of a run
+// that exited while its session is still held open (PAM_HOLD_OPEN) ends
+// the session and removes the worktree (204), instead of a 409 saying
+// the run is live; the branch, with the run's unpushed commit, stays in
+// the mirror.
+func TestWorkspaceDeleteInHoldOpen(t *testing.T) {
+	t.Parallel()
+	s, _ := newFaultSystem(t, "")
+	w := s.faultWorker("hold-host", s.url, "PAM_HOLD_OPEN=1h")
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\n"})
+	var p wire.Project
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Held", "repo": map[string]any{"url": remote}}, &p)
+	var task wire.WorkItem
+	s.must(201, "POST", "/api/v1/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Hold it"}, &task)
+
+	run := s.runShell(task.ID, "echo A > a.txt && git add a.txt && "+commit+" a && echo wip > wip.txt; exit 0", nil)
+	r := s.waitRun(run.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	ws := *r.Workspace
+	head := gitE2E(t, ws.Path, nil, "rev-parse", "HEAD")
+	if msg := gitE2E(t, ws.Path, nil, "log", "-1", "--format=%s"); msg != "a" {
+		t.Fatalf("the run's commit is not there: HEAD %q", msg)
+	}
+	if !w.hasSession(r.SessionName) {
+		t.Fatal("the exited run's session is not held open")
+	}
+
+	code, body := s.call("DELETE", "/api/v1/runs/"+run.ID+"/workspace", nil)
+	if code != 204 {
+		t.Fatalf("DELETE /runs/{id}/workspace of an exited run in hold-open: %d %s", code, body)
+	}
+	if w.hasSession(r.SessionName) {
+		t.Error("the hold-open session is still there")
+	}
+	if _, err := os.Stat(ws.Path); !os.IsNotExist(err) {
+		t.Errorf("the worktree is still there: %v", err)
+	}
+	s.waitRun(run.ID, "workspace cleared", 30*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	mirror := filepath.Join(w.opts.DataDir, "repos", p.ID+".git")
+	if got := gitE2E(t, mirror, nil, "rev-parse", "refs/heads/"+ws.Branch); got != head {
+		t.Errorf("the branch in the mirror is at %s, want the run's commit %s", got, head)
+	}
+}
+
+// TestWorkspaceHostAddedAgain: a host removed and added again (a new host
+// id, the same worker data dir) keeps its old worktrees: the orchestrator
+// no longer knows their runs, and its worker's clean-up keeps the one
+// holding an unpushed commit and an uncommitted file — even past the
+// budget, which takes only the clean one. Which host ran the runs is
+// still on them.
+func TestWorkspaceHostAddedAgain(t *testing.T) {
+	t.Parallel()
+	s, _ := newFaultSystem(t, "")
+	w := s.faultWorker("again-host", s.url)
+	old := s.host("again-host")
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\n"})
+	var p wire.Project
+	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Again", "repo": map[string]any{"url": remote}}, &p)
+	var task wire.WorkItem
+	s.must(201, "POST", "/api/v1/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Keep it"}, &task)
+
+	a := s.runShell(task.ID, "echo A > a.txt && git add a.txt && "+commit+" a && echo wip > wip.txt; exit 0", nil)
+	b := s.runShell(task.ID, "exit 0", nil)
+	ra := s.waitRun(a.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	rb := s.waitRun(b.ID, "exited with a worktree", 60*time.Second, func(r wire.Run) bool { return r.Status == "exited" && r.Workspace != nil })
+	head := gitE2E(t, ra.Workspace.Path, nil, "rev-parse", "HEAD")
+
+	// The worker stops; its host is removed and added again.
+	w.kill9()
+	s.must(204, "DELETE", "/api/v1/hosts/again-host", nil, nil)
+	var created wire.HostCreated
+	s.must(201, "POST", "/api/v1/hosts", map[string]any{"name": "again-host"}, &created)
+	if created.Host.ID == old.ID {
+		t.Fatal("the host came back with its old id")
+	}
+	w.opts.Token = created.WorkerToken
+	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
+	w.start()
+	s.waitHost("again-host", "online", 30*time.Second)
+
+	// The budget takes the clean worktree; in the same pass it keeps the
+	// one with unsaved work.
+	w.waitLog(60*time.Second, "worktree cleaned up", b.ID, "reason=budget")
+	if _, err := os.Stat(rb.Workspace.Path); !os.IsNotExist(err) {
+		t.Errorf("the clean worktree is still there: %v", err)
+	}
+	if got := gitE2E(t, ra.Workspace.Path, nil, "rev-parse", "HEAD"); got != head {
+		t.Errorf("the kept worktree's HEAD is %s, want the unpushed commit %s", got, head)
+	}
+	if b, err := os.ReadFile(filepath.Join(ra.Workspace.Path, "wip.txt")); err != nil || string(b) != "wip\n" {
+		t.Errorf("the uncommitted file is gone: %q %v", b, err)
+	}
+	if got := s.getRun(a.ID); got.HostID == nil || *got.HostID != old.ID {
+		t.Errorf("run a's host_id after its host was removed: %v, want %s", got.HostID, old.ID)
+	}
 }

@@ -21,6 +21,9 @@ type Options struct {
 	TLSCert       string // PAM_TLS_CERT
 	TLSKey        string // PAM_TLS_KEY
 	MetricsPublic bool   // PAM_METRICS_PUBLIC
+	// AllowInsecure is PAM_ALLOW_INSECURE: serve plain HTTP on a
+	// non-loopback address (with a warning) instead of refusing to start.
+	AllowInsecure bool
 
 	EventRetention      time.Duration // PAM_EVENT_RETENTION
 	HostOfflineAfter    time.Duration // PAM_HOST_OFFLINE_AFTER

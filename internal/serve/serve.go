@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
@@ -12,12 +13,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/term"
 
 	"pam/internal/datadir"
 	"pam/internal/dispatch"
@@ -46,6 +49,9 @@ func Run(ctx context.Context, o Options) (err error) {
 			logFailure(o.DataDir, err)
 		}
 	}()
+	if err := checkPlain(o); err != nil {
+		return err
+	}
 	embedded := o.DatabaseURL == ""
 	if err := datadir.Ensure(o.DataDir, embedded && os.Geteuid() == 0); err != nil {
 		return err
@@ -202,12 +208,52 @@ func Run(ctx context.Context, o Options) (err error) {
 	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", scheme == "https", "version", o.Version)
 	fmt.Fprintf(o.Stdout, "pam serve listening on %s\n", base)
 	if o.DashboardURL {
-		fmt.Fprintf(o.Stdout, "dashboard: %s/#token=%s\n", base, token)
+		printDashboard(o.Stdout, base, token, o.DataDir)
 	}
 	if o.Ready != nil {
 		o.Ready(base, token)
 	}
 	return g.Wait()
+}
+
+// checkPlain refuses plain HTTP on an address other machines can reach
+// unless o.AllowInsecure: every token would cross the network in clear.
+func checkPlain(o Options) error {
+	if o.TLSCert != "" || o.TLSKey != "" || IsLoopback(o.Bind) || o.AllowInsecure {
+		return nil
+	}
+	return fmt.Errorf("refusing plain HTTP on %s, an address other machines can reach: every token would cross the network in clear. "+
+		"Set PAM_TLS_CERT and PAM_TLS_KEY, or bind 127.0.0.1 (PAM_BIND) behind a TLS reverse proxy, or set PAM_ALLOW_INSECURE=1 on a network you trust", o.Bind)
+}
+
+// IsLoopback reports whether host (a name or an IP address, without a
+// port) is this machine's loopback: "localhost" or a loopback address.
+// Plain http:// is safe there only.
+func IsLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(host, "[]"))
+	return ip != nil && ip.IsLoopback()
+}
+
+// printDashboard prints where the dashboard is. To a terminal the URL
+// carries the token in its fragment, one click away from signed in; to
+// anything else (a file, a pipe into a log collector, a systemd journal)
+// the token would be kept wherever that output goes, so the line names
+// the token file instead.
+func printDashboard(w io.Writer, base, token, dataDir string) {
+	if isTerminal(w) {
+		fmt.Fprintf(w, "dashboard: %s/#token=%s\n", base, token)
+		return
+	}
+	fmt.Fprintf(w, "dashboard: %s/ (sign in with the token in %s; a URL that carries it is printed only to a terminal)\n", base, datadir.TokenPath(dataDir))
+}
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // listen opens serve's listener, with TLS when a certificate is
@@ -226,7 +272,7 @@ func listen(o Options) (net.Listener, string, error) {
 		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12, NextProtos: []string{"h2", "http/1.1"}})
 		return ln, "https", nil
 	}
-	if ip := net.ParseIP(o.Bind); ip == nil || !ip.IsLoopback() {
+	if !IsLoopback(o.Bind) {
 		o.Logger.Warn("serving plain HTTP on a non-loopback address: tokens cross the network in clear; set PAM_TLS_CERT/PAM_TLS_KEY or put a TLS proxy in front", "bind", o.Bind)
 	}
 	return ln, "http", nil

@@ -78,9 +78,16 @@ func TestServeNativeTLS(t *testing.T) {
 	p.Stop(syscall.SIGTERM, stopWait)
 }
 
-func TestServeWarnsPlainNonLoopback(t *testing.T) {
+// Plain HTTP on an address other machines reach would carry every token
+// in clear: serve refuses to start, saying how to allow it; with
+// PAM_ALLOW_INSECURE it starts and warns.
+func TestServeRefusesPlainNonLoopback(t *testing.T) {
 	t.Parallel()
-	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t), Env: []string{"PAM_BIND=0.0.0.0"}})
+	refused := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t), Env: []string{"PAM_BIND=0.0.0.0"}, NoWait: true})
+	if code := refused.Wait(stopWait); code != 1 || !strings.Contains(refused.Stderr.String(), "PAM_ALLOW_INSECURE") || strings.Contains(refused.Stdout.String(), "listening") {
+		t.Fatalf("plain HTTP on 0.0.0.0: exit %d: %s", code, refused.Stderr)
+	}
+	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t), Env: []string{"PAM_BIND=0.0.0.0", "PAM_ALLOW_INSECURE=1"}})
 	eventually.Wait(t, 10*time.Second, "a warning for plain HTTP on 0.0.0.0", func() bool {
 		return strings.Contains(p.Stderr.String(), "non-loopback")
 	})

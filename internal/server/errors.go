@@ -29,7 +29,8 @@ func StatusOf(e *wire.Error) int {
 	case wire.CodeMethodNotAllowed:
 		return http.StatusMethodNotAllowed
 	case wire.CodeConflict, wire.CodeSlugTaken, wire.CodeIllegalTransition, wire.CodeHasChildren, wire.CodeHasRuns,
-		wire.CodeHasActiveRuns, wire.CodeLeaseHeld, wire.CodeInvalidAttempt, wire.CodeNotResumable:
+		wire.CodeHasActiveRuns, wire.CodeLeaseHeld, wire.CodeInvalidAttempt, wire.CodeNotResumable,
+		wire.CodeProjectArchived, wire.CodeHeadMoved:
 		return http.StatusConflict
 	case wire.CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge

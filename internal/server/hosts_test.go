@@ -444,11 +444,25 @@ func TestHostDelete(t *testing.T) {
 		t.Fatalf("delete: %d %s", code, body)
 	}
 	e.must(404, "GET", "/api/v1/hosts/h1", nil, nil)
-	var refs int
+	// Which host ran each run and attempt is kept (the runs that only
+	// wished for it drop the wish), and so is its name.
+	var ran, attempts, wishes int
+	var name string
 	if err := e.store.Pool.QueryRow(t.Context(), `SELECT
-		(SELECT count(*) FROM runs WHERE host_id IS NOT NULL OR target_host_id IS NOT NULL) +
-		(SELECT count(*) FROM run_attempts WHERE host_id IS NOT NULL)`).Scan(&refs); err != nil || refs != 0 {
-		t.Fatalf("%d references to the deleted host remain (%v)", refs, err)
+		(SELECT count(*) FROM runs WHERE host_id = $1),
+		(SELECT count(*) FROM run_attempts WHERE host_id = $1),
+		(SELECT count(*) FROM runs WHERE target_host_id IS NOT NULL),
+		(SELECT name FROM removed_hosts WHERE id = $1)`, h.ID).Scan(&ran, &attempts, &wishes, &name); err != nil {
+		t.Fatal(err)
+	}
+	if ran != 3 || attempts != 1 || wishes != 0 || name != "h1" {
+		t.Fatalf("after removal: %d runs and %d attempts name the host (want 3 and 1), %d runs still target it, removed_hosts names it %q",
+			ran, attempts, wishes, name)
+	}
+	var run wire.Run
+	e.must(200, "GET", "/api/v1/runs/"+runID, nil, &run)
+	if run.HostID == nil || *run.HostID != h.ID {
+		t.Fatalf("GET /runs/{id} of a removed host's run: host_id %v, want %s", run.HostID, h.ID)
 	}
 	var runs int
 	e.store.Pool.QueryRow(t.Context(), `SELECT count(*) FROM runs`).Scan(&runs)

@@ -31,12 +31,18 @@ func tokenEqual(got, want string) bool {
 	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// operatorAuth admits requests carrying the operator token.
+// operatorAuth admits requests carrying the operator token, then refuses
+// what the route cannot take (checkRequest): an unknown query parameter,
+// a malformed id.
 func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !tokenEqual(bearer(r), s.opts.Token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
 			writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token"))
+			return
+		}
+		if err := checkRequest(r.Pattern, r); err != nil {
+			writeError(w, err)
 			return
 		}
 		h(w, r)

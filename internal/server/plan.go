@@ -10,7 +10,11 @@ import (
 // Projects and work items: the operator's plan (docs/api.md#resources).
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {
-	archived := r.URL.Query().Get("include_archived") == "true"
+	archived, err := queryBool(r, "include_archived")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	prefix, err := idPrefix(r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -68,6 +72,17 @@ func (s *Server) updateProject(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) archiveProject(w http.ResponseWriter, r *http.Request) {
 	p, err := s.store.ArchiveProject(r.Context(), r.PathValue("ref"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, p)
+}
+
+// unarchiveProject is POST /projects/{ref}/unarchive: an archived project
+// becomes active again, its items and runs open to change.
+func (s *Server) unarchiveProject(w http.ResponseWriter, r *http.Request) {
+	p, err := s.store.UnarchiveProject(r.Context(), r.PathValue("ref"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

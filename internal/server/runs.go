@@ -33,7 +33,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := store.RunFilter{Status: q.Get("status"), ProjectID: q.Get("project_id"), TaskID: q.Get("task_id"), HostID: q.Get("host_id"),
-		Attention: q.Get("attention")}
+		Attention: q.Get("attention"), Before: q.Get("before")}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -47,12 +47,12 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	runs, err := s.store.ListRuns(r.Context(), f)
+	runs, next, err := s.store.ListRuns(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, wire.RunList{Runs: runs})
+	writeJSON(w, http.StatusOK, wire.RunList{Runs: runs, Next: next})
 }
 
 func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
@@ -235,7 +235,11 @@ func (s *Server) runLogs(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	follow := r.URL.Query().Get("follow") == "true"
+	follow, err := queryBool(r, "follow")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	host := run.HostID
 	if host == nil {
 		if host, err = s.store.LastHost(r.Context(), run.ID); err != nil {

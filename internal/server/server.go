@@ -249,6 +249,7 @@ func (s *Server) routes() {
 	api("GET /projects/{ref}", s.getProject)
 	api("PATCH /projects/{ref}", s.updateProject)
 	api("DELETE /projects/{ref}", s.archiveProject)
+	api("POST /projects/{ref}/unarchive", s.unarchiveProject)
 	api("GET /projects/{ref}/work-items", s.listWorkItems)
 	api("POST /projects/{ref}/work-items", s.createWorkItem)
 	api("GET /work-items", s.findWorkItems)
@@ -438,8 +439,9 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // DecodeStrict decodes exactly one JSON value into v: unknown fields are a
-// validation_failed naming the field, wrong types name the field too,
-// anything unparsable is malformed_json, an oversized body body_too_large.
+// validation_failed naming the field, wrong types name the field too, so
+// does a string holding NUL; anything unparsable is malformed_json, an
+// oversized body body_too_large.
 func DecodeStrict(body io.Reader, v any) error {
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
@@ -453,7 +455,7 @@ func DecodeStrict(body io.Reader, v any) error {
 		}
 		return wire.Errorf(wire.CodeMalformedJSON, "request body must hold exactly one JSON object")
 	}
-	return nil
+	return refuseNUL(v)
 }
 
 func jsonError(err error) error {

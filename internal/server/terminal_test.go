@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -312,6 +313,47 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 			t.Fatalf("%q reached the log:\n%s", s, out)
 		}
 	}
+}
+
+// A socket takes the operator token from the Authorization header only,
+// never from the URL, where it would land in proxies' logs: ?token= is
+// refused even when it holds the right token, and the refusal says what
+// to use instead. A ticket, spent once used, is what a URL carries.
+func TestSocketRefusesTokenInURL(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ts := serve(t, server.New(server.Options{Store: st, Token: testToken}))
+	e := &env{t: t, url: ts.URL, store: st}
+	task := e.item(e.project("Tickets").Slug, "task", "Tickets only", nil)
+	var r wire.Run
+	e.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell"}, &r)
+	base := "ws" + strings.TrimPrefix(ts.URL, "http") + "/api/v1/runs/" + r.ID
+	for _, kind := range []string{"/pane/ws", "/attach/ws"} {
+		c, resp, err := websocket.Dial(t.Context(), base+kind+"?token="+testToken, nil)
+		if err == nil {
+			c.CloseNow()
+			t.Fatalf("%s?token= upgraded", kind)
+		}
+		if resp == nil || resp.StatusCode != 401 {
+			t.Fatalf("%s?token=: %v %v", kind, resp, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		if !strings.Contains(string(body), "ticket") || !strings.Contains(string(body), "Authorization") {
+			t.Fatalf("%s?token= refused without saying what to use: %s", kind, body)
+		}
+	}
+	var tk wire.WSTicket
+	e.must(201, "POST", "/api/v1/ws-tickets", map[string]any{"run_id": r.ID, "purpose": "pane"}, &tk)
+	c, _, err := websocket.Dial(t.Context(), base+"/pane/ws?ticket="+tk.Ticket, nil)
+	if err != nil {
+		t.Fatalf("ticket: %v", err)
+	}
+	c.CloseNow()
+	c, _, err = websocket.Dial(t.Context(), base+"/pane/ws", &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + testToken}}})
+	if err != nil {
+		t.Fatalf("header: %v", err)
+	}
+	c.CloseNow()
 }
 
 // Shutdown waits for what http.Server.Shutdown does not: WebSocket

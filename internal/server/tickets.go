@@ -18,9 +18,11 @@ import (
 // WebSocket authentication (docs/api.md#resources, docs/api.md#websockets, docs/architecture.md#security-model). A browser cannot set headers on
 // a WebSocket handshake, so besides the Authorization header a socket
 // takes ?ticket= (single use, 30 s, bound to one run and purpose: what the
-// dashboard puts in a URL instead of the token) or ?token= (docs/api.md, for
-// non-browser clients). The request logger logs the path only, never the
-// query, so neither appears in a log.
+// dashboard puts in a URL instead of the token). The token itself is never
+// taken from a URL: a query string lands in proxies' and browsers' logs
+// and histories, where a spent ticket is worth nothing and a token would
+// be the operator's. The request logger logs the path only, never the
+// query.
 
 const (
 	// ticketTTL is how long a ticket is valid.
@@ -33,7 +35,6 @@ const (
 // How a socket authenticated, as journaled with a lease.
 const (
 	authHeader = "header"
-	authToken  = "token"
 	authTicket = "ticket"
 )
 
@@ -145,7 +146,8 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 }
 
 // authenticateSocket checks the handshake's credential: the Authorization
-// header if present (and then nothing else), else ?ticket=, else ?token=.
+// header if present (and then nothing else), else ?ticket=. A ?token= is
+// no credential, whatever it holds.
 func (s *Server) authenticateSocket(r *http.Request, runID, purpose string) (string, bool) {
 	if r.Header.Get("Authorization") != "" {
 		return authHeader, tokenEqual(bearer(r), s.opts.Token)
@@ -154,9 +156,6 @@ func (s *Server) authenticateSocket(r *http.Request, runID, purpose string) (str
 	if tok := q.Get("ticket"); tok != "" {
 		t, ok := s.term.tickets.redeem(tok, time.Now())
 		return authTicket, ok && t.purpose == purpose && strings.EqualFold(t.runID, runID)
-	}
-	if tok := q.Get("token"); tok != "" {
-		return authToken, tokenEqual(tok, s.opts.Token)
 	}
 	return "", false
 }
@@ -179,8 +178,8 @@ func sameOrigin(r *http.Request) bool {
 func (s *Server) terminalRoutes(api func(pattern string, h http.HandlerFunc)) {
 	api("POST /ws-tickets", s.createWSTicket)
 	api("DELETE /runs/{id}/lease", s.revokeLease)
-	s.mux.Handle("GET /api/v1/runs/{id}/pane/ws", s.counted(s.socket(wire.PurposePane, s.paneWS)))
-	s.mux.Handle("GET /api/v1/runs/{id}/attach/ws", s.counted(s.socket(wire.PurposeAttach, s.attachWS)))
+	s.mux.Handle("GET /api/v1/runs/{id}/pane/ws", checked(s.counted(s.socket(wire.PurposePane, s.paneWS))))
+	s.mux.Handle("GET /api/v1/runs/{id}/attach/ws", checked(s.counted(s.socket(wire.PurposeAttach, s.attachWS))))
 	s.registry.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "pam_pane_viewers", Help: "Connected pane viewers (pane/ws)."},
 			func() float64 { return float64(s.opts.Fleet.PaneViewers()) }),

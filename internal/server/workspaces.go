@@ -31,35 +31,53 @@ const (
 // does not answer in time; an error the worker reports comes back as its
 // code.
 func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout time.Duration) (string, error) {
+	text, _, err := s.workspaceAsk(ctx, runID, wire.Frame{Op: op}, timeout)
+	return text, err
+}
+
+// workspaceAsk is workspaceRequest with the request's other fields (a
+// diff's part, a push's commit); it returns the commit the worker names
+// too: the branch's head a diff was taken at, the commit pushed, or the
+// head that made a push head_moved (in the error's details).
+func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.Frame, timeout time.Duration) (string, string, error) {
 	run, host, err := s.store.WorkspaceHost(ctx, runID)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	id := uuid.NewString()
 	ch, done := s.opts.Fleet.AwaitLog(id, host, run.ID)
 	defer done()
-	if err := s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: id, RunID: run.ID, Op: op}); err != nil {
-		return "", wire.Errorf(wire.CodeHostUnreachable, "the host holding the run's worktree is not connected")
+	req.Type, req.RequestID, req.RunID = wire.FrameWorkspaceRequest, id, run.ID
+	if err := s.opts.Fleet.Send(host, req); err != nil {
+		return "", "", wire.Errorf(wire.CodeHostUnreachable, "the host holding the run's worktree is not connected")
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	var out []byte
+	head := ""
 	for {
 		select {
 		case <-ctx.Done():
-			return "", ctx.Err()
+			return "", "", ctx.Err()
 		case <-t.C:
-			return "", &wire.Error{Status: http.StatusGatewayTimeout, Code: wire.CodeHostUnreachable, Message: "no answer from the host holding the run's worktree"}
+			return "", "", &wire.Error{Status: http.StatusGatewayTimeout, Code: wire.CodeHostUnreachable, Message: "no answer from the host holding the run's worktree"}
 		case f := <-ch:
 			if f.Type != wire.FrameWorkspaceReply {
 				continue
 			}
+			if f.Commit != "" {
+				head = f.Commit
+			}
 			if f.Code != "" {
-				return "", wire.Errorf(f.Code, "%s", f.Message)
+				e := wire.Errorf(f.Code, "%s", f.Message)
+				if f.Code == wire.CodeHeadMoved && head != "" {
+					e = e.With("head", head)
+				}
+				return "", head, e
 			}
 			out = append(out, f.Text...)
 			if f.EOF || len(out) > wire.MaxDiff+(1<<20) {
-				return string(out), nil
+				return string(out), head, nil
 			}
 		}
 	}
@@ -68,12 +86,23 @@ func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout
 // runDiff is GET /runs/{id}/diff: the unified diff as text/x-diff, or
 // with ?stat=true the files changed with their line counts.
 func (s *Server) runDiff(w http.ResponseWriter, r *http.Request) {
-	stat := r.URL.Query().Get("stat") == "true"
+	stat, err := queryBool(r, "stat")
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	op := wire.WorkspaceOpDiff
 	if stat {
 		op = wire.WorkspaceOpStat
 	}
-	text, err := s.workspaceRequest(r.Context(), r.PathValue("id"), op, workspaceTimeout)
+
+	// ?part=committed: only what a push sends; uncommitted: the rest.
+	part := r.URL.Query().Get("part")
+	if r.URL.Query().Has("part") && part != wire.DiffPartCommitted && part != wire.DiffPartUncommitted {
+		s.fail(w, r, wire.Invalid("part", "part must be committed or uncommitted"))
+		return
+	}
+	text, head, err := s.workspaceAsk(r.Context(), r.PathValue("id"), wire.Frame{Op: op, Part: part}, workspaceTimeout)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -90,6 +119,9 @@ func (s *Server) runDiff(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
+	if head != "" {
+		w.Header().Set(wire.HeadHeader, head)
+	}
 	w.Header().Set("Content-Type", "text/x-diff; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
@@ -100,8 +132,25 @@ func (s *Server) runDiff(w http.ResponseWriter, r *http.Request) {
 // with its own credentials; the outcome is journaled as
 // run.workspace_pushed (by the uplink, whatever happens to this request)
 // and answered here.
+//
+// With {commit} (the head the person reviewed), the worker pushes that
+// commit, and only while the branch is still at it: 409 head_moved
+// (details.head: where the branch is now) and nothing pushed otherwise.
 func (s *Server) pushRun(w http.ResponseWriter, r *http.Request) {
-	text, err := s.workspaceRequest(r.Context(), r.PathValue("id"), wire.WorkspaceOpPush, pushTimeout)
+	var in wire.PushInput
+	if err := decodeOptionalJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	req := wire.Frame{Op: wire.WorkspaceOpPush}
+	if in.Commit != nil {
+		if !wire.ValidCommit(*in.Commit) {
+			s.fail(w, r, wire.Invalid("commit", "commit must be a full hexadecimal commit id (the head the diff named)"))
+			return
+		}
+		req.Commit = *in.Commit
+	}
+	text, _, err := s.workspaceAsk(r.Context(), r.PathValue("id"), req, pushTimeout)
 	if err != nil {
 		s.fail(w, r, err)
 		return

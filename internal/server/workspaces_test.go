@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -140,7 +142,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 	if code != 200 || string(body) != "diff --git a/x b/x\n+new\n" {
 		t.Errorf("diff: %d %q", code, body)
 	}
-	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=true", func(req wire.Frame) {
+	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=1", func(req wire.Frame) {
 		if req.Op != wire.WorkspaceOpStat {
 			t.Errorf("op %s", req.Op)
 		}
@@ -230,5 +232,107 @@ func TestWorkspaceRoutes(t *testing.T) {
 	code, body = e.call("GET", "/api/v1/runs/"+r2.ID+"/diff", nil)
 	if code != 503 || !strings.Contains(string(body), wire.CodeHostUnreachable) {
 		t.Errorf("host gone: %d %s", code, body)
+	}
+}
+
+// TestDiffPartsAndReviewedPush: ?part= reaches the worker, the stat's
+// head and committed marks come back, the text names its head in
+// Pam-Head; a push with {commit} carries it to the worker and a
+// head_moved refusal is 409 naming the branch's head; a bad part or
+// commit is 400 before any worker is asked.
+func TestDiffPartsAndReviewedPush(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	e.must(200, "PATCH", "/api/v1/projects/runs", map[string]any{"repo": map[string]any{"url": "/srv/app.git"}}, nil)
+	a := e.worker("ws-parts", 4, "shell")
+	r := e.start(nil)
+	d := a.expect(wire.FrameRunDispatch)
+	a.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
+	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
+	head, moved := strings.Repeat("cd", 20), strings.Repeat("ef", 20)
+
+	type res struct {
+		code   int
+		header http.Header
+		body   []byte
+	}
+	ask := func(method, path, body string, answer func(req wire.Frame)) res {
+		t.Helper()
+		ch := make(chan res, 1)
+		go func() {
+			req, _ := http.NewRequest(method, e.url+path, strings.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				ch <- res{}
+				return
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			ch <- res{resp.StatusCode, resp.Header, b}
+		}()
+		req := a.expect(wire.FrameWorkspaceRequest)
+		answer(req)
+		return <-ch
+	}
+	reply := func(req wire.Frame, f wire.Frame) {
+		f.Type, f.RequestID, f.RunID = wire.FrameWorkspaceReply, req.RequestID, r.ID
+		a.send(f)
+	}
+
+	out := ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=true&part=committed", "", func(req wire.Frame) {
+		if req.Op != wire.WorkspaceOpStat || req.Part != wire.DiffPartCommitted {
+			t.Errorf("stat request op %q part %q", req.Op, req.Part)
+		}
+		reply(req, wire.Frame{EOF: true, Commit: head,
+			Text: `{"head":"` + head + `","files":[{"path":"x","added":1,"deleted":0,"status":"modified","committed":true}]}`})
+	})
+	var stat wire.DiffStat
+	if out.code != 200 || json.Unmarshal(out.body, &stat) != nil || stat.Head != head || len(stat.Files) != 1 || !stat.Files[0].Committed {
+		t.Errorf("stat: %d %s", out.code, out.body)
+	}
+	out = ask("GET", "/api/v1/runs/"+r.ID+"/diff?part=uncommitted", "", func(req wire.Frame) {
+		if req.Op != wire.WorkspaceOpDiff || req.Part != wire.DiffPartUncommitted {
+			t.Errorf("diff request op %q part %q", req.Op, req.Part)
+		}
+		reply(req, wire.Frame{EOF: true, Commit: head, Text: "diff --git a/y b/y\n"})
+	})
+	if out.code != 200 || out.header.Get("Pam-Head") != head || string(out.body) != "diff --git a/y b/y\n" {
+		t.Errorf("diff: %d head %q %q", out.code, out.header.Get("Pam-Head"), out.body)
+	}
+
+	// The reviewed head, moved on since: 409 head_moved naming the head.
+	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+head+`"}`, func(req wire.Frame) {
+		if req.Op != wire.WorkspaceOpPush || req.Commit != head {
+			t.Errorf("push request op %q commit %q", req.Op, req.Commit)
+		}
+		reply(req, wire.Frame{EOF: true, Code: wire.CodeHeadMoved, Message: "the branch is at another commit", Commit: moved})
+	})
+	if out.code != 409 {
+		t.Errorf("stale push: %d %s", out.code, out.body)
+	} else if e := errorOf(t, out.body); e.Code != wire.CodeHeadMoved || e.Details["head"] != moved {
+		t.Errorf("stale push: %+v", e)
+	}
+	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+moved+`"}`, func(req wire.Frame) {
+		reply(req, wire.Frame{EOF: true, Commit: moved,
+			Text: `{"run_id":"` + r.ID + `","branch":"` + ws.Branch + `","commit":"` + moved + `","ok":true,"detail":"pushed"}`})
+	})
+	var pushed wire.PushResult
+	if out.code != 202 || json.Unmarshal(out.body, &pushed) != nil || pushed.Commit != moved {
+		t.Errorf("push: %d %s", out.code, out.body)
+	}
+
+	for _, c := range []struct{ method, path, body, field string }{
+		{"GET", "/api/v1/runs/" + r.ID + "/diff?part=everything", "", "part"},
+		{"POST", "/api/v1/runs/" + r.ID + "/push", `{"commit":"HEAD"}`, "commit"},
+		{"POST", "/api/v1/runs/" + r.ID + "/push", `{"commit":"` + head[:12] + `"}`, "commit"},
+	} {
+		code, body := e.call(c.method, c.path, c.body)
+		if code != 400 || errorOf(t, body).Details["field"] != c.field {
+			t.Errorf("%s %s %s: %d %s", c.method, c.path, c.body, code, body)
+		}
 	}
 }

@@ -6,8 +6,6 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/google/uuid"
-
 	"pam/internal/wire"
 )
 
@@ -100,7 +98,7 @@ func (s *Store) AgentCreateWorkItem(ctx context.Context, sc AgentScope, in wire.
 		c.ParentID = sc.Item.ParentID
 	case in.ParentID.Value != nil:
 		id := *in.ParentID.Value
-		if _, err := uuid.Parse(id); err != nil {
+		if !wire.ValidUUID(id) {
 			return wire.WorkItem{}, wire.Invalid("parent_id", "parent_id must be a work item id, or null for the project's top level")
 		}
 		if _, err := s.AgentWorkItem(ctx, sc, id); wire.HasCode(err, wire.CodeNotFound) {

@@ -57,6 +57,9 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 			if err != nil {
 				return err
 			}
+			if err := refuseArchivedID(ctx, tx, old.ProjectID); err != nil {
+				return err
+			}
 			prov := old.Provider
 			if in.Provider != nil {
 				prov = *in.Provider

@@ -100,8 +100,8 @@ func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCr
 // row (only the row: the active_runs count is read, not locked).
 func lookupHost(ctx context.Context, q querier, ref string, lock bool) (wire.Host, error) {
 	where := `h.name = $1`
-	if id, err := uuid.Parse(ref); err == nil {
-		where, ref = `h.id = $1::uuid`, id.String()
+	if wire.ValidUUID(ref) {
+		where = `h.id = $1::uuid`
 	} else if !hostNameRe.MatchString(ref) {
 		return wire.Host{}, wire.NotFound("host")
 	}
@@ -300,9 +300,12 @@ const activeOnHost = `(r.host_id = $1 AND r.status IN ('pending', 'spawning', 'r
 	OR (r.target_host_id = $1 AND r.status = 'pending')`
 
 // DeleteHost removes a host that has no active run (409 has_active_runs
-// otherwise), journaling host.removed. The runs and attempts that ran on
-// it keep their history but lose the reference (host_id set to NULL); the
-// journal still names the host in their events.
+// otherwise), journaling host.removed. Its history stays
+// (docs/architecture.md#host-status): the runs, attempts and offers that ran on
+// it keep its id, and removed_hosts keeps its id and name; only a pending
+// run's wish for it (target_host_id) is dropped. The host row is locked
+// before its active runs are counted, and placement locks the rows of
+// the hosts it offers to, so no run lands on it meanwhile.
 func (s *Store) DeleteHost(ctx context.Context, ref string) error {
 	err := s.InTx(ctx, func(tx *Tx) error {
 		h, err := lookupHost(ctx, tx, ref, true)
@@ -317,9 +320,8 @@ func (s *Store) DeleteHost(ctx context.Context, ref string) error {
 			return hasActiveRuns(h, active)
 		}
 		for _, q := range []string{
-			`UPDATE runs SET host_id = NULL WHERE host_id = $1`,
 			`UPDATE runs SET target_host_id = NULL WHERE target_host_id = $1`,
-			`UPDATE run_attempts SET host_id = NULL WHERE host_id = $1`,
+			`INSERT INTO removed_hosts (id, name) SELECT id, name FROM hosts WHERE id = $1`,
 		} {
 			if _, err := tx.Exec(ctx, q, h.ID); err != nil {
 				return err
@@ -330,9 +332,8 @@ func (s *Store) DeleteHost(ctx context.Context, ref string) error {
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostRemoved, HostID: h.ID, Payload: h})
 	})
-	// A run placed on the host between the count and the delete (a
-	// dispatcher that does not lock the host row) trips the foreign key:
-	// that is the same refusal.
+	// A run made for the host (target_host_id) between the count and the
+	// delete trips the foreign key: that is the same refusal.
 	if fkViolationFrom(err, "runs") {
 		return wire.Conflict(wire.CodeHasActiveRuns, "host has active runs")
 	}

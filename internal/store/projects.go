@@ -159,7 +159,7 @@ type querier interface {
 // there would turn two such transactions into a lock-upgrade deadlock.
 func projectByRef(ctx context.Context, q querier, ref string, lock bool) (wire.Project, error) {
 	col := "slug"
-	if _, err := uuid.Parse(ref); err == nil {
+	if wire.ValidUUID(ref) {
 		col = "id"
 	} else if !slugRe.MatchString(ref) {
 		return wire.Project{}, wire.NotFound("project")
@@ -247,7 +247,7 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 		if err != nil {
 			return err
 		}
-		if p.Status == "archived" {
+		if p.Status == wire.ProjectArchived {
 			out = p
 			return nil
 		}
@@ -259,6 +259,51 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectArchived, ProjectID: p.ID, Payload: out})
 	})
 	return out, err
+}
+
+// UnarchiveProject makes an archived project active again, journaling
+// project.updated with changed.status; unarchiving an active project
+// changes nothing.
+func (s *Store) UnarchiveProject(ctx context.Context, ref string) (wire.Project, error) {
+	var out wire.Project
+	err := s.InTx(ctx, func(tx *Tx) error {
+		p, err := projectByRef(ctx, tx, ref, true)
+		if err != nil {
+			return err
+		}
+		if p.Status != wire.ProjectArchived {
+			out = p
+			return nil
+		}
+		out, err = scanProject(tx.QueryRow(ctx, `UPDATE projects SET status = 'active', updated_at = now()
+			WHERE id = $1 RETURNING `+projectColumns, p.ID))
+		if err != nil {
+			return err
+		}
+		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectUpdated, ProjectID: p.ID,
+			Payload: map[string]any{"project": out, "changed": map[string]any{"status": out.Status}}})
+	})
+	return out, err
+}
+
+// refuseArchived refuses a change to the work items or runs of an
+// archived project: it is read-only until unarchived.
+func refuseArchived(p wire.Project) error {
+	if p.Status == wire.ProjectArchived {
+		return wire.Conflict(wire.CodeProjectArchived, "project %s is archived; unarchive it first", p.ID).With("project_id", p.ID)
+	}
+	return nil
+}
+
+// refuseArchivedID is refuseArchived for a project known by id. It reads
+// the status without a lock: an archive racing a change may let that one
+// change through, as if it had come first.
+func refuseArchivedID(ctx context.Context, q querier, projectID string) error {
+	var status string
+	if err := q.QueryRow(ctx, `SELECT status FROM projects WHERE id = $1`, projectID).Scan(&status); err != nil {
+		return translate(err)
+	}
+	return refuseArchived(wire.Project{ID: projectID, Status: status})
 }
 
 // sameRepo compares two repos, either of which may be absent.

@@ -24,7 +24,7 @@ const MaxPrompt = 64 << 10
 // host: placement is the dispatcher's job.
 func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
 	pol := s.Policy.WithDefaults()
-	if _, err := uuid.Parse(in.TaskID); err != nil {
+	if !wire.ValidUUID(in.TaskID) {
 		return wire.Run{}, wire.Invalid("task_id", "task_id must be the UUID of a task or subtask")
 	}
 	if !providerRe.MatchString(in.Provider) {
@@ -76,14 +76,17 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 	var out wire.Run
 	for try := 0; ; try++ {
 		err := s.InTx(ctx, func(tx *Tx) error {
-			var kind, projectID string
+			var kind, projectID, projectStatus string
 			var hasRepo bool
-			err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL FROM work_items w
-				JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo)
+			err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL, p.status FROM work_items w
+				JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo, &projectStatus)
 			if errors.Is(err, pgx.ErrNoRows) {
 				return wire.Invalid("task_id", "task %s does not exist", in.TaskID)
 			}
 			if err != nil {
+				return err
+			}
+			if err := refuseArchived(wire.Project{ID: projectID, Status: projectStatus}); err != nil {
 				return err
 			}
 			if kind != "task" && kind != "subtask" {
@@ -129,47 +132,72 @@ type RunFilter struct {
 	// wire.MaxIDPrefixMatches of them.
 	IDPrefix *wire.IDPrefix
 	Limit    int
+	// Before, a run id, starts the page after that run in the list's
+	// order (newest first): the next of the page before.
+	Before string
 }
 
 // AttentionAny is the RunFilter.Attention (and ?attention=) of every run
 // that waits for a person.
 const AttentionAny = "any"
 
-// ListRuns returns runs newest first.
-func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, error) {
+// ListRuns returns runs newest first (by created_at, then id), at most
+// f.Limit, and next: the Before of the following page, or nil when this
+// page is the last. Paging by a run's (created_at, id), not an offset,
+// keeps pages from shifting as runs are created.
+func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, *string, error) {
 	if f.Status != "" && !validRunStatus(f.Status) {
-		return nil, wire.Invalid("status", "status must be one of pending, spawning, running, exited, failed, stopped")
+		return nil, nil, wire.Invalid("status", "status must be one of pending, spawning, running, exited, failed, stopped")
 	}
-	for field, v := range map[string]string{"project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID} {
+	for field, v := range map[string]string{"project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "before": f.Before} {
 		if v != "" {
-			if _, err := uuid.Parse(v); err != nil {
-				return nil, wire.Invalid(field, "%s must be a UUID", field)
+			if !wire.ValidUUID(v) {
+				return nil, nil, wire.Invalid(field, "%s must be a UUID", field)
 			}
 		}
 	}
 	if f.Attention != "" && f.Attention != AttentionAny && !wire.ValidAttention(f.Attention) {
-		return nil, wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
+		return nil, nil, wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
 	}
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
 	if f.Limit < 1 || f.Limit > 1000 {
-		return nil, wire.Invalid("limit", "limit must be between 1 and 1000")
+		return nil, nil, wire.Invalid("limit", "limit must be between 1 and 1000")
 	}
 	var first, last *string
 	if f.IDPrefix != nil {
 		first, last = &f.IDPrefix.First, &f.IDPrefix.Last
 		f.Limit = min(f.Limit, wire.MaxIDPrefixMatches)
 	}
+	var before *string
+	if f.Before != "" {
+		var found bool
+		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`, f.Before).Scan(&found); err != nil {
+			return nil, nil, translate(err)
+		}
+		if !found {
+			return nil, nil, wire.Invalid("before", "no run %s to page from", f.Before)
+		}
+		before = &f.Before
+	}
+	// One more than the page tells whether another page follows.
 	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs WHERE
 		($1 = '' OR status = $1) AND ($2 = '' OR project_id::text = $2) AND ($3 = '' OR task_id::text = $3) AND ($4 = '' OR host_id::text = $4)
 		AND ($6::uuid IS NULL OR id BETWEEN $6::uuid AND $7::uuid)
 		AND ($8 = '' OR ($8 = 'any' AND attention <> 'none') OR attention = $8)
-		ORDER BY created_at DESC, id LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit, first, last, f.Attention)
+		AND ($9::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = $9::uuid))
+		ORDER BY created_at DESC, id DESC LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit+1, first, last, f.Attention, before)
 	if err != nil {
-		return nil, translate(err)
+		return nil, nil, translate(err)
 	}
-	return collectRuns(rows)
+	runs, err := collectRuns(rows)
+	if err != nil || len(runs) <= f.Limit {
+		return runs, nil, err
+	}
+	runs = runs[:f.Limit]
+	next := runs[len(runs)-1].ID
+	return runs, &next, nil
 }
 
 func validRunStatus(s string) bool {
@@ -181,7 +209,7 @@ func validRunStatus(s string) bool {
 }
 
 func runByID(ctx context.Context, q querier, id string, lock bool) (wire.Run, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	if !wire.ValidUUID(id) {
 		return wire.Run{}, wire.NotFound("run")
 	}
 	sql := `SELECT ` + runColumns + ` FROM runs WHERE id = $1`
@@ -236,6 +264,9 @@ func (s *Store) RetryRun(ctx context.Context, id string, fresh bool) (wire.Run, 
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, id, true)
 		if err != nil {
+			return err
+		}
+		if err := refuseArchivedID(ctx, tx, r.ProjectID); err != nil {
 			return err
 		}
 		continuedBy, err := continuationOf(ctx, tx, r.ID)

@@ -39,7 +39,7 @@ func scanItem(row pgx.Row) (wire.WorkItem, error) {
 }
 
 func itemByID(ctx context.Context, q querier, id string, lock bool) (wire.WorkItem, error) {
-	if _, err := uuid.Parse(id); err != nil {
+	if !wire.ValidUUID(id) {
 		return wire.WorkItem{}, wire.NotFound("work item")
 	}
 	sql := `SELECT ` + itemColumns + ` FROM work_items WHERE id = $1`
@@ -127,6 +127,9 @@ func (s *Store) createWorkItem(ctx context.Context, projectRef string, in wire.C
 		if err != nil {
 			return err
 		}
+		if err := refuseArchived(p); err != nil {
+			return err
+		}
 		id := uuid.NewString()
 		path := id
 		var parentID *string
@@ -165,7 +168,7 @@ func (s *Store) ListWorkItems(ctx context.Context, projectRef string, f ItemFilt
 		return nil, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
 	}
 	if f.ParentID != "" {
-		if _, err := uuid.Parse(f.ParentID); err != nil {
+		if !wire.ValidUUID(f.ParentID) {
 			return nil, wire.Invalid("parent_id", "parent_id must be a UUID")
 		}
 	}
@@ -256,7 +259,7 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		return wire.WorkItem{}, wire.Invalid("position", "position must be between 0 and 1000000")
 	}
 	if in.ParentID.Set && in.ParentID.Value != nil {
-		if _, err := uuid.Parse(*in.ParentID.Value); err != nil {
+		if !wire.ValidUUID(*in.ParentID.Value) {
 			return wire.WorkItem{}, wire.Invalid("parent_id", "parent_id must be a UUID or null")
 		}
 	}
@@ -281,6 +284,9 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		}
 		cur, err := itemByID(ctx, tx, id, true)
 		if err != nil {
+			return err
+		}
+		if err := refuseArchivedID(ctx, tx, cur.ProjectID); err != nil {
 			return err
 		}
 		var events []NewEvent
@@ -376,6 +382,9 @@ func (s *Store) DeleteWorkItem(ctx context.Context, id string) error {
 	return s.InTx(ctx, func(tx *Tx) error {
 		cur, err := itemByID(ctx, tx, id, true)
 		if err != nil {
+			return err
+		}
+		if err := refuseArchivedID(ctx, tx, cur.ProjectID); err != nil {
 			return err
 		}
 		var children, runs int

@@ -759,38 +759,7 @@ func TestDashboard(t *testing.T) {
 
 	t.Run("ChangesTab", func(t *testing.T) {
 		d.t = t
-		remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
-		var p wire.Project
-		d.api(201, "POST", "/projects", map[string]any{"name": "Changes", "repo": map[string]any{"url": remote}}, &p)
-		var task wire.WorkItem
-		d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Edit files"}, &task)
-		var r wire.Run
-		d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell",
-			"prompt": `printf 'one\nTWO\n' > tracked.txt; echo new > added.txt; git add added.txt; echo edited; exec cat`}, &r)
-		eventually.Wait(t, 30*time.Second, "the run running in its worktree", func() bool {
-			d.api(200, "GET", "/runs/"+r.ID, nil, &r)
-			return r.Status == "running" && r.Workspace != nil
-		})
-		tab, closeTab := d.tab(d.ctx)
-		defer closeTab()
-		d.open(tab, "/runs/"+r.ID)
-		d.click(tab, d.sel("tab-changes"))
-		d.waitJS(tab, 20*time.Second, "both files in the Changes tab with their counts",
-			`(() => { const f = [...document.querySelectorAll('[data-testid=changes-file]')]; const t = f.find((e) => e.dataset.path === 'tracked.txt'), a = f.find((e) => e.dataset.path === 'added.txt');
-				return f.length === 2 && t && t.textContent.includes('+1') && t.textContent.includes('−1') && a && a.textContent.includes('+1') })()`)
-		d.waitJS(tab, 5*time.Second, "the unified diff", `[...document.querySelectorAll('[data-testid=diff-line] .code.add')].some((e) => e.textContent === '+TWO') &&
-			[...document.querySelectorAll('[data-testid=diff-line] .code.del')].some((e) => e.textContent === '-two')`)
-		d.shot(tab, "desktop-run-changes")
-		d.click(tab, d.sel("diff-mode"))
-		d.waitJS(tab, 5*time.Second, "the side-by-side diff: the old line beside the new",
-			`[...document.querySelectorAll('[data-testid=diff-row]')].some((row) => { const c = row.querySelectorAll('.code'); return c[0].classList.contains('del') && c[0].textContent === 'two' && c[1].classList.contains('add') && c[1].textContent === 'TWO'; })`)
-		d.shot(tab, "desktop-run-changes-split")
-		// Live: a file the agent writes now shows without a reload.
-		if err := os.WriteFile(filepath.Join(r.Workspace.Path, "later.txt"), []byte("a\nb\nc\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		d.waitJS(tab, 15*time.Second, "the new file, live", `[...document.querySelectorAll('[data-testid=changes-file]')].some((e) => e.dataset.path === 'later.txt' && e.textContent.includes('+3'))`)
-		d.api(202, "POST", "/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
+		changesTab(t, d)
 	})
 
 	t.Run("ContinueFromRunPage", func(t *testing.T) {
@@ -827,6 +796,16 @@ func TestDashboard(t *testing.T) {
 	t.Run("Notifications", func(t *testing.T) {
 		d.t = t
 		notifications(t, d)
+	})
+
+	t.Run("ArchivedProjectRestore", func(t *testing.T) {
+		d.t = t
+		archivedRestore(t, d)
+	})
+
+	t.Run("RunsLoadMore", func(t *testing.T) {
+		d.t = t
+		runsLoadMore(t, d)
 	})
 
 	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
@@ -868,4 +847,108 @@ func press(keys string, opts ...chromedp.KeyOption) chromedp.Action[chromedp.Voi
 		}
 		return nil
 	})
+}
+
+// changesTab: the Changes tab shows a run's changes in two parts — what
+// its branch's commits hold (what Push sends), among them a file the
+// agent committed and then deleted in its working tree, and what only
+// the working tree holds — with their counts and diffs, live; Push sends
+// the head it showed: once the branch has moved on behind the page's
+// back, the push is refused and nothing reaches the repository; after
+// the tab reads the new head, it pushes that.
+func changesTab(t *testing.T, d *dash) {
+	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
+	var p wire.Project
+	d.api(201, "POST", "/projects", map[string]any{"name": "Changes", "repo": map[string]any{"url": remote}}, &p)
+	var task wire.WorkItem
+	d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Edit files"}, &task)
+	var r wire.Run
+	d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell",
+		"prompt": `echo shipped > secret.txt; git add secret.txt; git -c user.name=agent -c user.email=agent@example.com commit -qm secret; rm secret.txt; ` +
+			`printf 'one\nTWO\n' > tracked.txt; echo new > added.txt; git add added.txt; echo edited; exec cat`}, &r)
+	eventually.Wait(t, 30*time.Second, "the run running in its worktree", func() bool {
+		d.api(200, "GET", "/runs/"+r.ID, nil, &r)
+		return r.Status == "running" && r.Workspace != nil
+	})
+	tab, closeTab := d.tab(d.ctx)
+	defer closeTab()
+	d.open(tab, "/runs/"+r.ID)
+	d.click(tab, d.sel("tab-changes"))
+	files := `[...document.querySelectorAll('[data-testid=changes-file]')].map((e) => e.closest('[data-part]').dataset.part + ' ' + e.dataset.committed + ' ' + e.dataset.path + ' ' + e.textContent)`
+	d.waitJS(tab, 20*time.Second, "the committed part and the uncommitted part with their files and counts",
+		`(() => { const f = `+files+`; const has = (s) => f.some((x) => x.startsWith(s));
+			return f.length === 4 && has('committed true secret.txt A') && has('uncommitted false secret.txt D') &&
+				f.some((x) => x.startsWith('uncommitted false tracked.txt') && x.includes('+1') && x.includes('−1')) && has('uncommitted false added.txt A'); })()`)
+	head := pamtest.Git(t, r.Workspace.Path, "rev-parse", r.Workspace.Branch)
+	if got := eval[string](d, tab, `document.querySelector('[data-testid=push]').dataset.commit`); got != head {
+		t.Errorf("the tab shows head %q, the branch is at %s", got, head)
+	}
+	d.waitJS(tab, 5*time.Second, "each part's diff", `[...document.querySelectorAll('[data-part=committed] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+shipped') &&
+		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.del')].some((e) => e.textContent === '-shipped') &&
+		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+TWO')`)
+	d.shot(tab, "desktop-run-changes")
+	d.click(tab, d.sel("diff-mode"))
+	d.waitJS(tab, 5*time.Second, "the side-by-side diff: the old line beside the new",
+		`[...document.querySelectorAll('[data-testid=diff-row]')].some((row) => { const c = row.querySelectorAll('.code'); return c[0].classList.contains('del') && c[0].textContent === 'two' && c[1].classList.contains('add') && c[1].textContent === 'TWO'; })`)
+	d.shot(tab, "desktop-run-changes-split")
+	d.click(tab, d.sel("diff-mode"))
+	// Live: a file the agent writes now shows without a reload.
+	if err := os.WriteFile(filepath.Join(r.Workspace.Path, "later.txt"), []byte("a\nb\nc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.waitJS(tab, 15*time.Second, "the new file, live", `[...document.querySelectorAll('[data-part=uncommitted] [data-testid=changes-file]')].some((e) => e.dataset.path === 'later.txt' && e.textContent.includes('+3'))`)
+
+	// The run ends (the tab stops reading on a timer); then the branch
+	// moves on behind the page's back.
+	d.api(202, "POST", "/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
+	d.waitJS(tab, 15*time.Second, "the tab no longer live", `!document.querySelector('[data-testid=changes] .changes-bar').textContent.includes('live')`)
+	shown := eval[string](d, tab, `document.querySelector('[data-testid=push]').dataset.commit`)
+	if shown != head {
+		t.Fatalf("the tab shows head %q, want %s", shown, head)
+	}
+	write := func(name string) {
+		if err := os.WriteFile(filepath.Join(r.Workspace.Path, name), []byte(name+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("sneaked-in.txt")
+	pamtest.Git(t, r.Workspace.Path, "add", "sneaked-in.txt")
+	pamtest.Git(t, r.Workspace.Path, "commit", "--quiet", "-m", "not reviewed")
+	moved := pamtest.Git(t, r.Workspace.Path, "rev-parse", "HEAD")
+	mark := d.logMark()
+	d.click(tab, d.sel("push"))
+	d.waitJS(tab, 30*time.Second, "the push refused: the branch moved on", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'false' && e.textContent.includes('moved on'); })()`)
+	d.mu.Lock() // the refusal is the browser's one expected error
+	kept := d.logs[:mark:mark]
+	for _, l := range d.logs[mark:] {
+		if !strings.Contains(l, "status of 409") || !strings.Contains(l, "/push") {
+			kept = append(kept, l)
+		}
+	}
+	d.logs = kept
+	d.mu.Unlock()
+	if out, err := exec.Command("git", "-C", remote, "rev-parse", "--verify", "--quiet", "refs/heads/"+r.Workspace.Branch).CombinedOutput(); err == nil {
+		t.Fatalf("a push of a head the page did not show reached the repository: %s", out)
+	}
+	d.waitJS(tab, 15*time.Second, "the tab reads the new head", `document.querySelector('[data-testid=push]').dataset.commit === '`+moved+`' &&
+		[...document.querySelectorAll('[data-part=committed] [data-testid=changes-file]')].some((e) => e.dataset.path === 'sneaked-in.txt')`)
+	d.click(tab, d.sel("push"))
+	d.waitJS(tab, 30*time.Second, "the push done", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'true'; })()`)
+	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+r.Workspace.Branch); got != moved {
+		t.Errorf("the repository's branch is at %s, want the head shown %s", got, moved)
+	}
+	d.shot(tab, "desktop-run-changes-pushed")
+
+	// On a phone: both parts, nothing wider than the screen.
+	phone := d.phoneTab()
+	d.open(phone, "/runs/"+r.ID)
+	d.click(phone, d.sel("tab-changes"))
+	// The commit behind the page's back took the file the agent had
+	// staged with it.
+	d.waitJS(phone, 20*time.Second, "both parts on the phone", `document.querySelectorAll('[data-part=committed] [data-testid=changes-file]').length === 3 &&
+		document.querySelectorAll('[data-part=uncommitted] [data-testid=changes-file]').length === 3`)
+	d.noOverflow(phone, "/runs/"+r.ID+" changes")
+	_ = eval[bool](d, phone, `(() => { document.querySelector('[data-testid=changes]').scrollIntoView({ block: 'start' }); scrollBy(0, -64); return true; })()`)
+	d.shot(phone, "phone-run-changes")
+	d.goTo(phone, "/")
 }

@@ -26,6 +26,9 @@ const (
 	CodeInvalidAttempt    = "invalid_attempt"
 	CodeMissingSeq        = "missing_seq"
 	CodeProtocolMismatch  = "protocol_mismatch"
+	// CodeProjectArchived refuses a change to the work items or runs of
+	// an archived project (409).
+	CodeProjectArchived = "project_archived"
 )
 
 // Error is a refusal in the contract's vocabulary: a code, a message and

@@ -115,6 +115,8 @@ type StopRun struct {
 // RunList is the body of GET /runs.
 type RunList struct {
 	Runs []Run `json:"runs"`
+	// Next is the ?before= of the following page, null on the last.
+	Next *string `json:"next"`
 }
 
 // Pane is the body of GET /runs/{id}/pane.

@@ -9,6 +9,13 @@ import (
 	"time"
 )
 
+// A project's status: active, or archived (soft-deleted: read-only, listed
+// only when asked, and can be made active again).
+const (
+	ProjectActive   = "active"
+	ProjectArchived = "archived"
+)
+
 // Project is a unit of planning that owns a tree of work items.
 type Project struct {
 	ID          string `json:"id"`

@@ -148,6 +148,11 @@ type Frame struct {
 	ProjectID string     `json:"project_id,omitempty"`
 	Workspace *Workspace `json:"workspace,omitempty"`
 	OK        *bool      `json:"ok,omitempty"`
+	// Part and Commit: workspace_request's diff part, and the commit a
+	// push must find the branch at; Commit on workspace_reply is the
+	// branch's head the diff was taken at.
+	Part   string `json:"part,omitempty"`
+	Commit string `json:"commit,omitempty"`
 
 	// attach_*
 	AttachID string `json:"attach_id,omitempty"`

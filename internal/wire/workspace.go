@@ -48,21 +48,52 @@ type DiffFile struct {
 	Deleted *int   `json:"deleted"`
 	// Status is added, modified, deleted or typechange.
 	Status string `json:"status"`
+	// Committed: the file is of the committed part (base_commit..head,
+	// what a push sends); false for the uncommitted part (head to the
+	// working tree). A file changed in both parts is listed once in each.
+	Committed bool `json:"committed"`
 }
 
-// DiffStat is the body of GET /runs/{id}/diff?stat=true.
+// DiffStat is the body of GET /runs/{id}/diff?stat=true. Head is the
+// commit the run's branch was at when the diff was taken: what a push
+// of what was shown names.
 type DiffStat struct {
+	Head  string     `json:"head"`
 	Files []DiffFile `json:"files"`
 }
 
+// Parts of a diff (GET /runs/{id}/diff?part=): the commits on the run's
+// branch (base_commit..head, what a push sends), or what its working
+// tree holds beyond them (staged, unstaged and untracked files). No part
+// is both, the committed part first.
+const (
+	DiffPartCommitted   = "committed"
+	DiffPartUncommitted = "uncommitted"
+)
+
+// HeadHeader names, on a text diff, the commit the run's branch was at
+// when it was taken (the stat's head).
+const HeadHeader = "Pam-Head"
+
+// PushInput is the body of POST /runs/{id}/push: Commit, when given, is
+// the head the person reviewed; the push is refused head_moved when the
+// branch is at another commit.
+type PushInput struct {
+	Commit *string `json:"commit,omitempty"`
+}
+
 // PushResult is the body of POST /runs/{id}/push: what the worker's push
-// did, as journaled in run.workspace_pushed.
+// did, as journaled in run.workspace_pushed. Commit is what was pushed.
 type PushResult struct {
 	RunID  string `json:"run_id"`
 	Branch string `json:"branch"`
+	Commit string `json:"commit"`
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail"`
 }
+
+// ValidCommit reports whether s is a full commit id (SHA-1 or SHA-256).
+func ValidCommit(s string) bool { return commitRe.MatchString(s) }
 
 // Workspace error codes (docs/api.md#resources).
 const (
@@ -71,6 +102,9 @@ const (
 	CodeNoWorkspace = "no_workspace"
 	// CodeHostUnreachable: the host holding the worktree is not connected.
 	CodeHostUnreachable = "host_unreachable"
+	// CodeHeadMoved: a push named a commit (what was reviewed) and the
+	// run's branch is at another one now; nothing was pushed.
+	CodeHeadMoved = "head_moved"
 )
 
 // FailWorkspaceFailed is the failure reason of an attempt whose worktree
@@ -270,8 +304,27 @@ func checkWorkspaceRequest(f *Frame) error {
 	if err := needUUID("run_id", f.RunID); err != nil {
 		return err
 	}
+	switch f.Part {
+	case "", DiffPartCommitted, DiffPartUncommitted:
+	default:
+		return Invalid("part", "part %s is not one of committed, uncommitted", quote(f.Part))
+	}
+	if f.Commit != "" && !ValidCommit(f.Commit) {
+		return Invalid("commit", "commit must be a full hexadecimal commit id")
+	}
 	switch f.Op {
-	case WorkspaceOpDiff, WorkspaceOpStat, WorkspaceOpPush, WorkspaceOpRemove:
+	case WorkspaceOpDiff, WorkspaceOpStat:
+		if f.Commit != "" {
+			return Invalid("commit", "commit is for op push")
+		}
+		return nil
+	case WorkspaceOpPush, WorkspaceOpRemove:
+		if f.Part != "" {
+			return Invalid("part", "part is for ops diff and stat")
+		}
+		if f.Op == WorkspaceOpRemove && f.Commit != "" {
+			return Invalid("commit", "commit is for op push")
+		}
 		return nil
 	}
 	return Invalid("op", "op %s is not one of diff, stat, push, remove", quote(f.Op))
@@ -286,6 +339,9 @@ func checkWorkspaceReply(f *Frame) error {
 	}
 	if len(f.Text) > MaxLogChunk {
 		return Invalid("text", "text must be at most %d bytes", MaxLogChunk)
+	}
+	if f.Commit != "" && !ValidCommit(f.Commit) {
+		return Invalid("commit", "commit must be a full hexadecimal commit id")
 	}
 	if f.Code != "" {
 		if err := checkCode(f.Code); err != nil {

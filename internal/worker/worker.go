@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -243,6 +244,10 @@ type agent struct {
 	snaps  *lru.Cache[string, snapshot]
 
 	ops sync.WaitGroup // spawn, stop, log and relay goroutines
+
+	// pruning: a prune of the mirrors is under way (one at a time, off
+	// the reconcile loop: a gc of a large repository takes minutes).
+	pruning atomic.Bool
 
 	// hotWake wakes the capture loop when a pane becomes watched.
 	hotWake chan struct{}

@@ -77,10 +77,15 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
 		}
 	}
-	text, err := w.workspaceOp(ctx, req)
+	text, head, err := w.workspaceOp(ctx, req)
 	switch {
 	case errors.Is(err, workspace.ErrNoWorkspace):
 		refuse(wire.CodeNoWorkspace, err)
+		return
+	case wire.HasCode(err, wire.CodeHeadMoved):
+		if e := reply(wire.Frame{EOF: true, Code: wire.CodeHeadMoved, Message: workspace.Detail(err), Commit: head}); e != nil {
+			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
+		}
 		return
 	case wire.HasCode(err, wire.CodeIllegalTransition):
 		refuse(wire.CodeIllegalTransition, errors.New("the run is live on this host: its worktree is in use"))
@@ -99,7 +104,7 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 			}
 		}
 		text = text[len(chunk):]
-		if err := reply(wire.Frame{Text: chunk, EOF: text == ""}); err != nil {
+		if err := reply(wire.Frame{Text: chunk, EOF: text == "", Commit: head}); err != nil {
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", err)
 			return
 		}
@@ -110,48 +115,87 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 }
 
 // workspaceOp does what a workspace_request asks and returns the text of
-// the answer.
-func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, error) {
+// the answer, and the head of the run's branch it was taken at (for a
+// diff or a stat; for a push, the commit pushed, or the branch's head
+// when it refused head_moved).
+func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, string, error) {
 	switch req.Op {
 	case wire.WorkspaceOpDiff:
 		var b strings.Builder
-		err := w.ws.Diff(ctx, req.RunID, &b, wire.MaxDiff)
-		return strings.ToValidUTF8(b.String(), "\uFFFD"), err
+		head, err := w.ws.Diff(ctx, req.RunID, req.Part, &b, wire.MaxDiff)
+		return strings.ToValidUTF8(b.String(), "\uFFFD"), head, err
 	case wire.WorkspaceOpStat:
-		files, err := w.ws.Stat(ctx, req.RunID)
+		st, err := w.ws.Stat(ctx, req.RunID, req.Part)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
-		b, err := json.Marshal(wire.DiffStat{Files: files})
-		return string(b), err
+		b, err := json.Marshal(st)
+		return string(b), st.Head, err
 	case wire.WorkspaceOpPush:
-		ws, detail, err := w.ws.Push(ctx, req.RunID)
-		if errors.Is(err, workspace.ErrNoWorkspace) {
-			return "", err
+		ws, commit, detail, err := w.ws.Push(ctx, req.RunID, req.Commit)
+		if errors.Is(err, workspace.ErrNoWorkspace) || wire.HasCode(err, wire.CodeHeadMoved) {
+			return "", commit, err // nothing was pushed
 		}
 		ok := err == nil
 		if !ok {
 			detail = workspace.Detail(err)
 		}
-		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "ok", ok, "detail", detail)
+		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "commit", commit, "ok", ok, "detail", detail)
 		w.queueFrame(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: req.RunID, Workspace: &ws, OK: &ok, Detail: detail})
-		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, OK: ok, Detail: detail})
-		return string(b), err
+		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, Commit: commit, OK: ok, Detail: detail})
+		return string(b), commit, err
 	case wire.WorkspaceOpRemove:
-		if w.holds(req.RunID) {
-			return "", wire.Conflict(wire.CodeIllegalTransition, "run is live")
+		if w.holds(req.RunID) && !w.endHoldOpen(ctx, req.RunID) {
+			return "", "", wire.Conflict(wire.CodeIllegalTransition, "run is live")
 		}
 		ws, ok, err := w.ws.Remove(ctx, req.RunID)
 		if err != nil {
-			return "", err
+			return "", "", err
 		}
 		if !ok {
-			return "", workspace.ErrNoWorkspace
+			return "", "", workspace.ErrNoWorkspace
 		}
 		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: req.RunID, Workspace: &ws, Reason: "removed on request"})
-		return "", nil
+		return "", "", nil
 	}
-	return "", errors.New("unknown op " + req.Op)
+	return "", "", errors.New("unknown op " + req.Op)
+}
+
+// endHoldOpen ends the session this host keeps for a run that is over
+// (hold-open after its CLI exited, or still being stopped), so that its
+// worktree can be removed on request; it reports whether the run has no
+// session here now. The orchestrator's word decides that the run is
+// over: a run it has pending, spawning or running keeps its session.
+func (w *agent) endHoldOpen(ctx context.Context, runID string) bool {
+	wr, err := w.lookupRun(ctx, runID)
+	if err != nil || lifecycle.Active(wr.Status) {
+		return false
+	}
+	w.mu.Lock()
+	r := w.runs[runID]
+	w.mu.Unlock()
+	if r == nil {
+		return true
+	}
+	r.op.Lock() // after any spawn or stop of it under way
+	defer r.op.Unlock()
+	w.mu.Lock()
+	current := w.runs[runID] == r
+	gen, name, attempt := r.gen, r.name, r.attempt
+	if current {
+		r.state = stateStopping
+	}
+	w.mu.Unlock()
+	if !current {
+		return !w.holds(runID)
+	}
+	w.log.Info("ending the session of a run that is over, to remove its worktree", "run_id", runID, "attempt", attempt, "status", wr.Status)
+	if err := w.tm.Stop(ctx, name, w.o.StopGrace, true); err != nil {
+		w.log.Warn("end a hold-open session", "run_id", runID, "err", err)
+		return false
+	}
+	w.forget(r, gen, true)
+	return !w.holds(runID)
 }
 
 // holds reports whether the run has a session here (spawning, live or
@@ -162,13 +206,18 @@ func (w *agent) holds(runID string) bool {
 	return w.runs[runID] != nil
 }
 
-// cleanWorkspaces is one clean-up pass: a worktree whose run this host
-// holds is kept; so is one whose run the orchestrator says is pending,
-// spawning or running. One the orchestrator does not know (or that was
-// left half-made) is removed; one of a run that ended more than
-// WorktreeRetention ago is removed; then, while the worktrees pass
-// WorktreeBudget, finished runs' go, oldest first. Without an answer
-// about a run its worktree is kept.
+// cleanWorkspaces is one clean-up pass (docs/architecture.md#workspaces).
+// A worktree whose run this host holds is kept; so is one whose run the
+// orchestrator says is pending, spawning or running, or is about to be
+// continued, and one without an answer about its run. One left half-made
+// (no record) is removed; one whose record is not trusted is left alone.
+// One of a run that ended, or that the orchestrator does not know (its
+// host was removed and added again), is removed WorktreeRetention after
+// the run ended (for an unknown run: after the worktree was last
+// changed), whatever it holds. Then, while the worktrees and the
+// mirrors pass WorktreeBudget, finished runs' go, oldest first — but
+// only those whose work is all pushed and committed: the budget never
+// takes unsaved work.
 func (w *agent) cleanWorkspaces(ctx context.Context) {
 	entries, err := w.ws.List()
 	if err != nil {
@@ -179,7 +228,16 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		e   workspace.Entry
 		end time.Time
 	}
-	var total int64
+	// The mirrors are pruned on their schedule, beside the pass, and
+	// count in the budget too.
+	if w.pruning.CompareAndSwap(false, true) {
+		w.ops.Go(func() {
+			defer w.pruning.Store(false)
+			w.ws.PruneMirrors(ctx, workspace.PruneEvery)
+		})
+	}
+	mirrors := w.ws.MirrorsSize()
+	total := mirrors
 	var done []finished
 	now := time.Now()
 	remove := func(e workspace.Entry, why string) bool {
@@ -197,9 +255,23 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		}
 		return true
 	}
+	// ended is a finished run's worktree: removed past retention, else a
+	// candidate for the budget.
+	ended := func(e workspace.Entry, end time.Time) bool {
+		if now.Sub(end) >= w.o.WorktreeRetention {
+			return remove(e, "retention")
+		}
+		done = append(done, finished{e, end})
+		return false
+	}
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return
+		}
+		if e.Untrusted {
+			w.log.Warn("workspaces: a worktree whose record is not trusted is left alone", "run_id", e.RunID)
+			total += e.Size
+			continue
 		}
 		if w.holds(e.RunID) {
 			total += e.Size
@@ -207,16 +279,23 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		}
 		wr, err := w.lookupRun(ctx, e.RunID)
 		switch {
+		case err == nil && !e.Recorded, wire.HasCode(err, wire.CodeNotFound) && !e.Recorded:
+			if remove(e, "left half-made") {
+				continue
+			}
 		case wire.HasCode(err, wire.CodeNotFound):
-			if remove(e, "its run is gone") {
+			// The orchestrator no longer knows the run (its host was
+			// removed and added again): what it did is nowhere else, so
+			// it stays until retention from when it was last changed.
+			end := e.Record.CreatedAt
+			if e.Modified.After(end) {
+				end = e.Modified
+			}
+			if ended(e, end) {
 				continue
 			}
 		case err != nil:
 			w.log.Debug("workspaces: run not looked up; worktree kept", "run_id", e.RunID, "err", err)
-		case !e.Recorded:
-			if remove(e, "left half-made") {
-				continue
-			}
 		case lifecycle.Active(wr.Status):
 		case wr.ContinuedBy != nil:
 			// A live continuation is about to take the worktree over
@@ -226,22 +305,35 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 			if wr.FinishedAt != nil {
 				end = *wr.FinishedAt
 			}
-			if now.Sub(end) >= w.o.WorktreeRetention {
-				if remove(e, "retention") {
-					continue
-				}
+			if ended(e, end) {
+				continue
 			}
-			done = append(done, finished{e, end})
 		}
 		total += e.Size
 	}
+	if total <= w.o.WorktreeBudget {
+		return
+	}
 	slices.SortFunc(done, func(a, b finished) int { return a.end.Compare(b.end) })
+	var kept []string
 	for _, f := range done {
 		if total <= w.o.WorktreeBudget {
 			break
 		}
+		unsaved, err := w.ws.Unsaved(ctx, f.e.Record)
+		if err != nil {
+			unsaved = "not known: " + workspace.Detail(err)
+		}
+		if unsaved != "" {
+			kept = append(kept, f.e.RunID+" ("+unsaved+")")
+			continue // only retention or a request removes unsaved work
+		}
 		if remove(f.e, "budget") {
 			total -= f.e.Size
 		}
+	}
+	if total > w.o.WorktreeBudget {
+		w.log.Warn("workspaces: over PAM_WORKTREE_BUDGET; the finished worktrees left hold unsaved work and stay until retention",
+			"bytes", total, "mirrors_bytes", mirrors, "budget", w.o.WorktreeBudget, "kept", kept)
 	}
 }

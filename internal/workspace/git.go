@@ -55,19 +55,45 @@ func (t *tailBuffer) String() string {
 	return strings.ToValidUTF8(string(t.b), "")
 }
 
-// gitEnv is the environment of every git command: the worker's own
-// (its HOME, its credential helpers, its ssh agent), never interactive
-// (a prompt would hang a run's start), only the transports a repo URL may
-// use, and untranslated so that messages read the same everywhere.
+// gitPassEnv names the worker's variables git gets: where to find
+// programs and its own config (PATH, HOME, XDG_CONFIG_HOME, GIT_CONFIG_*),
+// who it runs as, the host's credentials for pushes and fetches (its ssh
+// agent, its CA bundles, its proxies, a desktop keyring's bus) and the
+// time zone. Nothing else reaches git: the worker's environment may hold
+// secrets (PAM_WORKER_TOKEN, an operator's PAM_TOKEN, API keys) that a
+// repository's config (an alias, a credential helper, core.sshCommand,
+// a filter) could hand to a program of the repository's choosing.
+var gitPassEnv = map[string]bool{
+	"PATH": true, "HOME": true, "USER": true, "LOGNAME": true, "TMPDIR": true, "TZ": true,
+	"XDG_CONFIG_HOME": true, "XDG_RUNTIME_DIR": true, "DBUS_SESSION_BUS_ADDRESS": true,
+	"GIT_CONFIG_GLOBAL": true, "GIT_CONFIG_SYSTEM": true, "GIT_CONFIG_NOSYSTEM": true,
+	"GIT_SSH": true, "GIT_SSH_COMMAND": true, "GIT_SSH_VARIANT": true, "SSH_AUTH_SOCK": true,
+	"GIT_SSL_CAINFO": true, "GIT_SSL_CAPATH": true, "SSL_CERT_FILE": true, "SSL_CERT_DIR": true,
+	"GIT_AUTHOR_NAME": true, "GIT_AUTHOR_EMAIL": true, "GIT_COMMITTER_NAME": true, "GIT_COMMITTER_EMAIL": true,
+	"HTTP_PROXY": true, "HTTPS_PROXY": true, "NO_PROXY": true, "ALL_PROXY": true,
+	"http_proxy": true, "https_proxy": true, "no_proxy": true, "all_proxy": true,
+}
+
+// gitEnv is the environment of every git command: the few variables of
+// the worker's own that git needs (gitPassEnv: its HOME, its credential
+// helpers, its ssh agent), never interactive (a prompt would hang a run's
+// start), only the transports a repo URL may use, and untranslated so
+// that messages read the same everywhere.
 func gitEnv(extra ...string) []string {
-	env := make([]string, 0, len(os.Environ())+8)
-	for _, kv := range os.Environ() {
-		k, _, _ := strings.Cut(kv, "=")
-		switch k {
-		case "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY",
-			"GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CONFIG_PARAMETERS", "GIT_CONFIG_COUNT", "GIT_NAMESPACE",
-			"GIT_TERMINAL_PROMPT", "GIT_ALLOW_PROTOCOL", "LC_ALL", "LANGUAGE":
-			continue // set below, or never inherited: they would point git elsewhere
+	return gitEnvFrom(os.Environ(), extra...)
+}
+
+// gitEnvFrom is gitEnv of the worker environment environ.
+func gitEnvFrom(environ []string, extra ...string) []string {
+	env := make([]string, 0, len(gitPassEnv)+8)
+	ssh := false
+	for _, kv := range environ {
+		k, v, _ := strings.Cut(kv, "=")
+		if !gitPassEnv[k] {
+			continue
+		}
+		if (k == "GIT_SSH" || k == "GIT_SSH_COMMAND") && v != "" {
+			ssh = true
 		}
 		env = append(env, kv)
 	}
@@ -77,7 +103,7 @@ func gitEnv(extra ...string) []string {
 		"GIT_ALLOW_PROTOCOL=file:git:http:https:ssh",
 		"LC_ALL=C",
 	)
-	if os.Getenv("GIT_SSH_COMMAND") == "" && os.Getenv("GIT_SSH") == "" {
+	if !ssh {
 		env = append(env, "GIT_SSH_COMMAND=ssh -o BatchMode=yes")
 	}
 	return append(env, extra...)

@@ -132,22 +132,126 @@ func (m *Manager) recordPath(runID string) string {
 }
 
 // Record returns what the worker knows of a run's worktree; ok is false
-// when it has none. A record is trusted only when its path is this
-// host's worktree folder of the run it names (its own, or the one it
-// took over).
+// when it has none, or when its record is not trusted (logged).
 func (m *Manager) Record(runID string) (Record, bool) {
+	r, err := m.readRecord(runID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("workspace record refused: its worktree is left alone", "run_id", runID, "err", err)
+	}
+	return r, err == nil
+}
+
+// ErrUntrusted is a workspace record pam will not act on: nothing is
+// removed, diffed or pushed on its word.
+var ErrUntrusted = errors.New("workspace record not trusted")
+
+// readRecord reads and checks a run's record: fs.ErrNotExist when there
+// is none, ErrUntrusted (wrapped, saying why) when there is one that
+// must not be acted on. Agents run as the worker's user and can write
+// these files: a record is trusted only when it names this run, a
+// project id, and as its path this host's worktree folder of the run
+// (its own, or the one it took over) — a real directory there, not a
+// symlink out of it — and that checkout, when there, belongs to the
+// record's project's mirror.
+func (m *Manager) readRecord(runID string) (Record, error) {
 	if !wire.ValidUUID(runID) {
-		return Record{}, false
+		return Record{}, fs.ErrNotExist
 	}
 	b, err := os.ReadFile(m.recordPath(runID))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Record{}, err
+	}
+	untrusted := func(why string, a ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrUntrusted, m.recordPath(runID), fmt.Sprintf(why, a...))
+	}
 	if err != nil {
-		return Record{}, false
+		return Record{}, untrusted("%v", err)
 	}
 	var r Record
-	if json.Unmarshal(b, &r) != nil || r.RunID != runID || !wire.ValidUUID(r.folder()) || r.Workspace.Path != m.Path(r.folder()) {
-		return Record{}, false
+	switch {
+	case json.Unmarshal(b, &r) != nil:
+		return Record{}, untrusted("not a record")
+	case r.RunID != runID:
+		return Record{}, untrusted("it names run %q", r.RunID)
+	case !wire.ValidUUID(r.ProjectID):
+		return Record{}, untrusted("project %q is not a project id", r.ProjectID)
+	case !wire.ValidUUID(r.folder()):
+		return Record{}, untrusted("folder %q is not a run id", r.Folder)
+	case r.Workspace.Path != m.Path(r.folder()):
+		return Record{}, untrusted("path %q is not the worktree folder %s", r.Workspace.Path, m.Path(r.folder()))
 	}
-	return r, true
+	if err := m.checkFolder(r); err != nil {
+		return Record{}, untrusted("%v", err)
+	}
+	return r, nil
+}
+
+// checkFolder checks what is at a record's worktree path: nothing (the
+// checkout is gone), or a directory that is not a symlink, whose
+// resolved path is the folder under the resolved worktrees directory,
+// and whose checkout, if it has one, is a worktree of the record's
+// project's mirror.
+func (m *Manager) checkFolder(r Record) error {
+	path := r.Workspace.Path
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory (%s)", path, st.Mode().Type())
+	}
+	dir, err := filepath.EvalSymlinks(m.worktreesDir())
+	if err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(path); err != nil || real != filepath.Join(dir, r.folder()) {
+		return fmt.Errorf("%s resolves to %q, outside %s (%v)", path, real, dir, err)
+	}
+	gitdir, ok := worktreeGitDir(path)
+	if !ok {
+		return nil // not (or no longer) a checkout: nothing of a mirror's
+	}
+	mirror, err := filepath.EvalSymlinks(m.MirrorPath(r.ProjectID))
+	if errors.Is(err, fs.ErrNotExist) {
+		// The mirror went (an operator removed it): the checkout must
+		// still name it.
+		want := filepath.Join(m.MirrorPath(r.ProjectID), "worktrees")
+		if repos, err := filepath.EvalSymlinks(m.reposDir()); err == nil {
+			want = filepath.Join(repos, r.ProjectID+".git", "worktrees")
+		}
+		if d := filepath.Dir(filepath.Clean(gitdir)); d != want && d != filepath.Join(m.MirrorPath(r.ProjectID), "worktrees") {
+			return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if real, err := filepath.EvalSymlinks(gitdir); err != nil || filepath.Dir(real) != filepath.Join(mirror, "worktrees") {
+		return fmt.Errorf("the checkout %s belongs to %s, not to the mirror of project %s", path, gitdir, r.ProjectID)
+	}
+	return nil
+}
+
+// worktreeGitDir reads the "gitdir:" line of a worktree's .git file: the
+// administrative directory in the mirror that the checkout belongs to.
+func worktreeGitDir(path string) (string, bool) {
+	b, err := os.ReadFile(filepath.Join(path, ".git"))
+	if err != nil {
+		return "", false
+	}
+	dir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
+	dir = strings.TrimSpace(dir)
+	if !ok || dir == "" {
+		return "", false
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(path, dir)
+	}
+	return dir, true
 }
 
 // Exists reports whether the run has a worktree here now: a record and
@@ -296,7 +400,11 @@ func (m *Manager) Prepare(ctx context.Context, s Spec) (wire.Workspace, error) {
 		return wire.Workspace{}, err
 	}
 	path := m.Path(s.RunID)
-	rec, recorded := m.Record(s.RunID)
+	rec, err := m.readRecord(s.RunID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return wire.Workspace{}, err // never make again over what a record we do not trust names
+	}
+	recorded := err == nil
 	if recorded && isWorktree(rec.Workspace.Path) {
 		return rec.Workspace, nil // a later attempt: the same checkout
 	}
@@ -507,7 +615,16 @@ func isWorktree(path string) bool {
 // removeDir removes whatever is at a worktree path and lets the mirror
 // forget it (git worktree prune), so that the mirror stays consistent.
 func (m *Manager) removeDir(ctx context.Context, projectID, path string) error {
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+	st, err := os.Lstat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err == nil && !st.IsDir() {
+		// Not a checkout (a symlink, a file): only the entry itself
+		// goes, never what a link points at.
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("remove %s: %w", path, err)
+		}
 		return nil
 	}
 	mirror := m.MirrorPath(projectID)
@@ -535,10 +652,15 @@ func (m *Manager) Remove(ctx context.Context, runID string) (ws wire.Workspace, 
 	if err != nil {
 		return wire.Workspace{}, false, err
 	}
-	rec, ok := m.Record(runID)
-	if !ok {
+	rec, err := m.readRecord(runID)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		m.log.Warn("workspace record refused: nothing removed", "run_id", runID, "err", err)
+		return wire.Workspace{}, false, err
+	}
+	if err != nil {
 		// A directory without a record is half-made: remove it all the
-		// same — unless a run that continues this one took it over.
+		// same — unless a run that continues this one took it over. A
+		// symlink there goes, never what it points at.
 		if _, taken := owners[runID]; wire.ValidUUID(runID) && !taken {
 			if _, err := os.Lstat(m.Path(runID)); err == nil {
 				if err := os.RemoveAll(m.Path(runID)); err != nil {
@@ -611,8 +733,14 @@ type Entry struct {
 	// Record is false for a directory without a record (half-made).
 	Recorded bool
 	Record   Record
-	// Size is the bytes of its files.
-	Size int64
+	// Untrusted says the folder's record is there but not trusted
+	// (ErrUntrusted): clean-up must leave it alone.
+	Untrusted bool
+	// Size is the bytes of its files; Modified, the newest change to
+	// any of them (or to a directory), which is when the worktree was
+	// last worked in.
+	Size     int64
+	Modified time.Time
 }
 
 // List returns every worktree directory under <data>/worktrees with its
@@ -636,37 +764,72 @@ func (m *Manager) List() ([]Entry, error) {
 			continue
 		}
 		// A folder a continuation took over is listed as its run's.
-		e := Entry{RunID: de.Name(), Size: dirSize(filepath.Join(m.worktreesDir(), de.Name()))}
+		e := Entry{RunID: de.Name()}
+		e.Size, e.Modified = dirStat(filepath.Join(m.worktreesDir(), de.Name()))
 		if o, ok := owners[de.Name()]; ok {
 			e.RunID, e.Record, e.Recorded = o.RunID, o, true
+		} else if _, err := m.readRecord(de.Name()); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			e.Untrusted = true
 		}
 		out = append(out, e)
 		seen[de.Name()] = true
 	}
 	for folder, rec := range owners {
 		if !seen[folder] {
-			out = append(out, Entry{RunID: rec.RunID, Recorded: true, Record: rec})
+			out = append(out, Entry{RunID: rec.RunID, Recorded: true, Record: rec, Modified: rec.CreatedAt})
 		}
 	}
 	return out, nil
 }
 
-// dirSize adds up the sizes of the files under dir (not following
-// symlinks).
-func dirSize(dir string) int64 {
-	var n int64
+// dirStat adds up the sizes of the files under dir and finds the newest
+// modification time of anything there (not following symlinks).
+func dirStat(dir string) (size int64, newest time.Time) {
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
 		if d.Type().IsRegular() {
-			if info, err := d.Info(); err == nil {
-				n += info.Size()
-			}
+			size += info.Size()
+		}
+		if info.ModTime().After(newest) {
+			newest = info.ModTime()
 		}
 		return nil
 	})
-	return n
+	return size, newest
+}
+
+// Unsaved says what in a worktree exists nowhere else, "" when nothing
+// does: commits at its HEAD that no remote branch has (as the mirror
+// last fetched or pushed), and uncommitted or untracked files. A
+// checkout that is gone has nothing unsaved (its branch stays in the
+// mirror). An error means it could not be told: treat it as unsaved.
+func (m *Manager) Unsaved(ctx context.Context, rec Record) (string, error) {
+	path := rec.Workspace.Path
+	if !isWorktree(path) {
+		return "", nil
+	}
+	var out []string
+	n, err := m.git(ctx, path, "rev-list", "--count", "HEAD", "--not", "--remotes")
+	if err != nil {
+		return "", err
+	}
+	if n != "0" {
+		out = append(out, n+" commit(s) not on the remote")
+	}
+	st, err := m.git(ctx, path, "--no-optional-locks", "status", "--porcelain", "--untracked-files=normal")
+	if err != nil {
+		return "", err
+	}
+	if st != "" {
+		out = append(out, fmt.Sprintf("%d uncommitted or untracked path(s)", strings.Count(st, "\n")+1))
+	}
+	return strings.Join(out, ", "), nil
 }
 
 // Available reports whether the git binary can be found.
@@ -675,4 +838,66 @@ func (m *Manager) Available() error {
 		return fmt.Errorf("git: %w", err)
 	}
 	return nil
+}
+
+// Mirror upkeep. The mirrors are made with gc.auto=0 (no git command of
+// a run's or of the worker's starts a gc in them at a moment nobody
+// chose); PruneMirrors is the schedule instead.
+const (
+	// PruneEvery is how often a mirror is pruned.
+	PruneEvery = 24 * time.Hour
+	// pruneGrace is how old an unreachable object must be to go: git's
+	// answer to a writer racing the prune (an agent's `git add` whose
+	// blob no index names yet, a fetch whose refs are not written yet).
+	pruneGrace = "1.hour.ago"
+	// pruneStamp, in a mirror, is touched by each prune.
+	pruneStamp = "pam-pruned"
+)
+
+// PruneMirrors removes the unreachable objects of every mirror not
+// pruned within every (0: all of them now) with `git gc --prune`, and
+// the scratch directories of diffs a killed worker left. What a live
+// worktree holds is reachable to git — its HEAD, its index (staged
+// files), its reflogs — so its work is kept; objects written within the
+// last hour are kept whatever they are.
+func (m *Manager) PruneMirrors(ctx context.Context, every time.Duration) {
+	scratch, _ := filepath.Glob(filepath.Join(m.reposDir(), scratchPrefix+"*"))
+	for _, dir := range scratch {
+		if st, err := os.Stat(dir); err == nil && time.Since(st.ModTime()) > time.Hour {
+			_ = os.RemoveAll(dir)
+		}
+	}
+	list, _ := filepath.Glob(filepath.Join(m.reposDir(), "*.git"))
+	for _, mirror := range list {
+		if ctx.Err() != nil {
+			return
+		}
+		if !wire.ValidUUID(strings.TrimSuffix(filepath.Base(mirror), ".git")) {
+			continue
+		}
+		stamp := filepath.Join(mirror, pruneStamp)
+		if st, err := os.Stat(stamp); err == nil && every > 0 && time.Since(st.ModTime()) < every {
+			continue
+		}
+		start := time.Now()
+		// Not under the mirror's lock: gc takes its own (gc.pid) and is
+		// safe beside other git commands; a run's start never waits
+		// for a repack.
+		if _, err := m.git(ctx, mirror, "-c", "gc.autoDetach=false", "gc", "--quiet", "--prune="+pruneGrace); err != nil {
+			m.log.Warn("mirror prune", "mirror", mirror, "err", err)
+			continue
+		}
+		now := time.Now()
+		if err := os.Chtimes(stamp, now, now); errors.Is(err, fs.ErrNotExist) {
+			err = os.WriteFile(stamp, nil, 0o600)
+		}
+		m.log.Info("mirror pruned", "mirror", mirror, "took", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// MirrorsSize is the bytes of the mirrors (and whatever else is under
+// <data>/repos): they count in the worktree budget with the worktrees.
+func (m *Manager) MirrorsSize() int64 {
+	size, _ := dirStat(m.reposDir())
+	return size
 }

@@ -105,7 +105,7 @@ func TestDiffAllFourKinds(t *testing.T) {
 	stagedBefore := pamtest.Git(t, ws.Path, "diff", "--cached", "--name-only")
 
 	var buf bytes.Buffer
-	if err := m.Diff(t.Context(), s.RunID, &buf, wire.MaxDiff); err != nil {
+	if _, err := m.Diff(t.Context(), s.RunID, "", &buf, wire.MaxDiff); err != nil {
 		t.Fatal(err)
 	}
 	diff := buf.String()
@@ -124,10 +124,11 @@ func TestDiffAllFourKinds(t *testing.T) {
 		t.Errorf("the diff changed the agent's index: %q, was %q", got, stagedBefore)
 	}
 
-	files, err := m.Stat(t.Context(), s.RunID)
+	st, err := m.Stat(t.Context(), s.RunID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	files := st.Files
 	// git's own count, from the real index with everything staged.
 	pamtest.Git(t, ws.Path, "add", "-A")
 	want := map[string]string{}
@@ -153,6 +154,11 @@ func TestDiffAllFourKinds(t *testing.T) {
 	if status["gone.txt"] != "deleted" || status["untracked.txt"] != "added" || status["tracked.txt"] != "modified" {
 		t.Errorf("statuses %v", status)
 	}
+	for _, f := range files {
+		if f.Committed != (f.Path == "committed.txt") {
+			t.Errorf("%s: committed %v", f.Path, f.Committed)
+		}
+	}
 }
 
 // TestDiffBounded: a diff past the limit is cut, with a final notice.
@@ -166,7 +172,7 @@ func TestDiffBounded(t *testing.T) {
 	}
 	write(t, filepath.Join(ws.Path, "big.txt"), strings.Repeat("a line of text\n", 20000))
 	var buf bytes.Buffer
-	if err := m.Diff(t.Context(), s.RunID, &buf, 64<<10); err != nil {
+	if _, err := m.Diff(t.Context(), s.RunID, "", &buf, 64<<10); err != nil {
 		t.Fatal(err)
 	}
 	if buf.Len() != 64<<10+len(TruncatedNotice) || !strings.HasSuffix(buf.String(), TruncatedNotice) {
@@ -275,11 +281,11 @@ func TestPush(t *testing.T) {
 	pamtest.Git(t, ws.Path, "add", "feature.txt")
 	pamtest.Git(t, ws.Path, "commit", "--quiet", "-m", "the feature")
 	head := pamtest.Git(t, ws.Path, "rev-parse", "HEAD")
-	pushed, detail, err := m.Push(t.Context(), s.RunID)
+	pushed, commit, detail, err := m.Push(t.Context(), s.RunID, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pushed.Branch != ws.Branch || !strings.Contains(detail, ws.Branch) {
+	if pushed.Branch != ws.Branch || commit != head || !strings.Contains(detail, ws.Branch) {
 		t.Errorf("pushed %+v, detail %q", pushed, detail)
 	}
 	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+ws.Branch); got != head {
@@ -509,8 +515,8 @@ func TestTakeOver(t *testing.T) {
 		t.Fatalf("list %+v, %v", list, err)
 	}
 	for _, op := range []func() error{
-		func() error { return m.Diff(t.Context(), cont.RunID, io.Discard, wire.MaxDiff) },
-		func() error { _, err := m.Stat(t.Context(), cont.RunID); return err },
+		func() error { _, err := m.Diff(t.Context(), cont.RunID, "", io.Discard, wire.MaxDiff); return err },
+		func() error { _, err := m.Stat(t.Context(), cont.RunID, ""); return err },
 	} {
 		if err := op(); err != nil {
 			t.Errorf("the continuation's diff: %v", err)
@@ -557,5 +563,32 @@ func TestTakeOver(t *testing.T) {
 	foreign.Path = "/etc/" + uuid.NewString()
 	if _, err := m.Prepare(t.Context(), foreign); err == nil || !strings.Contains(err.Error(), "not a worktree of this host") {
 		t.Errorf("take-over of another path: %v", err)
+	}
+}
+
+// git runs with a minimal environment: a secret in the worker's
+// environment (an operator's PAM_TOKEN, the worker's own token, an API
+// key) never reaches it, nor whatever a repository's config makes git
+// run; what git needs (PATH, HOME, the ssh agent) still does. An alias
+// that prints its environment stands for any program git starts.
+func TestGitEnvMinimal(t *testing.T) {
+	const secret = "0123456789abcdef0123456789abcdef"
+	t.Setenv("PAM_TOKEN", secret)
+	t.Setenv("PAM_WORKER_TOKEN", secret)
+	t.Setenv("ANTHROPIC_API_KEY", secret)
+	t.Setenv("SSH_AUTH_SOCK", "/tmp/agent.sock")
+	m := newManager(t, "")
+	out, err := m.run(t.Context(), cmd{dir: t.TempDir(), args: []string{"-c", "alias.pamenv=!env", "pamenv"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := string(out)
+	if strings.Contains(env, secret) || strings.Contains(env, "PAM_") {
+		t.Fatalf("git saw the worker's secrets:\n%s", env)
+	}
+	for _, want := range []string{"PATH=", "HOME=", "SSH_AUTH_SOCK=/tmp/agent.sock", "LC_ALL=C", "GIT_TERMINAL_PROMPT=0"} {
+		if !strings.Contains(env, "\n"+want) && !strings.HasPrefix(env, want) {
+			t.Errorf("git lacks %s:\n%s", want, env)
+		}
 	}
 }

@@ -23,6 +23,11 @@ export const runs = signal(new Map());
 export const hosts = signal(new Map());
 /** @type {import('@preact/signals').Signal<{name: string, hosts: string[]}[]>} */
 export const providers = signal([]);
+/**
+ * The before of the page of runs older than those loaded (contract §7),
+ * null once the oldest run is loaded.
+ */
+export const runsNext = signal(null);
 /** connecting (first load), live, or reconnecting (the screen keeps its last state). */
 export const conn = signal('connecting');
 /** True once the first load finished. */
@@ -175,7 +180,7 @@ async function getSeq(path, seqs, signal) {
 async function loadAll(signal) {
   const seqs = [];
   const [p, h, pr, recent, live, att] = await Promise.all([
-    getSeq('/projects', seqs, signal),
+    getSeq('/projects?include_archived=true', seqs, signal),
     getSeq('/hosts', seqs, signal),
     getSeq('/providers', seqs, signal),
     getSeq('/runs?limit=500', seqs, signal),
@@ -193,6 +198,8 @@ async function loadAll(signal) {
     hosts.value = mapOf(h.hosts);
     providers.value = pr.providers;
     runs.value = rm;
+    // Older runs are a page away (contract §7: GET /runs pages with before).
+    runsNext.value = recent.next || null;
     items.value = im;
     loaded.value = true;
     loadError.value = '';
@@ -216,6 +223,7 @@ export function stop() {
     items.value = new Map();
     runs.value = new Map();
     hosts.value = new Map();
+    runsNext.value = null;
     loaded.value = false;
     conn.value = 'connecting';
   });
@@ -414,8 +422,35 @@ function store(kind, id, obj) {
   if (obj) m.set(id, obj);
   else m.delete(id);
   sig.value = m;
-  if (kind === 'project' && obj && obj.status === 'active' && !before) loadItems(id);
+  // A project new to the page, or back from the archive, brings its items.
+  if (kind === 'project' && obj && obj.status === 'active' && (!before || before.status !== 'active')) loadItems(id);
   if (kind === 'run' && obj && hooks.runChanged) hooks.runChanged(before, obj);
+}
+
+/** The runs page loads older runs this many at a time. */
+export const RUNS_PAGE = 200;
+
+/**
+ * loadOlderRuns adds the next page of older runs to the state; it returns
+ * how many it added. Every run is reachable this way, not only the newest
+ * the first load read.
+ */
+export async function loadOlderRuns() {
+  const before = runsNext.value;
+  if (!before) return 0;
+  const l = await get(`/runs?limit=${RUNS_PAGE}&before=${encodeURIComponent(before)}`);
+  const m = new Map(runs.value);
+  let added = 0;
+  for (const r of l.runs) {
+    if (m.has(r.id)) continue; // a loaded run is kept current by the stream
+    m.set(r.id, r);
+    added++;
+  }
+  batch(() => {
+    runs.value = m;
+    runsNext.value = l.next || null;
+  });
+  return added;
 }
 
 /** loadItems (re)loads one project's work items. */

@@ -105,7 +105,7 @@ function Loading() {
 function Page({ r }) {
   switch (r.name) {
     case 'inbox': return <Inbox />;
-    case 'projects': return <Projects />;
+    case 'projects': return <Projects query={r.query} />;
     case 'board': return <Board key={r.params.ref} ref_={r.params.ref} />;
     case 'runs': return <Runs query={r.query} />;
     case 'run': return <RunPage key={r.params.id} id={r.params.id} />;

@@ -9,6 +9,7 @@ import { navigate, route } from '../router.js';
 import { attentionOf, isActive, items, loadItems, projectByRef, put, runs } from '../store.js';
 import { Ago, Dialog, Empty, Field, Kind, StatusBadge, attempt, shortId, toast } from './common.jsx';
 import { Icon } from './icons.jsx';
+import { unarchive } from './projects.jsx';
 import { StartRun } from './startrun.jsx';
 
 const COLUMNS = [
@@ -64,13 +65,19 @@ export function Board({ ref_ }) {
         <div class="head-actions">
           <input class="filter-input" type="search" placeholder="Filter cards" value={filter} onInput={(e) => setFilter(e.currentTarget.value)} aria-label="Filter cards" />
           <button class="btn primary" onClick={() => setDialog({ type: 'new', status: 'todo' })} data-testid="new-item"><Icon name="plus" size={15} />New item</button>
-          <button class="btn ghost icon-btn" title="Archive project" aria-label="Archive project" onClick={async () => {
+          {project.status !== 'archived' && <button class="btn ghost icon-btn" title="Archive project" aria-label="Archive project" onClick={async () => {
             if (!confirm(`Archive ${project.name}? It leaves the list; its items and runs stay.`)) return;
             const p = await attempt(() => del('/projects/' + project.id), 'Project archived');
             if (p) { put('project', p.id, p); navigate('/projects'); }
-          }}><Icon name="archive" size={16} /></button>
+          }}><Icon name="archive" size={16} /></button>}
         </div>
       </div>
+      {project.status === 'archived' && (
+        <div class="archived-note" role="status" data-testid="archived-note">
+          <Icon name="archive" size={15} /><span class="grow">This project is archived: its items and runs cannot change.</span>
+          <button class="btn sm" onClick={() => unarchive(project)} data-testid="restore-project"><Icon name="undo" size={14} />Restore</button>
+        </div>
+      )}
       <ColumnTabs board={boardRef} counts={COLUMNS.map((c) => shown.filter((w) => w.status === c.status).length)} />
       <div class="board" data-testid="board" ref={boardRef}>
         {COLUMNS.map((c) => (

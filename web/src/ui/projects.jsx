@@ -1,4 +1,5 @@
-// Projects (contract §15): each with its items by status and live runs.
+// Projects (contract §15): each with its items by status and live runs;
+// archived projects on demand (?archived=1), each with a Restore button.
 import { useState } from 'preact/hooks';
 import { post } from '../api.js';
 import { navigate } from '../router.js';
@@ -6,10 +7,22 @@ import { isActive, items, projects, put, runs } from '../store.js';
 import { Ago, Dialog, Empty, Field, attempt } from './common.jsx';
 import { Icon } from './icons.jsx';
 
-/** Projects lists the active projects. */
-export function Projects() {
+/** unarchive makes an archived project active again (its items load as it comes back). */
+export async function unarchive(p) {
+  const back = await attempt(() => post('/projects/' + p.id + '/unarchive'), `${p.name} restored`);
+  if (back) put('project', back.id, back);
+  return back;
+}
+
+/** Projects lists the active projects, and the archived ones when asked. */
+export function Projects({ query }) {
   const [creating, setCreating] = useState(false);
-  const list = [...projects.value.values()].filter((p) => p.status === 'active').sort((a, b) => a.name.localeCompare(b.name));
+  const showArchived = !!query && query.get('archived') === '1';
+  const byName = (a, b) => a.name.localeCompare(b.name);
+  const all = [...projects.value.values()];
+  const list = all.filter((p) => p.status === 'active').sort(byName);
+  const archived = all.filter((p) => p.status === 'archived').sort(byName);
+  const toggle = () => navigate('/projects' + (showArchived ? '' : '?archived=1'), { replace: true });
   const counts = new Map();
   for (const w of items.value.values()) {
     const c = counts.get(w.project_id) || { todo: 0, doing: 0, done: 0, cancelled: 0 };
@@ -22,10 +35,20 @@ export function Projects() {
     <section>
       <div class="page-head">
         <div><h1>Projects</h1><p class="muted">Plan work as items on a board, then run agents on the tasks.</p></div>
-        <button class="btn primary" onClick={() => setCreating(true)} data-testid="new-project"><Icon name="plus" size={15} />New project</button>
+        <div class="head-actions">
+          <label class="toggle" data-testid="show-archived">
+            <input type="checkbox" checked={showArchived} onChange={toggle} />
+            <span>Show archived{archived.length ? ` (${archived.length})` : ''}</span>
+          </label>
+          <button class="btn primary" onClick={() => setCreating(true)} data-testid="new-project"><Icon name="plus" size={15} />New project</button>
+        </div>
       </div>
       {list.length === 0 ? (
-        <Empty icon="board" title="No projects yet">Create one to plan work and start runs.</Empty>
+        archived.length ? (
+          <Empty icon="board" title="No active projects">{showArchived ? 'Restore an archived one below, or create a new one.' : 'Every project is archived: show them to restore one, or create a new one.'}</Empty>
+        ) : (
+          <Empty icon="board" title="No projects yet">Create one to plan work and start runs.</Empty>
+        )
       ) : (
         <div class="project-grid">
           {list.map((p) => {
@@ -54,6 +77,35 @@ export function Projects() {
             );
           })}
         </div>
+      )}
+      {showArchived && (
+        <section class="archived-section" aria-label="Archived projects">
+          <h2>Archived</h2>
+          {archived.length === 0 ? (
+            <p class="muted">No archived projects.</p>
+          ) : (
+            <div class="project-grid">
+              {archived.map((p) => (
+                <div key={p.id} class="card project-card archived" data-testid="archived-project">
+                  <div class="project-top">
+                    <span class="project-mark" aria-hidden="true">{p.name.slice(0, 1).toUpperCase()}</span>
+                    <div class="grow">
+                      <h3>{p.name}</h3>
+                      <span class="muted mono sm">{p.slug}</span>
+                    </div>
+                    <span class="badge st-stopped">archived</span>
+                  </div>
+                  {p.description && <p class="project-desc">{p.description}</p>}
+                  <div class="project-stats">
+                    <span class="muted">archived <Ago iso={p.updated_at} /></span>
+                    <span class="grow" />
+                    <button class="btn sm" onClick={() => unarchive(p)} data-testid="restore-project"><Icon name="undo" size={14} />Restore</button>
+                  </div>
+                </div>
+              ))}
+            </div>
+          )}
+        </section>
       )}
       {creating && <NewProject onClose={() => setCreating(false)} />}
     </section>

@@ -1,8 +1,11 @@
 // Runs (contract §15): a live list filtered by status, project, host,
-// provider and attention; the filters live in the URL's query.
+// provider and attention; the filters live in the URL's query. It starts
+// with the newest runs and loads older ones on demand, so every run is
+// reachable.
+import { useState } from 'preact/hooks';
 import { navigate } from '../router.js';
-import { attentionOf, hostName, hosts, isActive, projects, providers, runs, taskTitle } from '../store.js';
-import { Ago, Empty, StatusBadge, duration, shortId } from './common.jsx';
+import { attentionOf, hostName, hosts, isActive, loadOlderRuns, projects, providers, runs, runsNext, taskTitle } from '../store.js';
+import { Ago, Empty, StatusBadge, attempt, duration, shortId } from './common.jsx';
 
 const STATUSES = ['pending', 'spawning', 'running', 'exited', 'failed', 'stopped'];
 const ATTENTION = [['any', 'Needs a person'], ['needs_input', 'Needs input'], ['rate_limited', 'Usage limit'], ['idle', 'Idle'], ['none', 'None']];
@@ -65,7 +68,7 @@ export function Runs({ query }) {
         {any && <button class="btn ghost sm" onClick={() => navigate('/runs', { replace: true })}>Clear</button>}
       </div>
       {list.length === 0 ? (
-        <Empty icon="runs" title={any ? 'No run matches' : 'No runs yet'}>{any ? 'Change the filters.' : 'Start one from a task on a project board.'}</Empty>
+        <Empty icon="runs" title={any ? 'No run matches' : 'No runs yet'}>{any ? (runsNext.value ? 'Change the filters, or load older runs.' : 'Change the filters.') : 'Start one from a task on a project board.'}</Empty>
       ) : (
         <div class="card table-card">
           <table class="table runs-table">
@@ -97,6 +100,25 @@ export function Runs({ query }) {
           </table>
         </div>
       )}
+      <LoadMore />
     </section>
+  );
+}
+
+/** LoadMore fetches the next page of older runs while there is one. */
+function LoadMore() {
+  const [busy, setBusy] = useState(false);
+  if (!runsNext.value) return null;
+  const more = async () => {
+    setBusy(true);
+    await attempt(loadOlderRuns);
+    setBusy(false);
+  };
+  return (
+    <div class="load-more">
+      <button class="btn" onClick={more} disabled={busy} data-testid="runs-more" aria-busy={busy}>
+        {busy ? <span class="spinner sm" /> : null}Load older runs
+      </button>
+    </div>
   );
 }
