@@ -60,6 +60,9 @@ func newClockSystem(t *testing.T, extraEnv ...string) (*system, *movableClock) {
 	done := make(chan int, 1)
 	go func() { done <- e.Main(ctx, []string{"serve"}, &out, &errs) }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pam serve (in process) log, last lines:\n%s", lastLines(errs.String(), 200))
+		}
 		cancel()
 		select {
 		case <-done:
