@@ -46,6 +46,12 @@ func newAgentRig(t *testing.T, home, catalog string, env ...string) *agentRig {
 	// can wait it out: an agent that waits for a person, or has completed
 	// its turn, must never be failed as hung (docs/architecture.md#working-waiting-hung).
 	s, _ := newFaultSystem(t, "", "PAM_CLI_HANG_TIMEOUT="+agentHangTimeout.String())
+	return newAgentRigOn(t, s, home, catalog, env...)
+}
+
+// newAgentRigOn is newAgentRig with serve already started (s).
+func newAgentRigOn(t *testing.T, s *system, home, catalog string, env ...string) *agentRig {
+	t.Helper()
 	conf := pamtest.ShortDir(t, "pamc-")
 	if err := os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(catalog), 0o600); err != nil {
 		t.Fatal(err)
