@@ -72,6 +72,7 @@ type unitSpec struct {
 	dataDir     string
 	stateDir    bool // let systemd create /var/lib/<stateDir> for user
 	env         [][2]string
+	envFile     string // EnvironmentFile=, empty = none
 	credName    string // empty = no credential
 	credPath    string
 	description string
@@ -84,6 +85,7 @@ func installSetup(fs *flag.FlagSet, r role) func(*invocation) error {
 	userUnit := fs.Bool("user-unit", false, "write a user unit (~/.config/systemd/user) even as root")
 	binary := fs.String("binary", "", "the pam binary the unit runs (default: this one)")
 	root := fs.String("root", "", "write every file under this folder instead of / (an image being built, a test)")
+	envFile := fs.String("environment-file", "", "a file of VAR=value lines the unit loads (EnvironmentFile=): an agent's API key, a PATH; keep it 0600, it stays where it is")
 	return func(x *invocation) error {
 		if !validUnitName(*unitName) {
 			return usagef("--unit %q: want letters, digits, '-', '_' or '.'", *unitName)
@@ -111,6 +113,11 @@ func installSetup(fs *flag.FlagSet, r role) func(*invocation) error {
 			return err
 		}
 		s := unitSpec{role: r, system: system, binary: bin, user: *user, description: r.description}
+		if *envFile != "" {
+			if s.envFile, err = filepath.Abs(*envFile); err != nil {
+				return err
+			}
+		}
 		given := givenSettings(x)
 		s.dataDir = given["PAM_DATA_DIR"]
 		if s.dataDir == "" {
@@ -283,6 +290,9 @@ func renderUnit(s unitSpec) string {
 	}
 	for _, kv := range s.env {
 		w("Environment=%s", unitEscape(quoteEnv(kv[0], kv[1])))
+	}
+	if s.envFile != "" {
+		w("EnvironmentFile=%s", unitEscape(s.envFile))
 	}
 	if s.credName != "" {
 		w("# The secret: systemd hands the file to pam as $CREDENTIALS_DIRECTORY/%s.", s.credName)

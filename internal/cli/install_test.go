@@ -74,7 +74,7 @@ func TestInstallWorkerUnit(t *testing.T) {
 	root := t.TempDir()
 	e.stdin = strings.NewReader(installToken + "\n")
 	e.setenv("PAM_URL", "https://pam.example:7898")
-	r := e.pam("worker", "install", "--root", root, "--host-name", "gpu-1", "--user", "pam", "--max-runs", "4")
+	r := e.pam("worker", "install", "--root", root, "--host-name", "gpu-1", "--user", "pam", "--max-runs", "4", "--environment-file", "/etc/pam/agent keys.env")
 	if r.code != 0 {
 		t.Fatal(r)
 	}
@@ -91,7 +91,7 @@ func TestInstallWorkerUnit(t *testing.T) {
 		"ExecStart=" + self + " worker\n", "User=pam\n", "KillMode=process\n",
 		"LoadCredential=worker-token:/etc/credstore/pam-worker.worker-token\n",
 		"Environment=PAM_URL=https://pam.example:7898\n", "Environment=PAM_HOST_NAME=gpu-1\n", "Environment=PAM_MAX_RUNS=4\n",
-		"Environment=PAM_DATA_DIR=" + e.dir + "\n", "WantedBy=multi-user.target\n",
+		"Environment=PAM_DATA_DIR=" + e.dir + "\n", "WantedBy=multi-user.target\n", "EnvironmentFile=/etc/pam/agent keys.env\n",
 	} {
 		if !strings.Contains(unit, want) {
 			t.Errorf("unit lacks %q:\n%s", want, unit)
