@@ -100,6 +100,12 @@ func installSetup(fs *flag.FlagSet, r role) func(*invocation) error {
 		if *user != "" && !validAccount(*user) {
 			return usagef("--user %q is not a valid account name", *user)
 		}
+		if r.name == "worker" {
+			// The unit would only fail at every start: say so now.
+			if err := checkURL(x.cfg.str("PAM_URL"), x.cfg.bool("PAM_ALLOW_INSECURE")); err != nil {
+				return err
+			}
+		}
 		bin := *binary
 		if bin == "" {
 			self, err := os.Executable()

@@ -196,6 +196,10 @@ func TestInstallUserUnit(t *testing.T) {
 	if r := e.pam("worker", "install", "--user-unit", "--user", "pam"); r.code != 2 {
 		t.Errorf("--user with a user unit: %v", r)
 	}
+	// A URL the worker would refuse at every start is refused now.
+	if r := e.pam("worker", "install", "--user-unit", "--print", "--url", "http://pam.example:7898"); r.code != 2 || !strings.Contains(r.stderr, "PAM_ALLOW_INSECURE") {
+		t.Errorf("plain http:// to another machine: %v", r)
+	}
 }
 
 // TestInstallPrintWritesNothing: --print shows the unit and where it and
