@@ -179,7 +179,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 
 	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
-	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
+	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention, Observe: runLogger(o.Logger)})
 	st.AfterCommit = hub.Wake
 	workers := fleet.New(1000)
 	// Placement has connections of its own: a busy API never makes a run
