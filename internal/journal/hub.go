@@ -57,6 +57,9 @@ type Hub struct {
 
 	dropped atomic.Uint64
 
+	// observers are told every batch of published events (Observe).
+	observers []func([]wire.Event)
+
 	// afterRegister, when set (tests), runs in ServeSSE right after the
 	// subscriber registered: what commits then is after the connection.
 	afterRegister func()
@@ -94,6 +97,14 @@ func (h *Hub) Wake() {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Observe has f called with every batch of events the tailer publishes,
+// in seq order, from the tailer's goroutine (f must not block): how a
+// server learns what other serves of the database did, e.g. a token
+// revoked. Call it before Run.
+func (h *Hub) Observe(f func([]wire.Event)) {
+	h.observers = append(h.observers, f)
 }
 
 // Subscribers is the number of connected SSE subscribers.
@@ -228,6 +239,9 @@ func (h *Hub) publish(evs []wire.Event) {
 		s.end()
 		h.dropped.Add(1)
 		h.log.Info("journal: disconnected slow subscriber", "remote", s.remote, "max_pending", h.maxPending)
+	}
+	for _, f := range h.observers {
+		f(evs)
 	}
 }
 

@@ -177,6 +177,11 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return abort(err)
 	}
+	// The operator token is the admin token named admin (adopted once,
+	// on the first start with named tokens).
+	if err := st.AdoptAdminToken(gctx, token); err != nil {
+		return abort(err)
+	}
 
 	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
 	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
@@ -196,7 +201,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval})
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval,
+		OperatorTokenChanged: func(secret string) {
+			if err := datadir.WriteToken(o.DataDir, secret); err != nil {
+				o.Logger.Warn("write the rotated admin token to the token file", "file", datadir.TokenPath(o.DataDir), "err", err)
+			}
+		}})
+	// Revocations made by other serves of the database reach this one
+	// through the journal.
+	hub.Observe(srv.ObserveEvents)
 	if !front.activate(srv) {
 		return abort(gctx.Err()) // shutting down already
 	}

@@ -122,7 +122,7 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 	}
 	c := &attachClient{
 		t: s.term, runID: run.ID, attempt: run.Attempt, session: run.SessionName, rows: rows, cols: cols,
-		who:  wire.LeaseHolder{RemoteAddr: r.RemoteAddr, UserAgent: ua, Auth: auth},
+		who:  wire.LeaseHolder{Token: tokenOf(r.Context()).Name, RemoteAddr: r.RemoteAddr, UserAgent: ua, Auth: auth},
 		ctrl: make(chan []byte, ctrlQueue), done: make(chan struct{}),
 		outReady: make(chan struct{}, 1), inReady: make(chan struct{}, 1), drained: make(chan struct{}, 1),
 	}
@@ -158,6 +158,9 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 	defer s.term.leave(c)
 	stop := context.AfterFunc(s.streamCtx, func() { c.end(codeStopping, "server shutting down") })
 	defer stop()
+	// The request's context ends when its token is revoked (asToken).
+	stopRevoked := context.AfterFunc(r.Context(), func() { c.end(wire.CodeTokenRevoked, "the token of this socket was revoked") })
+	defer stopRevoked()
 	// The pinger ends with the socket; wg waits for it after cancelPing.
 	pingCtx, cancelPing := context.WithCancel(context.Background())
 	defer cancelPing()
@@ -295,7 +298,7 @@ func (c *attachClient) tryAcquire() bool {
 			Message: "the run is attached by another client since " + h.AttachedAt.Format(time.RFC3339), Holder: &h})
 		return false
 	}
-	c.t.journal(wire.TopicRunLeaseAcquired, c.runID, map[string]any{"holder": info, "attach_id": attachID})
+	c.t.journal(wire.TopicRunLeaseAcquired, c.runID, info.Token, map[string]any{"holder": info, "attach_id": attachID})
 	c.mu.Lock()
 	c.le, c.attachID, c.out, c.in = le, attachID, nil, nil
 	rows, cols := c.rows, c.cols
@@ -352,6 +355,8 @@ func (c *attachClient) releaseReason() string {
 		return releaseStopping
 	case wire.CodeRunEnded:
 		return releaseRunEnded
+	case wire.CodeTokenRevoked:
+		return releaseTokenRevoked
 	}
 	return releaseClosed
 }
