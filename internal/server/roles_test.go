@@ -223,3 +223,51 @@ func TestTokensLifecycle(t *testing.T) {
 		}
 	}
 }
+
+// TestActorNamesToken: the events of a person's actions on runs name the
+// token that made them: the run created, its keys' attention change, its
+// stop; pam's own decisions and the worker's signals name no token.
+func TestActorNamesToken(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-actor", 4, "shell")
+	var ts wire.TokenSecret
+	e.must(201, "POST", "/api/v1/tokens", wire.CreateToken{Name: "carol", Role: wire.RoleOperator}, &ts)
+	code, body := e.callAs(ts.Secret, "POST", "/api/v1/runs", map[string]any{"task_id": e.task.ID, "provider": "shell", "host_id": w.hostID})
+	var r wire.Run
+	if code != 202 || json.Unmarshal(body, &r) != nil {
+		t.Fatalf("start as carol: %d %s", code, body)
+	}
+	d := w.expect(wire.FrameRunDispatch)
+	w.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == "spawning" })
+	if code, _, body := e.signal(d.SignalToken, r.ID, sig("started", 1)); code != 202 {
+		t.Fatalf("started: %d %s", code, body)
+	}
+	if code, body := e.callAs(ts.Secret, "POST", "/api/v1/runs/"+r.ID+"/stop", map[string]any{}); code != 202 {
+		t.Fatalf("stop as carol: %d %s", code, body)
+	}
+	var evs struct {
+		Events []wire.Event `json:"events"`
+	}
+	e.must(200, "GET", "/api/v1/runs/"+r.ID+"/events", nil, &evs)
+	want := map[string]string{"run.created": "carol", "run.stopped": "carol", "run.started": "", "run.dispatched": ""}
+	seen := map[string]bool{}
+	for _, ev := range evs.Events {
+		w, ok := want[ev.Topic]
+		if !ok {
+			continue
+		}
+		seen[ev.Topic] = true
+		got := ""
+		if ev.Actor != nil {
+			got = *ev.Actor
+		}
+		if got != w {
+			t.Errorf("%s actor %q, want %q", ev.Topic, got, w)
+		}
+	}
+	if len(seen) != len(want) {
+		t.Fatalf("saw %v of %v", seen, want)
+	}
+}
