@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -17,12 +18,13 @@ import (
 // (docs/architecture.md#security-model). The database is the truth: a
 // presented secret is looked up by its SHA-256, and what the lookup found
 // is kept for tokenCacheTTL so that a busy dashboard costs no query per
-// request. A revocation or rotation drops the token from the cache and
-// ends its live requests, streams and sockets at once on the serve that
-// made it, and on every other serve of the database when the journal's
-// token.revoked reaches it (ObserveEvents, within the journal's poll
-// interval); the TTL bounds how long a missed event could let an old
-// secret through.
+// request. A revocation or rotation rechecks the token against the
+// database (recheck): the cache forgets it, and its live requests,
+// streams and sockets that authenticated with a secret no longer current
+// end at once — on the serve that made the change, and on every other
+// serve of the database when the journal's token.revoked reaches it
+// (ObserveEvents, within the journal's poll interval). The TTL bounds how
+// long a missed event could let an old secret through.
 
 const (
 	// tokenCacheTTL is how long a looked-up token is trusted without
@@ -47,21 +49,21 @@ type tokenAuth struct {
 
 	mu      sync.Mutex
 	adopted bool
-	cache   map[[32]byte]cachedToken
+	cache   map[[32]byte]cachedToken          // by secret hash
 	touched map[string]time.Time              // by token id
 	live    map[string]map[*liveConn]struct{} // by token id
-	// revokedAt: when each token was last revoked or rotated here, so a
-	// ticket issued before does not outlive it (bounded like the cache).
-	revokedAt map[string]time.Time
 }
 
-// liveConn is one request, stream or socket authenticated by a token,
-// ended by cancel when the token is revoked.
-type liveConn struct{ cancel context.CancelFunc }
+// liveConn is one request, stream or socket authenticated by a token's
+// secret (its hash), ended by cancel when that secret stops being valid.
+type liveConn struct {
+	hash   [32]byte
+	cancel context.CancelFunc
+}
 
 func newTokenAuth(s *Server) *tokenAuth {
 	return &tokenAuth{s: s, cache: map[[32]byte]cachedToken{}, touched: map[string]time.Time{},
-		live: map[string]map[*liveConn]struct{}{}, revokedAt: map[string]time.Time{}}
+		live: map[string]map[*liveConn]struct{}{}}
 }
 
 // adopt makes the server's operator token (Options.Token) the admin token
@@ -86,22 +88,18 @@ func (a *tokenAuth) adopt(ctx context.Context) error {
 // errNoToken is an absent, unknown or revoked secret.
 var errNoToken = errors.New("no such token")
 
-// lookup returns the live token whose secret is secret, errNoToken when
-// there is none, or the database's error.
-func (a *tokenAuth) lookup(ctx context.Context, secret string) (store.APIToken, error) {
-	if secret == "" {
-		return store.APIToken{}, errNoToken
-	}
+// lookup returns the live token whose secret has hash key, errNoToken
+// when there is none, or the database's error.
+func (a *tokenAuth) lookup(ctx context.Context, key [32]byte) (store.APIToken, error) {
 	if err := a.adopt(ctx); err != nil {
 		return store.APIToken{}, err
 	}
-	key := sha256.Sum256([]byte(secret))
 	now := time.Now()
 	a.mu.Lock()
 	c, ok := a.cache[key]
 	a.mu.Unlock()
 	if !ok || now.Sub(c.loaded) > tokenCacheTTL {
-		tok, err := a.s.store.TokenBySecret(ctx, secret)
+		tok, err := a.s.store.TokenByHash(ctx, key[:])
 		var we *wire.Error
 		if errors.As(err, &we) && we.Code == wire.CodeNotFound {
 			return store.APIToken{}, errNoToken
@@ -143,11 +141,12 @@ func (a *tokenAuth) touch(id string, now time.Time) {
 	})
 }
 
-// hold registers a live connection of token id whose context is ctx: the
-// returned context ends when the token is revoked; release unregisters.
-func (a *tokenAuth) hold(ctx context.Context, id string) (context.Context, func()) {
+// hold registers a live connection of token id authenticated by the
+// secret of hash key, whose context is ctx: the returned context ends
+// when that secret stops being valid; release unregisters.
+func (a *tokenAuth) hold(ctx context.Context, id string, key [32]byte) (context.Context, func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	lc := &liveConn{cancel: cancel}
+	lc := &liveConn{hash: key, cancel: cancel}
 	a.mu.Lock()
 	m := a.live[id]
 	if m == nil {
@@ -167,21 +166,25 @@ func (a *tokenAuth) hold(ctx context.Context, id string) (context.Context, func(
 	}
 }
 
-// revoked forgets token id and ends its live connections.
-func (a *tokenAuth) revoked(id string) {
+// recheck asks the database for token id's current secret and state: the
+// cache forgets every other secret of it (all of them once it is revoked)
+// and the live connections made with those end. When the database cannot
+// say, everything of the token is forgotten and ended (fail closed: a
+// client reconnects and is checked afresh).
+func (a *tokenAuth) recheck(ctx context.Context, id string) {
+	cur, revoked, err := a.s.store.TokenSecretHash(ctx, id)
+	valid := func(h [32]byte) bool { return err == nil && !revoked && bytes.Equal(h[:], cur) }
 	a.mu.Lock()
-	if len(a.revokedAt) >= maxCachedTokens {
-		clear(a.revokedAt)
-	}
-	a.revokedAt[id] = time.Now()
 	for k, c := range a.cache {
-		if c.tok.ID == id {
+		if c.tok.ID == id && !valid(k) {
 			delete(a.cache, k)
 		}
 	}
 	var cancels []context.CancelFunc
 	for lc := range a.live[id] {
-		cancels = append(cancels, lc.cancel)
+		if !valid(lc.hash) {
+			cancels = append(cancels, lc.cancel)
+		}
 	}
 	a.mu.Unlock()
 	for _, c := range cancels {
@@ -189,18 +192,9 @@ func (a *tokenAuth) revoked(id string) {
 	}
 }
 
-// revokedSince reports whether token id was revoked or rotated here at or
-// after t.
-func (a *tokenAuth) revokedSince(id string, t time.Time) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	at, ok := a.revokedAt[id]
-	return ok && !at.Before(t)
-}
-
 // ObserveEvents learns from the journal what other serves of the database
-// did: a token.revoked (a revocation or rotation) ends that token here
-// too. Wire it to the journal hub's published events.
+// did: a token.revoked (a revocation or rotation) is rechecked here too.
+// Wire it to the journal hub's published events; it does not block.
 func (s *Server) ObserveEvents(evs []wire.Event) {
 	for _, ev := range evs {
 		if ev.Topic != string(wire.TopicTokenRevoked) {
@@ -209,27 +203,44 @@ func (s *Server) ObserveEvents(evs []wire.Event) {
 		var p struct {
 			ID string `json:"id"`
 		}
-		if json.Unmarshal(ev.Payload, &p) == nil && p.ID != "" {
-			s.auth.revoked(p.ID)
+		if json.Unmarshal(ev.Payload, &p) != nil || p.ID == "" {
+			continue
 		}
+		s.bg.goFunc(func() {
+			ctx, cancel := context.WithTimeout(s.streamCtx, 5*time.Second)
+			defer cancel()
+			s.auth.recheck(ctx, p.ID)
+		})
 	}
 }
 
-// tokenKey holds the request's token in its context.
-type tokenKey struct{}
+// authKey holds the request's authentication in its context.
+type authKey struct{}
 
-// tokenOf is the token that authenticated r (zero outside operatorAuth
-// and the sockets).
-func tokenOf(ctx context.Context) store.APIToken {
-	t, _ := ctx.Value(tokenKey{}).(store.APIToken)
-	return t
+// authInfo is the token that authenticated a request and the hash of
+// the secret it presented.
+type authInfo struct {
+	tok  store.APIToken
+	hash [32]byte
 }
 
-// authenticated answers the request's token, or writes the refusal and
-// reports false: 401 for no valid token, 503 when the database cannot
-// say, 403 forbidden when the token's role may not use the route.
-func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, secret string) (store.APIToken, bool) {
-	tok, err := s.auth.lookup(r.Context(), secret)
+// tokenOf is the token that authenticated the request of ctx (zero
+// outside operatorAuth and the sockets).
+func tokenOf(ctx context.Context) store.APIToken {
+	a, _ := ctx.Value(authKey{}).(authInfo)
+	return a.tok
+}
+
+// authenticated answers the token of a secret's hash, or writes the
+// refusal and reports false: 401 for no valid token, 503 when the
+// database cannot say, 403 forbidden when the token's role may not use
+// the route.
+func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, key [32]byte, present bool) (store.APIToken, bool) {
+	var tok store.APIToken
+	err := errNoToken
+	if present {
+		tok, err = s.auth.lookup(r.Context(), key)
+	}
 	if errors.Is(err, errNoToken) {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
 		writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token"))
@@ -246,12 +257,19 @@ func (s *Server) authenticated(w http.ResponseWriter, r *http.Request, secret st
 	return tok, true
 }
 
-// asToken runs the rest of a request as tok: its context names tok
-// (tokenOf) and the actor of every event it journals, and ends when tok
-// is revoked. The returned func must be called when the request ends.
-func (s *Server) asToken(r *http.Request, tok store.APIToken) (*http.Request, func()) {
-	ctx, release := s.auth.hold(r.Context(), tok.ID)
-	ctx = context.WithValue(ctx, tokenKey{}, tok)
+// secretHash is the SHA-256 of a presented secret, and whether there was
+// one.
+func secretHash(secret string) ([32]byte, bool) {
+	return sha256.Sum256([]byte(secret)), secret != ""
+}
+
+// asToken runs the rest of a request as tok, authenticated by the secret
+// of hash key: its context names tok (tokenOf) and the actor of every
+// event it journals, and ends when that secret stops being valid. The
+// returned func must be called when the request ends.
+func (s *Server) asToken(r *http.Request, tok store.APIToken, key [32]byte) (*http.Request, func()) {
+	ctx, release := s.auth.hold(r.Context(), tok.ID, key)
+	ctx = context.WithValue(ctx, authKey{}, authInfo{tok: tok, hash: key})
 	ctx = store.WithActor(ctx, tok.Name)
 	return r.WithContext(ctx), release
 }

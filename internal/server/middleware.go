@@ -31,7 +31,8 @@ func bearer(r *http.Request) string {
 // ends when the token is revoked.
 func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := s.authenticated(w, r, bearer(r))
+		key, present := secretHash(bearer(r))
+		tok, ok := s.authenticated(w, r, key, present)
 		if !ok {
 			return
 		}
@@ -39,7 +40,7 @@ func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 			writeError(w, err)
 			return
 		}
-		r, release := s.asToken(r, tok)
+		r, release := s.asToken(r, tok, key)
 		defer release()
 		h(w, r)
 	})

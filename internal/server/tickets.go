@@ -43,9 +43,9 @@ type ticket struct {
 	runID   string
 	purpose string
 	expires time.Time
-	// token is the token the ticket was issued to: the socket runs as it
-	// (and ends when it is revoked).
-	token store.APIToken
+	// hash is the secret hash of the token the ticket was issued to: the
+	// socket runs as that token while that secret is valid.
+	hash [32]byte
 }
 
 // ticketBook holds the outstanding tickets, keyed by the SHA-256 of the
@@ -56,7 +56,7 @@ type ticketBook struct {
 }
 
 // issue makes a ticket for runID and purpose, valid until the returned time.
-func (b *ticketBook) issue(runID, purpose string, token store.APIToken, now time.Time) (string, time.Time, error) {
+func (b *ticketBook) issue(runID, purpose string, hash [32]byte, now time.Time) (string, time.Time, error) {
 	raw := make([]byte, 16)
 	if _, err := rand.Read(raw); err != nil {
 		return "", time.Time{}, err
@@ -78,7 +78,7 @@ func (b *ticketBook) issue(runID, purpose string, token store.APIToken, now time
 			return "", time.Time{}, wire.Errorf(wire.CodeUnavailable, "too many WebSocket tickets outstanding; retry in %s", ticketTTL)
 		}
 	}
-	b.m[sha256.Sum256([]byte(tok))] = ticket{runID: runID, purpose: purpose, expires: exp, token: token}
+	b.m[sha256.Sum256([]byte(tok))] = ticket{runID: runID, purpose: purpose, expires: exp, hash: hash}
 	return tok, exp, nil
 }
 
@@ -124,7 +124,7 @@ func (s *Server) createWSTicket(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	tok, exp, err := s.term.tickets.issue(run.ID, in.Purpose, me, time.Now())
+	tok, exp, err := s.term.tickets.issue(run.ID, in.Purpose, r.Context().Value(authKey{}).(authInfo).hash, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -145,23 +145,26 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 			return
 		}
 		var tok store.APIToken
+		var key [32]byte
 		auth := authHeader
 		if r.Header.Get("Authorization") != "" {
 			// The header if present, and then nothing else.
-			var ok bool
-			if tok, ok = s.authenticated(w, r, bearer(r)); !ok {
+			var ok, present bool
+			key, present = secretHash(bearer(r))
+			if tok, ok = s.authenticated(w, r, key, present); !ok {
 				return
 			}
 		} else {
-			var ok bool
 			auth = authTicket
-			if tok, ok = s.redeemTicket(r, r.PathValue("id"), purpose); !ok {
+			var ok bool
+			if key, ok = s.redeemTicket(r, r.PathValue("id"), purpose); !ok {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
 				s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
 				return
 			}
-			if !RoleAllows(tok.Role, r.Pattern) {
-				s.fail(w, r, forbidden(tok.Role, r))
+			// The token the ticket was issued to, if its secret is
+			// still valid: a ticket does not outlive a revocation.
+			if tok, ok = s.authenticated(w, r, key, true); !ok {
 				return
 			}
 		}
@@ -170,26 +173,25 @@ func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Re
 			s.fail(w, r, err)
 			return
 		}
-		r, release := s.asToken(r, tok)
+		r, release := s.asToken(r, tok, key)
 		defer release()
 		h(w, r, run, auth)
 	}
 }
 
 // redeemTicket checks ?ticket= (a ?token= is no credential, whatever it
-// holds): issued for this run and purpose, unexpired, and its token still
-// live — a ticket does not outlive a revocation of the token it was
-// issued to.
-func (s *Server) redeemTicket(r *http.Request, runID, purpose string) (store.APIToken, bool) {
+// holds): issued for this run and purpose and unexpired. It answers the
+// secret hash of the token the ticket was issued to.
+func (s *Server) redeemTicket(r *http.Request, runID, purpose string) ([32]byte, bool) {
 	tk := r.URL.Query().Get("ticket")
 	if tk == "" {
-		return store.APIToken{}, false
+		return [32]byte{}, false
 	}
 	t, ok := s.term.tickets.redeem(tk, time.Now())
 	if !ok || t.purpose != purpose || !strings.EqualFold(t.runID, runID) {
-		return store.APIToken{}, false
+		return [32]byte{}, false
 	}
-	return t.token, !s.auth.revokedSince(t.token.ID, t.expires.Add(-ticketTTL))
+	return t.hash, true
 }
 
 // sameOrigin admits handshakes without an Origin (not a browser) and

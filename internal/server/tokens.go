@@ -56,7 +56,7 @@ func (s *Server) rotateAPIToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.auth.revoked(out.Token.ID)
+	s.auth.recheck(r.Context(), out.Token.ID)
 	if out.Token.Name == wire.AdminTokenName && s.opts.OperatorTokenChanged != nil {
 		s.opts.OperatorTokenChanged(out.Secret)
 	}
@@ -72,6 +72,6 @@ func (s *Server) revokeAPIToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	s.auth.revoked(id)
+	s.auth.recheck(r.Context(), id)
 	w.WriteHeader(http.StatusNoContent)
 }

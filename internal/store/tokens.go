@@ -85,10 +85,10 @@ func (s *Store) AdoptAdminToken(ctx context.Context, secret string) error {
 	return nil
 }
 
-// TokenBySecret finds the token whose secret is secret, revoked or not;
-// wire.NotFound when none.
-func (s *Store) TokenBySecret(ctx context.Context, secret string) (APIToken, error) {
-	t, err := scanToken(s.Pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM api_tokens WHERE secret_hash = $1`, HashTokenSecret(secret)))
+// TokenByHash finds the token whose secret has the SHA-256 hash, revoked
+// or not; wire.NotFound when none.
+func (s *Store) TokenByHash(ctx context.Context, hash []byte) (APIToken, error) {
+	t, err := scanToken(s.Pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM api_tokens WHERE secret_hash = $1`, hash))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return APIToken{}, wire.NotFound("token")
 	}
@@ -96,6 +96,19 @@ func (s *Store) TokenBySecret(ctx context.Context, secret string) (APIToken, err
 		return APIToken{}, fmt.Errorf("look a token up: %w", translate(err))
 	}
 	return t, nil
+}
+
+// TokenSecretHash is the current secret hash of token id and whether it
+// is revoked; wire.NotFound when there is no such token.
+func (s *Store) TokenSecretHash(ctx context.Context, id string) (hash []byte, revoked bool, err error) {
+	err = s.Pool.QueryRow(ctx, `SELECT secret_hash, revoked_at IS NOT NULL FROM api_tokens WHERE id = $1`, id).Scan(&hash, &revoked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, false, wire.NotFound("token")
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("read a token's secret hash: %w", translate(err))
+	}
+	return hash, revoked, nil
 }
 
 // ListTokens returns the tokens that are not revoked, by name.
