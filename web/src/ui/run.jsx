@@ -89,7 +89,8 @@ function holderText(h) {
   if (!h) return 'another session';
   const ua = h.user_agent || '';
   const browser = /Firefox\//.test(ua) ? 'Firefox' : /Edg\//.test(ua) ? 'Edge' : /Chrome\//.test(ua) ? 'Chrome' : /Safari\//.test(ua) ? 'Safari' : /^Go-http|pam/.test(ua) ? 'pam CLI' : ua.split(' ')[0] || 'a client';
-  return `${browser} at ${h.remote_addr || 'unknown address'}`;
+  const who = h.token ? `${h.token} (${browser}` : browser;
+  return `${who} at ${h.remote_addr || 'unknown address'}${h.token ? ')' : ''}`;
 }
 
 function TerminalPanel({ run }) {
