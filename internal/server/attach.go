@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/fleet"
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -268,7 +269,8 @@ func (c *attachClient) inputSeen() {
 	before := s.opts.Fleet.Pane(c.runID).Seq
 	if !s.bg.goFunc(func() {
 		defer done()
-		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
+		// The person typing is the lease's token: its name is the actor.
+		ctx, cancel := context.WithTimeout(store.WithActor(s.streamCtx, c.who.Token), 10*time.Second)
 		defer cancel()
 		if err := s.store.TouchInput(ctx, c.runID, c.attempt); err != nil && ctx.Err() == nil {
 			s.log.Warn("record attach input", "run_id", c.runID, "err", err)
