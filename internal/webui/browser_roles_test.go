@@ -102,6 +102,8 @@ func TestDashboardSettings(t *testing.T) {
 		if eval[bool](d, viewer, `[...document.querySelectorAll('.nav-link')].some((a) => a.getAttribute('href') === '/settings')`) {
 			t.Error("a viewer sees Settings in the nav")
 		}
+		// The journal names who started the run.
+		d.waitJS(viewer, 10*time.Second, "run.created by admin in the events", `[...document.querySelectorAll('.ev-sum')].some((e) => e.textContent.includes('by admin'))`)
 		d.shot(viewer, "desktop-viewer-run")
 		d.goTo(viewer, "/fleet")
 		d.waitJS(viewer, 10*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)

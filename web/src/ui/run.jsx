@@ -184,6 +184,8 @@ function summary(e) {
     if (p[k] === undefined || p[k] === null || p[k] === '') continue;
     bits.push(k === 'host_id' ? 'host ' + hostName(p[k]) : `${k.replace(/_/g, ' ')} ${p[k]}`);
   }
+  // Who caused it: a token's name, an agent's tools, or pam itself.
+  if (e.actor) bits.push('by ' + e.actor);
   return bits.join(' · ');
 }
 
