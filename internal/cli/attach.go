@@ -281,8 +281,8 @@ func termFrameError(f wire.TermFrame) error {
 		msg = f.Code
 	}
 	if f.Code == wire.CodeLeaseHeld && f.Holder != nil {
-		msg = fmt.Sprintf("%s: held by %s (%s, %s auth) since %s; `DELETE /api/v1/runs/{id}/lease` revokes it",
-			msg, f.Holder.RemoteAddr, f.Holder.UserAgent, f.Holder.Auth, f.Holder.AttachedAt.Format(time.RFC3339))
+		msg = fmt.Sprintf("%s: held by token %s at %s (%s, %s auth) since %s; `DELETE /api/v1/runs/{id}/lease` revokes it",
+			msg, f.Holder.Token, f.Holder.RemoteAddr, f.Holder.UserAgent, f.Holder.Auth, f.Holder.AttachedAt.Format(time.RFC3339))
 	}
 	return &wire.Error{Code: f.Code, Message: msg}
 }

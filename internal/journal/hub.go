@@ -36,10 +36,6 @@ type Options struct {
 	// Retention is PAM_EVENT_RETENTION: events older than this are purged
 	// at start and then daily. 0 keeps events forever.
 	Retention time.Duration
-	// Observe, when set, sees every event the tailer publishes, in order,
-	// once each, after the subscribers got it (serve logs a run's start,
-	// end and questions with it). It must be quick: it runs on the tailer.
-	Observe func(wire.Event)
 }
 
 // Hub owns the tailer and the set of live subscribers.
@@ -49,7 +45,6 @@ type Hub struct {
 	poll       time.Duration
 	maxPending int
 	retention  time.Duration
-	observe    func(wire.Event)
 
 	wake    chan struct{} // capacity 1: a pending Wake is never lost
 	ready   chan struct{} // closed once Run knows the journal's head
@@ -61,6 +56,9 @@ type Hub struct {
 	closed    bool // Run has returned: no new subscribers
 
 	dropped atomic.Uint64
+
+	// observers are told every batch of published events (Observe).
+	observers []func([]wire.Event)
 
 	// afterRegister, when set (tests), runs in ServeSSE right after the
 	// subscriber registered: what commits then is after the connection.
@@ -86,7 +84,6 @@ func NewHub(s *store.Store, o Options) *Hub {
 		poll:       o.PollInterval,
 		maxPending: o.MaxPending,
 		retention:  o.Retention,
-		observe:    o.Observe,
 		wake:       make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
@@ -100,6 +97,15 @@ func (h *Hub) Wake() {
 	case h.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Observe has f called with every batch of events the tailer publishes,
+// in seq order, from the tailer's goroutine (f must not block): how a
+// server learns what other serves of the database did, e.g. a token
+// revoked, and how serve logs a run's start, end and questions. Each
+// sees every event once, after the subscribers got it. Call it before Run.
+func (h *Hub) Observe(f func([]wire.Event)) {
+	h.observers = append(h.observers, f)
 }
 
 // Subscribers is the number of connected SSE subscribers.
@@ -235,10 +241,8 @@ func (h *Hub) publish(evs []wire.Event) {
 		h.dropped.Add(1)
 		h.log.Info("journal: disconnected slow subscriber", "remote", s.remote, "max_pending", h.maxPending)
 	}
-	if h.observe != nil {
-		for _, ev := range evs {
-			h.observe(ev)
-		}
+	for _, f := range h.observers {
+		f(evs)
 	}
 }
 

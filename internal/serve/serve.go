@@ -29,6 +29,7 @@ import (
 	"pam/internal/journal"
 	"pam/internal/server"
 	"pam/internal/store"
+	"pam/internal/wire"
 )
 
 // Run is `pam serve`: it returns when ctx ends (after a graceful shutdown)
@@ -177,9 +178,20 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err != nil {
 		return abort(err)
 	}
+	// The operator token is the admin token named admin (adopted once,
+	// on the first start with named tokens).
+	if err := st.AdoptAdminToken(gctx, token); err != nil {
+		return abort(err)
+	}
 
 	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
-	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention, Observe: runLogger(o.Logger)})
+	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
+	logRun := runLogger(o.Logger)
+	hub.Observe(func(evs []wire.Event) {
+		for _, ev := range evs {
+			logRun(ev)
+		}
+	})
 	st.AfterCommit = hub.Wake
 	workers := fleet.New(1000)
 	// Placement has connections of its own: a busy API never makes a run
@@ -196,7 +208,15 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick})
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick,
+		OperatorTokenChanged: func(secret string) {
+			if err := datadir.WriteToken(o.DataDir, secret); err != nil {
+				o.Logger.Warn("write the rotated admin token to the token file", "file", datadir.TokenPath(o.DataDir), "err", err)
+			}
+		}})
+	// Revocations made by other serves of the database reach this one
+	// through the journal.
+	hub.Observe(srv.ObserveEvents)
 	if !front.activate(srv) {
 		return abort(gctx.Err()) // shutting down already
 	}

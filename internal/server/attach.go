@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/fleet"
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -122,7 +123,7 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 	}
 	c := &attachClient{
 		t: s.term, runID: run.ID, attempt: run.Attempt, session: run.SessionName, rows: rows, cols: cols,
-		who:  wire.LeaseHolder{RemoteAddr: r.RemoteAddr, UserAgent: ua, Auth: auth},
+		who:  wire.LeaseHolder{Token: tokenOf(r.Context()).Name, RemoteAddr: r.RemoteAddr, UserAgent: ua, Auth: auth},
 		ctrl: make(chan []byte, ctrlQueue), done: make(chan struct{}),
 		outReady: make(chan struct{}, 1), inReady: make(chan struct{}, 1), drained: make(chan struct{}, 1),
 	}
@@ -158,6 +159,9 @@ func (s *Server) attachWS(w http.ResponseWriter, r *http.Request, run wire.Run, 
 	defer s.term.leave(c)
 	stop := context.AfterFunc(s.streamCtx, func() { c.end(codeStopping, "server shutting down") })
 	defer stop()
+	// The request's context ends when its token is revoked (asToken).
+	stopRevoked := context.AfterFunc(r.Context(), func() { c.end(wire.CodeTokenRevoked, "the token of this socket was revoked") })
+	defer stopRevoked()
 	// The pinger ends with the socket; wg waits for it after cancelPing.
 	pingCtx, cancelPing := context.WithCancel(context.Background())
 	defer cancelPing()
@@ -265,7 +269,8 @@ func (c *attachClient) inputSeen() {
 	before := s.opts.Fleet.Pane(c.runID).Seq
 	if !s.bg.goFunc(func() {
 		defer done()
-		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
+		// The person typing is the lease's token: its name is the actor.
+		ctx, cancel := context.WithTimeout(store.WithActor(s.streamCtx, c.who.Token), 10*time.Second)
 		defer cancel()
 		if err := s.store.TouchInput(ctx, c.runID, c.attempt); err != nil && ctx.Err() == nil {
 			s.log.Warn("record attach input", "run_id", c.runID, "err", err)
@@ -295,7 +300,7 @@ func (c *attachClient) tryAcquire() bool {
 			Message: "the run is attached by another client since " + h.AttachedAt.Format(time.RFC3339), Holder: &h})
 		return false
 	}
-	c.t.journal(wire.TopicRunLeaseAcquired, c.runID, map[string]any{"holder": info, "attach_id": attachID})
+	c.t.journal(wire.TopicRunLeaseAcquired, c.runID, info.Token, map[string]any{"holder": info, "attach_id": attachID})
 	c.mu.Lock()
 	c.le, c.attachID, c.out, c.in = le, attachID, nil, nil
 	rows, cols := c.rows, c.cols
@@ -352,6 +357,8 @@ func (c *attachClient) releaseReason() string {
 		return releaseStopping
 	case wire.CodeRunEnded:
 		return releaseRunEnded
+	case wire.CodeTokenRevoked:
+		return releaseTokenRevoked
 	}
 	return releaseClosed
 }

@@ -14,3 +14,10 @@ func (s *Server) FlushOutputs(ctx context.Context, runID string) { s.outputs.flu
 // AnswersChecked is how many answers (keys, attach input) to runID were
 // checked to the end: a test waits for it instead of for time to pass.
 func (s *Server) AnswersChecked(runID string) int { return s.answers.done(runID) }
+
+// RouteRoleEntry is a route's entry in the role table, and whether it
+// has one (a route without one is admin-only).
+func RouteRoleEntry(pattern string) (string, bool) {
+	role, ok := routeRoles[pattern]
+	return role, ok
+}

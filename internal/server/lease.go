@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -17,13 +18,14 @@ import (
 
 // Release reasons, as journaled.
 const (
-	releaseReleased = "released" // the holder sent release_lease
-	releaseClosed   = "closed"   // the holder's socket went away
-	releaseRevoked  = "revoked"  // DELETE /runs/{id}/lease
-	releaseExpired  = "expired"  // silent past PAM_LEASE_TTL
-	releaseRunEnded = "run_ended"
-	releaseRelay    = "relay_closed" // the worker's relay ended or could not open
-	releaseStopping = "server_stopping"
+	releaseReleased     = "released" // the holder sent release_lease
+	releaseClosed       = "closed"   // the holder's socket went away
+	releaseRevoked      = "revoked"  // DELETE /runs/{id}/lease
+	releaseExpired      = "expired"  // silent past PAM_LEASE_TTL
+	releaseRunEnded     = "run_ended"
+	releaseRelay        = "relay_closed" // the worker's relay ended or could not open
+	releaseStopping     = "server_stopping"
+	releaseTokenRevoked = "token_revoked" // the holder's token was revoked or rotated
 )
 
 // runPollInterval is how often the watcher looks whether the runs with
@@ -128,14 +130,19 @@ func (t *terminal) release(le *lease, reason string, extra map[string]any) bool 
 	for k, v := range extra {
 		payload[k] = v
 	}
-	t.journal(wire.TopicRunLeaseReleased, le.runID, payload)
+	actor := le.info.Token
+	if by, ok := extra["revoked_by"].(string); ok {
+		actor = by
+	}
+	t.journal(wire.TopicRunLeaseReleased, le.runID, actor, payload)
 	return true
 }
 
-// journal writes a lease event; the lease itself does not wait on the
-// database, so a failure is logged, not returned.
-func (t *terminal) journal(topic wire.Topic, runID string, payload map[string]any) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// journal writes a lease event by actor (the token that holds, or that
+// revoked, the lease); the lease itself does not wait on the database, so
+// a failure is logged, not returned.
+func (t *terminal) journal(topic wire.Topic, runID, actor string, payload map[string]any) {
+	ctx, cancel := context.WithTimeout(store.WithActor(context.Background(), actor), 5*time.Second)
 	defer cancel()
 	if err := t.s.store.JournalLease(ctx, topic, runID, payload); err != nil {
 		t.s.log.Warn("journal lease", "topic", topic, "run_id", runID, "err", err)
@@ -238,7 +245,7 @@ func (s *Server) revokeLease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if le := s.term.holderOf(run.ID); le != nil {
-		if s.term.release(le, releaseRevoked, map[string]any{"revoked_by": r.RemoteAddr}) {
+		if s.term.release(le, releaseRevoked, map[string]any{"revoked_by": tokenOf(r.Context()).Name, "revoked_from": r.RemoteAddr}) {
 			le.holder.end(wire.CodeLeaseRevoked, "the lease was revoked by the operator")
 		}
 	}

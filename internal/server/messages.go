@@ -154,8 +154,8 @@ func (s *Server) sendMessage(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
-	// actor: who sent it. Tokens are not per person, so it is null.
-	delivery, err := s.deliver(r.Context(), run, in.Text, "", nil)
+	// actor: who sent it, the request's token.
+	delivery, err := s.deliver(r.Context(), run, in.Text, tokenOf(r.Context()).Name, nil)
 	if err != nil {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return

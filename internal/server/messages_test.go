@@ -97,7 +97,7 @@ func TestMessageDelivered(t *testing.T) {
 		t.Fatalf("run.attention %q", log)
 	}
 	msgs := e.runMessages(r.ID)
-	if len(msgs) != 1 || msgs[0]["text"] != "fix the test" || msgs[0]["delivery"] != wire.DeliveryConfirmed || msgs[0]["actor"] != nil {
+	if len(msgs) != 1 || msgs[0]["text"] != "fix the test" || msgs[0]["delivery"] != wire.DeliveryConfirmed || msgs[0]["actor"] != wire.AdminTokenName {
 		t.Fatalf("run.message %v", msgs)
 	}
 	if _, ok := msgs[0]["actor"]; !ok {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -26,26 +25,24 @@ func bearer(r *http.Request) string {
 	return ""
 }
 
-// tokenEqual compares in constant time (for equal lengths, which every
-// valid token has; a length mismatch is no secret).
-func tokenEqual(got, want string) bool {
-	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
-}
-
-// operatorAuth admits requests carrying the operator token, then refuses
-// what the route cannot take (checkRequest): an unknown query parameter,
-// a malformed id.
+// operatorAuth admits requests carrying a live named token whose role may
+// use the route (authenticated, roles.go), then refuses what the route
+// cannot take (checkRequest): an unknown query parameter, a malformed id.
+// The handler runs as that token (asToken): its events name it, and it
+// ends when the token is revoked.
 func (s *Server) operatorAuth(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !tokenEqual(bearer(r), s.opts.Token) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
-			writeError(w, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token"))
+		key, present := secretHash(bearer(r))
+		tok, ok := s.authenticated(w, r, key, present)
+		if !ok {
 			return
 		}
 		if err := checkRequest(r.Pattern, r); err != nil {
 			writeError(w, err)
 			return
 		}
+		r, release := s.asToken(r, tok, key)
+		defer release()
 		h(w, r)
 	})
 }

@@ -42,6 +42,9 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 	defer ws.CloseNow()
 	ctx, cancel := contextWithCancelOn(context.Background(), s.streamCtx)
 	defer cancel()
+	// The request's context ends when its token is revoked (asToken).
+	revoked := r.Context()
+	defer context.AfterFunc(revoked, cancel)()
 	// Read-only: the viewer may send nothing but control frames; a data
 	// frame closes the socket. The context ends when the peer goes.
 	ctx = ws.CloseRead(ctx)
@@ -62,8 +65,11 @@ func (s *Server) paneWS(w http.ResponseWriter, r *http.Request, run wire.Run, _ 
 	for {
 		select {
 		case <-ctx.Done():
-			if s.streamCtx.Err() != nil {
+			switch {
+			case s.streamCtx.Err() != nil:
 				_ = ws.Close(websocket.StatusGoingAway, "server shutting down")
+			case revoked.Err() != nil:
+				_ = ws.Close(websocket.StatusPolicyViolation, "token revoked")
 			}
 			return
 		case <-watch.C:

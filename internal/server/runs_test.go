@@ -17,6 +17,7 @@ import (
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
 	"pam/internal/fleet"
+	"pam/internal/journal"
 	"pam/internal/server"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
@@ -43,6 +44,9 @@ type runOpts struct {
 	signalLanes                 int
 	// clock is the server's Clock.
 	clock func() time.Time
+	// hub gives the server a journal hub (the SSE stream), which also
+	// tells it of what other serves of the database did.
+	hub bool
 }
 
 func newRunEnv(t testing.TB, o runOpts) *runEnv {
@@ -57,7 +61,21 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	passes := new(atomic.Int64)
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
 		AfterPass: func() { passes.Add(1) }})
-	srv := server.New(server.Options{Store: st, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, SignalLanes: o.signalLanes, Clock: o.clock, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	var hub *journal.Hub
+	var events server.EventStreamer
+	if o.hub {
+		hub = journal.NewHub(st, journal.Options{PollInterval: 50 * time.Millisecond})
+		st.AfterCommit = hub.Wake
+		hctx, hcancel := context.WithCancel(context.Background())
+		hdone := make(chan struct{})
+		go func() { _ = hub.Run(hctx); close(hdone) }()
+		t.Cleanup(func() { hcancel(); <-hdone }) // after the server's own cleanup
+		events = hub
+	}
+	srv := server.New(server.Options{Store: st, Events: events, Token: testToken, Fleet: fl, Dispatcher: d, CaptureInterval: 100 * time.Millisecond, SignalLanes: o.signalLanes, Clock: o.clock, Logger: slog.New(slog.NewTextHandler(testLogWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if hub != nil {
+		hub.Observe(srv.ObserveEvents)
+	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan struct{})
 	go func() { d.Run(ctx); close(done) }()

@@ -45,12 +45,17 @@ type EventStreamer interface {
 
 // Options configures a Server.
 type Options struct {
-	Store         *store.Store
-	Events        EventStreamer
-	Token         string // operator token (32 hex)
+	Store  *store.Store
+	Events EventStreamer
+	// Token is the operator token (32 hex): adopted as the admin token
+	// named admin when the database has no token of that name.
+	Token         string
 	MetricsPublic bool
-	Logger        *slog.Logger
-	Version       string
+	// OperatorTokenChanged, if set, is told the new secret when the admin
+	// token named admin is rotated: serve rewrites the local token file.
+	OperatorTokenChanged func(secret string)
+	Logger               *slog.Logger
+	Version              string
 	// HostOfflineAfter is PAM_HOST_OFFLINE_AFTER (0 = 90s): enable derives online/offline from it.
 	HostOfflineAfter time.Duration
 	// Fleet is the registry of connected workers and the pane cache; nil
@@ -98,6 +103,8 @@ type Server struct {
 	agentCalls *callWindow
 	// continuer: one ContinueLimited pass at a time (autocontinue.go).
 	continuer continuer
+	// auth: the token cache and each token's live connections (auth.go).
+	auth *tokenAuth
 	// bg owns what Shutdown waits for beyond http.Server.Shutdown: the
 	// goroutines started outside any request (the lease watcher, relay
 	// endings) and the WebSocket handlers, whose hijacked connections
@@ -138,6 +145,7 @@ func New(o Options) *Server {
 		}
 	}})
 	s.term = newTerminal(s)
+	s.auth = newTokenAuth(s)
 	s.outputs = newOutputs(s)
 	s.routes()
 	return s
@@ -285,6 +293,7 @@ func (s *Server) routes() {
 	api("DELETE /runs/{id}/workspace", s.deleteWorkspace)
 	api("GET /openapi.json", s.openAPI)
 	s.terminalRoutes(api)
+	s.tokenRoutes(api)
 
 	internal := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

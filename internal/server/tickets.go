@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -42,6 +43,9 @@ type ticket struct {
 	runID   string
 	purpose string
 	expires time.Time
+	// hash is the secret hash of the token the ticket was issued to: the
+	// socket runs as that token while that secret is valid.
+	hash [32]byte
 }
 
 // ticketBook holds the outstanding tickets, keyed by the SHA-256 of the
@@ -52,7 +56,7 @@ type ticketBook struct {
 }
 
 // issue makes a ticket for runID and purpose, valid until the returned time.
-func (b *ticketBook) issue(runID, purpose string, now time.Time) (string, time.Time, error) {
+func (b *ticketBook) issue(runID, purpose string, hash [32]byte, now time.Time) (string, time.Time, error) {
 	raw := make([]byte, 16)
 	if _, err := rand.Read(raw); err != nil {
 		return "", time.Time{}, err
@@ -74,7 +78,7 @@ func (b *ticketBook) issue(runID, purpose string, now time.Time) (string, time.T
 			return "", time.Time{}, wire.Errorf(wire.CodeUnavailable, "too many WebSocket tickets outstanding; retry in %s", ticketTTL)
 		}
 	}
-	b.m[sha256.Sum256([]byte(tok))] = ticket{runID: runID, purpose: purpose, expires: exp}
+	b.m[sha256.Sum256([]byte(tok))] = ticket{runID: runID, purpose: purpose, expires: exp, hash: hash}
 	return tok, exp, nil
 }
 
@@ -107,12 +111,20 @@ func (s *Server) createWSTicket(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Invalid("run_id", "run_id is required"))
 		return
 	}
+	// A ticket opens the socket of its purpose, so it takes the role
+	// that socket's route needs (roles.go).
+	me := tokenOf(r.Context())
+	if route := "GET /api/v1/runs/{id}/" + in.Purpose + "/ws"; !RoleAllows(me.Role, route) {
+		s.fail(w, r, wire.Errorf(wire.CodeForbidden, "a %s token may not open a %s socket: it needs the %s role",
+			me.Role, in.Purpose, RouteRole(route)).With("role", me.Role).With("required", RouteRole(route)))
+		return
+	}
 	run, err := s.store.GetRun(r.Context(), in.RunID)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	tok, exp, err := s.term.tickets.issue(run.ID, in.Purpose, time.Now())
+	tok, exp, err := s.term.tickets.issue(run.ID, in.Purpose, r.Context().Value(authKey{}).(authInfo).hash, time.Now())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -122,42 +134,64 @@ func (s *Server) createWSTicket(w http.ResponseWriter, r *http.Request) {
 
 // socket guards a WebSocket route before the upgrade, in this order: a
 // browser handshake from a foreign Origin is 403; no valid credential for
-// this run and purpose is 401; a run id that is not a UUID or names
-// nothing is 404. Only then does h upgrade.
+// this run and purpose is 401; a token whose role may not use the route
+// is 403 forbidden; a run id that is not a UUID or names nothing is 404.
+// Only then does h upgrade, with a request whose context names the token
+// and ends when the token is revoked (asToken).
 func (s *Server) socket(purpose string, h func(w http.ResponseWriter, r *http.Request, run wire.Run, auth string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !sameOrigin(r) {
 			s.fail(w, r, wire.Errorf(wire.CodeForbidden, "WebSocket handshake from a foreign origin refused"))
 			return
 		}
-		auth, ok := s.authenticateSocket(r, r.PathValue("id"), purpose)
-		if !ok {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
-			s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
-			return
+		var tok store.APIToken
+		var key [32]byte
+		auth := authHeader
+		if r.Header.Get("Authorization") != "" {
+			// The header if present, and then nothing else.
+			var ok, present bool
+			key, present = secretHash(bearer(r))
+			if tok, ok = s.authenticated(w, r, key, present); !ok {
+				return
+			}
+		} else {
+			auth = authTicket
+			var ok bool
+			if key, ok = s.redeemTicket(r, r.PathValue("id"), purpose); !ok {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="pam"`)
+				s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "missing or invalid operator token or ticket"))
+				return
+			}
+			// The token the ticket was issued to, if its secret is
+			// still valid: a ticket does not outlive a revocation.
+			if tok, ok = s.authenticated(w, r, key, true); !ok {
+				return
+			}
 		}
 		run, err := s.store.GetRun(r.Context(), r.PathValue("id"))
 		if err != nil {
 			s.fail(w, r, err)
 			return
 		}
+		r, release := s.asToken(r, tok, key)
+		defer release()
 		h(w, r, run, auth)
 	}
 }
 
-// authenticateSocket checks the handshake's credential: the Authorization
-// header if present (and then nothing else), else ?ticket=. A ?token= is
-// no credential, whatever it holds.
-func (s *Server) authenticateSocket(r *http.Request, runID, purpose string) (string, bool) {
-	if r.Header.Get("Authorization") != "" {
-		return authHeader, tokenEqual(bearer(r), s.opts.Token)
+// redeemTicket checks ?ticket= (a ?token= is no credential, whatever it
+// holds): issued for this run and purpose and unexpired. It answers the
+// secret hash of the token the ticket was issued to.
+func (s *Server) redeemTicket(r *http.Request, runID, purpose string) ([32]byte, bool) {
+	tk := r.URL.Query().Get("ticket")
+	if tk == "" {
+		return [32]byte{}, false
 	}
-	q := r.URL.Query()
-	if tok := q.Get("ticket"); tok != "" {
-		t, ok := s.term.tickets.redeem(tok, time.Now())
-		return authTicket, ok && t.purpose == purpose && strings.EqualFold(t.runID, runID)
+	t, ok := s.term.tickets.redeem(tk, time.Now())
+	if !ok || t.purpose != purpose || !strings.EqualFold(t.runID, runID) {
+		return [32]byte{}, false
 	}
-	return "", false
+	return t.hash, true
 }
 
 // sameOrigin admits handshakes without an Origin (not a browser) and

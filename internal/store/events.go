@@ -21,7 +21,9 @@ type NewEvent struct {
 	Payload any
 }
 
-// Journal appends events inside the transaction.
+// Journal appends events inside the transaction. An event that names no
+// actor takes the one of ctx (WithActor): the token whose request caused
+// it.
 //
 // Seqs are taken before commit, so transactions may commit out of seq
 // order. Writers do not serialise for it (that would cost group commit);
@@ -40,6 +42,9 @@ func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 		}
 	}
 	for _, ev := range evs {
+		if ev.Actor == "" {
+			ev.Actor = ActorOf(ctx) // the token of the request, if any
+		}
 		payload, err := json.Marshal(ev.Payload)
 		if err != nil {
 			return fmt.Errorf("journal %s: %w", ev.Topic, err)

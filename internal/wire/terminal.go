@@ -39,6 +39,9 @@ const (
 	CodeTooSlow = "too_slow"
 	// CodeForbidden: a browser handshake from a foreign Origin (403).
 	CodeForbidden = "forbidden"
+	// CodeTokenRevoked: the socket's token was revoked or rotated; the
+	// socket is closed.
+	CodeTokenRevoked = "token_revoked"
 )
 
 // Purposes of a WebSocket ticket (POST /ws-tickets).
@@ -67,6 +70,8 @@ type PaneSnapshot struct {
 // shows to the others and what run.lease_* events journal. Auth is how
 // the holder authenticated: header, token or ticket.
 type LeaseHolder struct {
+	// Token is the name of the token the holder authenticated with.
+	Token      string    `json:"token"`
 	RemoteAddr string    `json:"remote_addr"`
 	UserAgent  string    `json:"user_agent"`
 	Auth       string    `json:"auth"`

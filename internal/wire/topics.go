@@ -50,6 +50,11 @@ const (
 	TopicHostEnabled  Topic = "host.enabled"
 	TopicHostRemoved  Topic = "host.removed"
 
+	// Named API tokens: created, and revoked (a rotation revokes the old
+	// secret: payload rotated true).
+	TopicTokenCreated Topic = "token.created"
+	TopicTokenRevoked Topic = "token.revoked"
+
 	TopicWorkerRegistered          Topic = "worker.registered"
 	TopicWorkerOffline             Topic = "worker.offline"
 	TopicWorkerLost                Topic = "worker.lost"

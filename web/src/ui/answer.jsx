@@ -6,6 +6,7 @@
 // message through POST /runs/{id}/messages; the delivery of either says
 // whether the screen changed: only then does the run leave the inbox.
 import { signal } from '@preact/signals';
+import { canOperate } from '../role.js';
 import { useEffect, useState } from 'preact/hooks';
 import { post } from '../api.js';
 import { attentionOf } from '../store.js';
@@ -147,7 +148,7 @@ export function Answer({ run, compact = false }) {
         </p>
       )}
       {waiting && d && d.text && <p class="answer-q" data-testid="question">{visible(d.text)}</p>}
-      {choices.length > 0 && (
+      {choices.length > 0 && canOperate.value && (
         <div class="answer-choices" role="group" aria-label="Choices">
           {choices.map((c, i) => {
             const ok = KEYS.has(c.key);
@@ -160,7 +161,7 @@ export function Answer({ run, compact = false }) {
           })}
         </div>
       )}
-      {waiting && (
+      {waiting && canOperate.value && (
         <form class="answer-reply" onSubmit={submit}>
           <textarea rows={rows} value={text} placeholder={choices.length ? 'Or type a reply…' : 'Type a reply…'} aria-label="Reply" data-testid="reply"
             onInput={(e) => setText(e.currentTarget.value)}
@@ -184,7 +185,7 @@ export function Answer({ run, compact = false }) {
  */
 export function MessageBox({ run }) {
   const [text, setText] = useState('');
-  if (run.status !== 'running' || waitsForAnswer(run)) return null;
+  if (!canOperate.value || run.status !== 'running' || waitsForAnswer(run)) return null;
   const last = answers.value.get(run.id);
   const busy = !!last && last.state === 'sending';
   const submit = async (e) => {

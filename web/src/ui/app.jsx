@@ -14,6 +14,8 @@ import { Board } from './board.jsx';
 import { Runs } from './runs.jsx';
 import { RunPage } from './run.jsx';
 import { Fleet } from './fleet.jsx';
+import { Settings } from './settings.jsx';
+import { isAdmin } from '../role.js';
 
 const helpOpen = signal(false);
 const searchOpen = signal(false);
@@ -35,7 +37,7 @@ function SignIn() {
     setBusy(true);
     setError('');
     try {
-      await get('/hosts', { token: t });
+      await get('/tokens/self', { token: t });
       setToken(t);
     } catch (err) {
       setError(err instanceof ApiError && err.status === 401 ? 'That token was refused.' : err.message);
@@ -67,6 +69,7 @@ const navItems = [
   { name: 'projects', href: '/projects', label: 'Projects', icon: 'board', match: ['projects', 'board'] },
   { name: 'runs', href: '/runs', label: 'Runs', icon: 'runs', match: ['runs', 'run'] },
   { name: 'fleet', href: '/fleet', label: 'Fleet', icon: 'fleet', match: ['fleet'] },
+  { name: 'settings', href: '/settings', label: 'Settings', icon: 'key', match: ['settings'], admin: true },
 ];
 
 function Shell() {
@@ -110,6 +113,7 @@ function Page({ r }) {
     case 'runs': return <Runs query={r.query} />;
     case 'run': return <RunPage key={r.params.id} id={r.params.id} />;
     case 'fleet': return <Fleet />;
+    case 'settings': return <Settings />;
     default: return <div class="loading"><p>No page here.</p><a class="btn" href="/inbox">Go to the inbox</a></div>;
   }
 }
@@ -130,7 +134,7 @@ function Nav() {
         </button>
         <a class="brand" href="/inbox"><span class="logo" aria-hidden="true" />pam</a>
         <nav class={'nav' + (open ? ' open' : '')} aria-label="Main">
-          {navItems.map((n) => (
+          {navItems.filter((n) => !n.admin || isAdmin.value).map((n) => (
             <a key={n.name} href={n.href} class={'nav-link' + (n.match.includes(r.name) ? ' active' : '')}
               aria-current={n.match.includes(r.name) ? 'page' : undefined}>
               <Icon name={n.icon} size={16} />{n.label}

@@ -3,6 +3,7 @@
 // its grip) or moved with Shift+←/→; epics and milestones group their
 // items; each task shows its runs as live badges.
 import { signal } from '@preact/signals';
+import { canOperate } from '../role.js';
 import { useEffect, useRef, useState } from 'preact/hooks';
 import { del, patch, post } from '../api.js';
 import { navigate, route } from '../router.js';
@@ -64,8 +65,8 @@ export function Board({ ref_ }) {
         </div>
         <div class="head-actions">
           <input class="filter-input" type="search" placeholder="Filter cards" value={filter} onInput={(e) => setFilter(e.currentTarget.value)} aria-label="Filter cards" />
-          <button class="btn primary" onClick={() => setDialog({ type: 'new', status: 'todo' })} data-testid="new-item"><Icon name="plus" size={15} />New item</button>
-          {project.status !== 'archived' && <button class="btn ghost icon-btn" title="Archive project" aria-label="Archive project" onClick={async () => {
+          {canOperate.value && <button class="btn primary" onClick={() => setDialog({ type: 'new', status: 'todo' })} data-testid="new-item"><Icon name="plus" size={15} />New item</button>}
+          {project.status !== 'archived' && canOperate.value && <button class="btn ghost icon-btn" title="Archive project" aria-label="Archive project" onClick={async () => {
             if (!confirm(`Archive ${project.name}? It leaves the list; its items and runs stay.`)) return;
             const p = await attempt(() => del('/projects/' + project.id), 'Project archived');
             if (p) { put('project', p.id, p); navigate('/projects'); }
@@ -156,7 +157,7 @@ function Column({ col, list, byId, onAdd, onOpen }) {
         <h2>{col.label}</h2>
         <span class="col-count">{list.length}</span>
         <span class="grow" />
-        <button class="btn icon-btn ghost sm" aria-label={'Add to ' + col.label} onClick={onAdd}><Icon name="plus" size={14} /></button>
+        {canOperate.value && <button class="btn icon-btn ghost sm" aria-label={'Add to ' + col.label} onClick={onAdd}><Icon name="plus" size={14} /></button>}
       </header>
       <div class="column-body">
         {ordered.map(([key, g]) => (
@@ -176,10 +177,10 @@ function Card({ w, byId, onOpen }) {
   const rs = runsOf(w.id);
   let children = 0;
   if (w.kind === 'epic' || w.kind === 'milestone') for (const x of byId.values()) if (x.parent_id === w.id) children++;
-  const onPointerDown = (e) => startDrag(e, ref.current, w);
+  const onPointerDown = (e) => { if (canOperate.value) startDrag(e, ref.current, w); };
   const onKeyDown = (e) => {
     if (e.key === 'Enter') { e.preventDefault(); onOpen(w.id); return; }
-    if (e.shiftKey && (e.key === 'ArrowRight' || e.key === 'ArrowLeft')) {
+    if (canOperate.value && e.shiftKey && (e.key === 'ArrowRight' || e.key === 'ArrowLeft')) {
       e.preventDefault();
       const i = COLUMNS.findIndex((c) => c.status === w.status) + (e.key === 'ArrowRight' ? 1 : -1);
       if (i >= 0 && i < COLUMNS.length) {
@@ -394,7 +395,7 @@ function ItemDialog({ project, all, item, status, onClose, onRun }) {
           <div class="item-runs">
             <div class="item-runs-head">
               <h3>Runs</h3>
-              <button type="button" class="btn sm" onClick={onRun} data-testid="start-run"><Icon name="play" size={13} />Start run</button>
+              {canOperate.value && <button type="button" class="btn sm" onClick={onRun} data-testid="start-run"><Icon name="play" size={13} />Start run</button>}
             </div>
             {rs.length === 0 ? <p class="muted sm">No runs yet.</p> : (
               <ul class="mini-list">

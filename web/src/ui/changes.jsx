@@ -3,6 +3,7 @@
 // the files with lines added and deleted, and the diff, unified or side
 // by side — refreshed live while the run works, and Push of the head shown.
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { canOperate } from '../role.js';
 import { ApiError, api, get, post } from '../api.js';
 import { isActive, onEvent } from '../store.js';
 
@@ -194,10 +195,10 @@ export function Changes({ run }) {
         {state.error && <span class="muted xs">{state.error}</span>}
         {live && <span class="muted xs" title="Read again every few seconds while the run works">live</span>}
         <button class="btn sm" onClick={toggle} data-testid="diff-mode" data-mode={split ? 'split' : 'unified'}>{split ? 'Unified' : 'Side by side'}</button>
-        <button class="btn sm primary" onClick={doPush} disabled={!head || head === base || (push && push.busy)} data-testid="push" data-commit={head}
+        {canOperate.value && <button class="btn sm primary" onClick={doPush} disabled={!head || head === base || (push && push.busy)} data-testid="push" data-commit={head}
           title={`Push the branch at ${head.slice(0, 8)}: the commits shown under Committed, nothing else`}>
           Push <span class="mono">{head.slice(0, 8)}</span>
-        </button>
+        </button>}
       </div>
       {push && (push.ok || push.error) && (
         <p class={'changes-note sm ' + (push.ok ? 'ok' : 'err')} data-testid="push-result" data-ok={push.ok ? 'true' : 'false'}>{push.ok ? push.text : push.error}</p>

@@ -3,6 +3,7 @@
 // the token, clear a suspect instance; add a host, showing its worker
 // token once with what to run on that host.
 import { useState } from 'preact/hooks';
+import { isAdmin } from '../role.js';
 import { del, patch, post } from '../api.js';
 import { hosts, put, runs, taskTitle } from '../store.js';
 import { Ago, Copy, Dialog, Empty, Field, StatusBadge, attempt } from './common.jsx';
@@ -21,7 +22,7 @@ export function Fleet() {
     <section>
       <div class="page-head">
         <div><h1>Fleet</h1><p class="muted">{online} of {list.length} host{list.length === 1 ? '' : 's'} online · {used} of {cap} run slots in use</p></div>
-        <button class="btn primary" onClick={() => setAdding(true)} data-testid="add-host"><Icon name="plus" size={15} />Add host</button>
+        {isAdmin.value && <button class="btn primary" onClick={() => setAdding(true)} data-testid="add-host"><Icon name="plus" size={15} />Add host</button>}
       </div>
       {list.length === 0 ? (
         <Empty icon="fleet" title="No hosts yet">Add a host, then start <code>pam worker</code> on it.</Empty>
@@ -54,7 +55,7 @@ function HostCard({ h, onToken }) {
           <StatusBadge status={h.status} />
           {h.instance_suspect && <span class="badge st-failed" title="Another instance reported this host's name"><span class="dot" />suspect</span>}
         </div>
-        <div class="menu-wrap">
+        {isAdmin.value && <div class="menu-wrap">
           <button class="btn icon-btn ghost" aria-label={'Actions for ' + h.name} onClick={() => setMenu(!menu)}><Icon name="more" size={18} /></button>
           {menu && (
             <div class="menu" role="menu">
@@ -84,7 +85,7 @@ function HostCard({ h, onToken }) {
               }}><Icon name="trash" size={15} />Remove</button>
             </div>
           )}
-        </div>
+        </div>}
       </header>
       <div class="host-stats">
         <div class="stat">

@@ -1,6 +1,7 @@
 // Projects (contract §15): each with its items by status and live runs;
 // archived projects on demand (?archived=1), each with a Restore button.
 import { useState } from 'preact/hooks';
+import { canOperate } from '../role.js';
 import { post } from '../api.js';
 import { navigate } from '../router.js';
 import { isActive, items, projects, put, runs } from '../store.js';
@@ -40,7 +41,7 @@ export function Projects({ query }) {
             <input type="checkbox" checked={showArchived} onChange={toggle} />
             <span>Show archived{archived.length ? ` (${archived.length})` : ''}</span>
           </label>
-          <button class="btn primary" onClick={() => setCreating(true)} data-testid="new-project"><Icon name="plus" size={15} />New project</button>
+          {canOperate.value && <button class="btn primary" onClick={() => setCreating(true)} data-testid="new-project"><Icon name="plus" size={15} />New project</button>}
         </div>
       </div>
       {list.length === 0 ? (

@@ -4,6 +4,7 @@
 // (who holds it, and a revoke); stop, retry, complete; tabs Events (by
 // attempt), Logs and Changes (the run's worktree, changes.jsx).
 import { useEffect, useRef, useState } from 'preact/hooks';
+import { canOperate } from '../role.js';
 import { ApiError, api, del, eventSeqOf, get, post } from '../api.js';
 import { attentionOf, hostName, isActive, items, markSeen, onEvent, onResync, projects, put, runs, taskTitle } from '../store.js';
 import { Answer, MessageBox } from './answer.jsx';
@@ -52,12 +53,12 @@ export function RunPage({ id }) {
             {run.failure_reason && <span class="meta-item fail-text">{run.failure_reason.replace(/_/g, ' ')}{run.exit_code != null ? ` (exit ${run.exit_code})` : ''}</span>}
           </div>
         </div>
-        <div class="head-actions">
+        {canOperate.value && <div class="head-actions">
           {isActive(run) && <button class="btn" onClick={() => act('stop', 'Stopped')} data-testid="stop"><Icon name="stop" size={14} />Stop</button>}
           {run.status === 'failed' && <button class="btn" onClick={() => act('retry', 'Retrying')} data-testid="retry"><Icon name="retry" size={14} />Retry</button>}
           <ContinueButton run={run} />
           {!run.completed_at && <button class="btn" onClick={() => act('complete', 'Marked complete')} data-testid="complete"><Icon name="check" size={14} />Complete</button>}
-        </div>
+        </div>}
       </div>
       <Answer run={run} />
       <MessageBox run={run} />
@@ -88,7 +89,8 @@ function holderText(h) {
   if (!h) return 'another session';
   const ua = h.user_agent || '';
   const browser = /Firefox\//.test(ua) ? 'Firefox' : /Edg\//.test(ua) ? 'Edge' : /Chrome\//.test(ua) ? 'Chrome' : /Safari\//.test(ua) ? 'Safari' : /^Go-http|pam/.test(ua) ? 'pam CLI' : ua.split(' ')[0] || 'a client';
-  return `${browser} at ${h.remote_addr || 'unknown address'}`;
+  const who = h.token ? `${h.token} (${browser}` : browser;
+  return `${who} at ${h.remote_addr || 'unknown address'}${h.token ? ')' : ''}`;
 }
 
 function TerminalPanel({ run }) {
@@ -127,10 +129,10 @@ function TerminalPanel({ run }) {
         {st.message && st.mode !== 'held' && <span class="muted sm term-msg">{st.message}</span>}
         <span class="grow" />
         {st.renderer && <span class="muted xs hide-sm" title="xterm.js renderer">{st.renderer}</span>}
-        {running && (st.mode === 'view' || st.mode === 'connecting') && (
+        {running && canOperate.value && (st.mode === 'view' || st.mode === 'connecting') && (
           <button class="btn sm primary" disabled={!c} onClick={() => c && c.takeControl()} data-testid="take-control"><Icon name="unlock" size={13} />Take control</button>
         )}
-        {st.mode === 'held' && <>
+        {st.mode === 'held' && canOperate.value && <>
           <button class="btn sm danger" onClick={revoke} data-testid="revoke"><Icon name="lock" size={13} />Revoke their lease</button>
           <button class="btn sm ghost" onClick={() => c && c.release()}>Cancel</button>
         </>}
@@ -182,6 +184,8 @@ function summary(e) {
     if (p[k] === undefined || p[k] === null || p[k] === '') continue;
     bits.push(k === 'host_id' ? 'host ' + hostName(p[k]) : `${k.replace(/_/g, ' ')} ${p[k]}`);
   }
+  // Who caused it: a token's name, an agent's tools, or pam itself.
+  if (e.actor) bits.push('by ' + e.actor);
   return bits.join(' · ');
 }
 
