@@ -73,6 +73,7 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 		TLSCert:             cert,
 		TLSKey:              key,
 		MetricsPublic:       c.bool("PAM_METRICS_PUBLIC"),
+		PublicURL:           c.str("PAM_PUBLIC_URL"),
 		AllowInsecure:       c.bool("PAM_ALLOW_INSECURE"),
 		EventRetention:      c.dur("PAM_EVENT_RETENTION"),
 		HostOfflineAfter:    c.dur("PAM_HOST_OFFLINE_AFTER"),

@@ -27,6 +27,7 @@ import (
 	"pam/internal/embeddb"
 	"pam/internal/fleet"
 	"pam/internal/journal"
+	"pam/internal/notify"
 	"pam/internal/server"
 	"pam/internal/store"
 )
@@ -180,7 +181,8 @@ func Run(ctx context.Context, o Options) (err error) {
 
 	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
 	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
-	st.AfterCommit = hub.Wake
+	notifier := notify.New(notify.Options{Store: st, PublicURL: o.PublicURL, Logger: o.Logger})
+	st.AfterCommit = func() { hub.Wake(); notifier.Wake() }
 	workers := fleet.New(1000)
 	// Placement has connections of its own: a busy API never makes a run
 	// wait for one to be offered.
@@ -196,12 +198,13 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval})
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Notifier: notifier})
 	if !front.activate(srv) {
 		return abort(gctx.Err()) // shutting down already
 	}
 	part("event journal", hub.Run)
 	part("dispatcher", dispatcher.Run)
+	part("notifications", notifier.Run)
 	part("continue when a limit resets", srv.RunContinue)
 	part("active-server lock", leader.Watch)
 

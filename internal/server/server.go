@@ -72,6 +72,9 @@ type Options struct {
 	// have reset (docs/architecture.md#continue-when-a-limit-resets); 0 is
 	// 5s.
 	ContinueTick time.Duration
+	// Notifier is woken when a delivery is queued (a channel's test);
+	// nil when nothing delivers notifications.
+	Notifier interface{ Wake() }
 	// Clock is the time the server decides at (nil: time.Now); a test
 	// moves it.
 	Clock func() time.Time
@@ -285,6 +288,7 @@ func (s *Server) routes() {
 	api("DELETE /runs/{id}/workspace", s.deleteWorkspace)
 	api("GET /openapi.json", s.openAPI)
 	s.terminalRoutes(api)
+	s.notificationRoutes(api)
 
 	internal := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

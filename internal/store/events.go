@@ -40,6 +40,9 @@ func (tx *Tx) Journal(ctx context.Context, evs ...NewEvent) error {
 		}
 	}
 	for _, ev := range evs {
+		if ev.Actor == "" {
+			ev.Actor = tx.Actor
+		}
 		payload, err := json.Marshal(ev.Payload)
 		if err != nil {
 			return fmt.Errorf("journal %s: %w", ev.Topic, err)

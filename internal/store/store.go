@@ -116,6 +116,8 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 type Tx struct {
 	pgx.Tx
 	Journaled bool
+	// Actor, when set, is the actor of the events journaled without one.
+	Actor string
 	// later, when set, holds the writes whose results nobody reads until
 	// the next statement or the commit sends them in one round trip
 	// (pipeline.go); nil writes at once.
