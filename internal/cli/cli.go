@@ -69,6 +69,7 @@ var root = &command{
 		itemCmd,
 		runCmd,
 		hostCmd,
+		notifyCmd,
 		eventsCmd,
 		doctorCmd,
 		benchCmd,
