@@ -45,6 +45,7 @@ var Patterns = []string{
 	"/runs",
 	"/runs/{rest...}",
 	"/fleet",
+	"/settings",
 	"/assets/{file}",
 }
 

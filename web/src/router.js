@@ -14,6 +14,7 @@ const table = [
   [/^\/runs$/, 'runs', []],
   [/^\/runs\/([0-9a-fA-F-]{36})$/, 'run', ['id']],
   [/^\/fleet$/, 'fleet', []],
+  [/^\/settings$/, 'settings', []],
 ];
 
 /** parse maps a path and query to a Route. */

@@ -14,6 +14,7 @@ import { Board } from './board.jsx';
 import { Runs } from './runs.jsx';
 import { RunPage } from './run.jsx';
 import { Fleet } from './fleet.jsx';
+import { SettingsChannelsPage } from './channels.jsx';
 
 const helpOpen = signal(false);
 const searchOpen = signal(false);
@@ -110,6 +111,7 @@ function Page({ r }) {
     case 'runs': return <Runs query={r.query} />;
     case 'run': return <RunPage key={r.params.id} id={r.params.id} />;
     case 'fleet': return <Fleet />;
+    case 'settings': return <SettingsChannelsPage />;
     default: return <div class="loading"><p>No page here.</p><a class="btn" href="/inbox">Go to the inbox</a></div>;
   }
 }
@@ -156,6 +158,7 @@ function Nav() {
                   toast(r2 === 'on' ? 'Notifications on' : r2 === 'off' ? 'Notifications off' : r2 === 'denied' ? 'The browser refused notifications' : 'This browser has no notifications');
                   setMenu(false);
                 }}><Icon name="bell" size={15} />{notifyOn.value ? 'Turn notifications off' : 'Notify me when runs need me'}</button>
+                <button role="menuitem" onClick={() => { setMenu(false); navigate('/settings'); }} data-testid="menu-settings"><Icon name="key" size={15} />Settings</button>
                 <button role="menuitem" onClick={() => { helpOpen.value = true; setMenu(false); }}><Icon name="keyboard" size={15} />Keyboard shortcuts</button>
                 <hr />
                 <button role="menuitem" class="danger" onClick={() => signOut()}><Icon name="logout" size={15} />Sign out</button>
