@@ -37,7 +37,7 @@ type receiver struct {
 	hits atomic.Int64
 }
 
-func newReceiver(t *testing.T, status func(n int64) int) *receiver {
+func newReceiver(t testing.TB, status func(n int64) int) *receiver {
 	rc := &receiver{}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := rc.hits.Add(1)
@@ -61,7 +61,7 @@ func (rc *receiver) delivered() []received {
 }
 
 // run starts a notifier until the test ends.
-func run(t *testing.T, st *store.Store, o notify.Options) *notify.Notifier {
+func run(t testing.TB, st *store.Store, o notify.Options) *notify.Notifier {
 	t.Helper()
 	o.Store = st
 	if o.Poll == 0 {
@@ -75,7 +75,7 @@ func run(t *testing.T, st *store.Store, o notify.Options) *notify.Notifier {
 	return n
 }
 
-func channel(t *testing.T, st *store.Store, kind, url string, events ...string) (wire.Channel, string) {
+func channel(t testing.TB, st *store.Store, kind, url string, events ...string) (wire.Channel, string) {
 	t.Helper()
 	secret := "s3cret-" + kind
 	c, err := st.CreateChannel(context.Background(), wire.CreateChannel{Name: kind + "-" + url, Kind: kind, URL: url, Events: events}, secret)
@@ -86,7 +86,7 @@ func channel(t *testing.T, st *store.Store, kind, url string, events ...string) 
 }
 
 // journal writes n events of topic straight into the journal.
-func journal(t *testing.T, st *store.Store, topic string, n int) {
+func journal(t testing.TB, st *store.Store, topic string, n int) {
 	t.Helper()
 	if _, err := st.Pool.Exec(context.Background(), `INSERT INTO events (topic, payload)
 		SELECT $1, jsonb_build_object('i', g) FROM generate_series(1, $2) AS g`, topic, n); err != nil {

@@ -206,3 +206,61 @@ func TestAnswerFromTheNotification(t *testing.T) {
 		t.Fatalf("refused answers changed the run: %s", got.Attention)
 	}
 }
+
+// On ntfy a question with choices carries one http action button per
+// choice, each POSTing its answer URL; pressing one answers the run.
+func TestAnswerButtonsOnNtfy(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	e.startNotifier(t)
+	var mu sync.Mutex
+	var headers []http.Header
+	var bodies []string
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		headers, bodies = append(headers, r.Header.Clone()), append(bodies, string(b))
+		mu.Unlock()
+	}))
+	defer rc.Close()
+	e.must(201, "POST", "/api/v1/notifications", map[string]any{"name": "ntfy-phone", "kind": "ntfy", "url": rc.URL + "/pam", "events": []string{"run.attention"}}, nil)
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "Run make? (y/n) ")
+	w.screen(d, 1, wire.AttentionNeedsInput, "Run make? (y/n)", wire.Choice{Key: "y", Label: "Yes, run it"}, wire.Choice{Key: "n", Label: "No"})
+	var h http.Header
+	var body string
+	eventually.Wait(t, 20*time.Second, "the ntfy message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(headers) > 0 {
+			h, body = headers[0], bodies[0]
+			return true
+		}
+		return false
+	})
+	if h.Get("Title") != "pam: needs input" || h.Get("Click") != e.url+"/runs/"+r.ID || !strings.Contains(body, "Run make? (y/n)") {
+		t.Fatalf("ntfy message %v %q", h, body)
+	}
+	actions := strings.Split(h.Get("Actions"), "; ")
+	if len(actions) != 2 {
+		t.Fatalf("Actions %q", h.Get("Actions"))
+	}
+	var urls []string
+	for i, label := range []string{"Yes  run it", "No"} {
+		f := strings.Split(actions[i], ", ")
+		if len(f) != 5 || f[0] != "http" || f[1] != label || f[3] != "method=POST" || f[4] != "clear=true" {
+			t.Fatalf("action %d: %q", i, actions[i])
+		}
+		urls = append(urls, f[2])
+	}
+	done := make(chan int, 1)
+	go func() { c, _ := e.answer(urls[1]); done <- c }()
+	if f := w.expect(wire.FrameSendKeys); len(f.Keys) != 1 || f.Keys[0].Key != "n" {
+		t.Fatalf("send_keys %+v", f)
+	}
+	w.snapshot(d, "Run make? (y/n) n\n")
+	if c := <-done; c != 202 {
+		t.Fatalf("the button's POST: %d", c)
+	}
+}
