@@ -42,10 +42,18 @@ const agentHangTimeout = 20 * time.Second
 // the caller), whose catalog is catalog, and whose environment adds env.
 func newAgentRig(t *testing.T, home, catalog string, env ...string) *agentRig {
 	t.Helper()
+	a, _ := newAgentRigServe(t, home, catalog, nil, env...)
+	return a
+}
+
+// newAgentRigServe is newAgentRig with serveEnv added to serve's
+// environment; it also returns serve.
+func newAgentRigServe(t *testing.T, home, catalog string, serveEnv []string, env ...string) (*agentRig, *serveProc) {
+	t.Helper()
 	// Every real agent runs under the hang rule, short enough that a test
 	// can wait it out: an agent that waits for a person, or has completed
 	// its turn, must never be failed as hung (docs/architecture.md#working-waiting-hung).
-	s, _ := newFaultSystem(t, "", "PAM_CLI_HANG_TIMEOUT="+agentHangTimeout.String())
+	s, sp := newFaultSystem(t, "", append([]string{"PAM_CLI_HANG_TIMEOUT=" + agentHangTimeout.String()}, serveEnv...)...)
 	conf := pamtest.ShortDir(t, "pamc-")
 	if err := os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(catalog), 0o600); err != nil {
 		t.Fatal(err)
@@ -54,7 +62,7 @@ func newAgentRig(t *testing.T, home, catalog string, env ...string) *agentRig {
 	remote := pamtest.GitRemote(t, map[string]string{"README.md": "# A project the agents work on\n"})
 	a := &agentRig{t: t, s: s, w: w, home: home}
 	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Agents", "repo": map[string]any{"url": remote}}, &a.project)
-	return a
+	return a, sp
 }
 
 // start starts a run of provider with prompt in a fresh worktree.

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"net/http"
 	"strings"
+	"sync"
 
 	"pam/internal/wire"
 )
@@ -112,6 +113,7 @@ func (s *Server) useAnswer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.answers.begin(run.ID)()
+	defer s.linkAnswers.begin(run.ID, linkAnswer{channel: a.Channel, question: questionOf(run), attempt: run.Attempt})()
 	before := s.opts.Fleet.Pane(run.ID).Seq
 	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys}); err != nil {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
@@ -142,4 +144,38 @@ func logPath(r *http.Request) string {
 		return answersPath + "<redacted>"
 	}
 	return r.URL.Path
+}
+
+// linkAnswer is an answer URL's key being checked: whose question it
+// answers and through which channel.
+type linkAnswer struct {
+	channel, question string
+	attempt           int
+}
+
+// linkAnswers holds the answer URLs being checked, by run.
+type linkAnswers struct {
+	mu sync.Mutex
+	m  map[string]linkAnswer
+}
+
+func (l *linkAnswers) begin(runID string, a linkAnswer) (done func()) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]linkAnswer{}
+	}
+	l.m[runID] = a
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.m, runID)
+	}
+}
+
+func (l *linkAnswers) get(runID string) (linkAnswer, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	a, ok := l.m[runID]
+	return a, ok
 }

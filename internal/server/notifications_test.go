@@ -264,3 +264,43 @@ func TestAnswerButtonsOnNtfy(t *testing.T) {
 		t.Fatalf("the button's POST: %d", c)
 	}
 }
+
+// When the screen reports the question gone while an answer URL's key is
+// being checked, the clearing is the answer's: source answer, the
+// channel as actor (a real CLI redraws before the pane change is seen).
+func TestAnswerLinkClearsWhenTheScreenDoes(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	e.startNotifier(t)
+	hook := newHookReceiver(t)
+	e.must(201, "POST", "/api/v1/notifications", map[string]any{"name": "pager", "kind": "webhook", "url": hook.URL, "events": []string{"run.attention"}}, nil)
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "Proceed? (y/n) ")
+	w.screen(d, 1, wire.AttentionNeedsInput, "Proceed? (y/n)", wire.Choice{Key: "y", Label: "Yes"}, wire.Choice{Key: "n", Label: "No"})
+	p := hook.wait(t, 1)
+	done := make(chan int, 1)
+	go func() { c, _ := e.answer(p.Answers[0].AnswerURL); done <- c }()
+	w.expect(wire.FrameSendKeys)
+	w.screen(d, 1, wire.AttentionNone, "")
+	w.snapshot(d, "Proceed? (y/n) y\n")
+	if c := <-done; c != 202 {
+		t.Fatalf("answer: %d", c)
+	}
+	e.waitAttention(r.ID, wire.AttentionNone)
+	var l wire.EventList
+	e.must(200, "GET", "/api/v1/runs/"+r.ID+"/events", nil, &l)
+	var cleared []string
+	for _, ev := range l.Events {
+		if ev.Topic == string(wire.TopicRunAttention) && strings.Contains(string(ev.Payload), `"attention":"none"`) {
+			actor := "<nil>"
+			if ev.Actor != nil {
+				actor = *ev.Actor
+			}
+			cleared = append(cleared, actor+" "+string(ev.Payload))
+		}
+	}
+	if len(cleared) != 1 || !strings.HasPrefix(cleared[0], "pager ") || !strings.Contains(cleared[0], `"source":"answer"`) {
+		t.Fatalf("clearing events %q", cleared)
+	}
+}

@@ -97,6 +97,8 @@ type Server struct {
 	paneWatch paneWatches
 	// answers: the runs whose answer is being checked (answer.go).
 	answers answerSet
+	// linkAnswers: the answer URLs being checked (notifications.go).
+	linkAnswers linkAnswers
 	// agentCalls counts each run's calls of pam's tools (agent.go).
 	agentCalls *callWindow
 	// continuer: one ContinueLimited pass at a time (autocontinue.go).
