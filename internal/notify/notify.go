@@ -56,7 +56,19 @@ type Options struct {
 	AnswerTTL time.Duration
 	// Poll is how often the queue is looked at without a Wake (1 s).
 	Poll time.Duration
+	// Lease is how long a claimed attempt is another sender's to leave
+	// alone (Timeout + 20 s): a serve that dies mid-request leaves its
+	// attempt to be taken again once the lease passes.
+	Lease time.Duration
+	// KeepFor is how long finished attempts are kept (7 days).
+	KeepFor time.Duration
 }
+
+// DefaultKeepFor is how long finished attempts are kept.
+const DefaultKeepFor = 7 * 24 * time.Hour
+
+// purgeEvery is how often old attempts and answer tokens are removed.
+const purgeEvery = time.Hour
 
 // Notifier turns journal events into deliveries and sends them.
 type Notifier struct {
@@ -68,6 +80,8 @@ type Notifier struct {
 	mu   sync.Mutex
 	busy map[string]bool // channels a goroutine of ours sends to
 	wg   sync.WaitGroup
+
+	purged time.Time // when old attempts were last removed
 }
 
 // New returns a Notifier; nothing is sent until Run.
@@ -95,6 +109,12 @@ func New(o Options) *Notifier {
 	}
 	if o.Poll <= 0 {
 		o.Poll = DefaultPoll
+	}
+	if o.Lease <= 0 {
+		o.Lease = o.Timeout + 20*time.Second
+	}
+	if o.KeepFor <= 0 {
+		o.KeepFor = DefaultKeepFor
 	}
 	o.PublicURL = strings.TrimRight(o.PublicURL, "/")
 	return &Notifier{
@@ -136,6 +156,12 @@ func (n *Notifier) Run(ctx context.Context) error {
 // pass enqueues what the journal has for the channels, then starts a
 // sender for every channel with a due delivery that has none here.
 func (n *Notifier) pass(ctx context.Context) {
+	if time.Since(n.purged) > purgeEvery {
+		n.purged = time.Now()
+		if err := n.o.Store.PurgeNotifications(ctx, n.o.KeepFor); err != nil && ctx.Err() == nil {
+			n.log.Warn("notifications: purge old attempts", "err", err)
+		}
+	}
 	safe, err := n.o.Store.SafeSeq(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
@@ -192,7 +218,7 @@ func (n *Notifier) drain(ctx context.Context, channelID string) {
 		n.Wake()
 	}()
 	for ctx.Err() == nil {
-		c, err := n.o.Store.ClaimDelivery(ctx, channelID, n.o.Timeout+20*time.Second)
+		c, err := n.o.Store.ClaimDelivery(ctx, channelID, n.o.Lease)
 		if err != nil {
 			if ctx.Err() == nil {
 				n.log.Warn("notifications: claim a delivery", "channel_id", channelID, "err", err)

@@ -264,3 +264,95 @@ func TestRedirectNotFollowed(t *testing.T) {
 		t.Fatalf("redirect: %+v, target hit %d times", ds[1], target.hits.Load())
 	}
 }
+
+// Two notifiers on one database (two serves) deliver each event to a
+// channel once.
+func TestTwoServesDeliverEachEventOnce(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	other, err := st.WithOwnPool(context.Background(), 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
+	rc := newReceiver(t, func(int64) int { return 200 })
+	channel(t, st, wire.ChannelWebhook, rc.URL, "run.*")
+	run(t, st, notify.Options{})
+	run(t, other, notify.Options{})
+	const events = 300
+	for range 3 {
+		journal(t, st, "run.progress", events/3)
+	}
+	eventually.Wait(t, 60*time.Second, "every event delivered", func() bool { return len(rc.delivered()) >= events })
+	seen := map[int64]int{}
+	for _, r := range rc.delivered() {
+		var p wire.WebhookPayload
+		if err := json.Unmarshal(r.body, &p); err != nil {
+			t.Fatal(err)
+		}
+		seen[p.Event.Seq]++
+	}
+	if len(seen) != events {
+		t.Fatalf("%d distinct events delivered, want %d", len(seen), events)
+	}
+	for seq, n := range seen {
+		if n != 1 {
+			t.Fatalf("event %d delivered %d times", seq, n)
+		}
+	}
+}
+
+// The queue is in the database: events journaled while no serve runs are
+// delivered once one starts, and an attempt a serve left mid-request is
+// taken again by the next once its lease passes, and delivered once.
+func TestQueueSurvivesRestart(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	entered := make(chan struct{}, 10)
+	release := make(chan struct{})
+	var n atomic.Int64
+	var mu sync.Mutex
+	var ok []string
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if n.Add(1) == 1 { // the first request hangs until its serve goes
+			entered <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		mu.Lock()
+		ok = append(ok, string(body))
+		mu.Unlock()
+	}))
+	t.Cleanup(func() { close(release); rc.Close() })
+	c, _ := channel(t, st, wire.ChannelWebhook, rc.URL, "run.*")
+	journal(t, st, "run.failed", 1) // no serve runs yet
+
+	first := notify.New(notify.Options{Store: st, Poll: 20 * time.Millisecond, Lease: 500 * time.Millisecond})
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = first.Run(ctx); close(done) }()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first serve never sent")
+	}
+	stop() // the serve goes away mid-request
+	<-done
+	if ds := deliveries(t, st, c.ID); len(ds) != 1 || ds[0].Status != wire.DeliverySending {
+		t.Fatalf("after the first serve: %+v", ds)
+	}
+	run(t, st, notify.Options{Lease: 500 * time.Millisecond})
+	eventually.Wait(t, 20*time.Second, "the delivery by the next serve", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(ok) == 1
+	})
+	eventually.Wait(t, 10*time.Second, "the attempt recorded", func() bool {
+		ds := deliveries(t, st, c.ID)
+		return len(ds) == 1 && ds[0].Status == wire.DeliveryDelivered && ds[0].Attempt == 1
+	})
+}

@@ -515,3 +515,14 @@ func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 	})
 	return out, err
 }
+
+// PurgeNotifications removes finished attempts older than keep and the
+// answer tokens that expired a day ago.
+func (s *Store) PurgeNotifications(ctx context.Context, keep time.Duration) error {
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM notification_deliveries
+		WHERE created_at < now() - $1::interval AND status NOT IN ('pending', 'sending')`, keep.String()); err != nil {
+		return translate(err)
+	}
+	_, err := s.Pool.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < now() - interval '1 day'`)
+	return translate(err)
+}
