@@ -67,6 +67,9 @@ type Options struct {
 // DefaultKeepFor is how long finished attempts are kept.
 const DefaultKeepFor = 7 * 24 * time.Hour
 
+// minGap spaces the passes that wakes would run back to back.
+const minGap = 10 * time.Millisecond
+
 // purgeEvery is how often old attempts and answer tokens are removed.
 const purgeEvery = time.Hour
 
@@ -149,6 +152,13 @@ func (n *Notifier) Run(ctx context.Context) error {
 			return nil
 		case <-n.wake:
 		case <-t.C:
+		}
+		// Wakes come with every commit that journals: under load passes
+		// are spaced, each taking what came meanwhile.
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(minGap):
 		}
 	}
 }

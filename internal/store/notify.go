@@ -199,18 +199,28 @@ func (c channelMatch) wants(ev wire.Event) bool {
 	return false
 }
 
+// lockNotify serialises the enqueuers of all serves ("pam" 3).
+const lockNotify int64 = 0x70616d_0003
+
 // EnqueueBatch is how many events one enqueue pass reads.
 const EnqueueBatch = 1000
 
 // EnqueueEvents turns the events after the cursor up to safe (a SafeSeq,
 // taken before) into first attempts, one per event and matching channel,
-// and moves the cursor, in one transaction: the cursor row's lock makes
-// several serves take turns, and no event is enqueued twice. It reports
+// and moves the cursor, in one transaction: a lock makes several serves
+// take turns, and no event is enqueued twice. It reports
 // how many deliveries it queued and whether events remain past the batch.
 func (s *Store) EnqueueEvents(ctx context.Context, safe int64) (queued int, more bool, err error) {
 	err = s.InTx(ctx, func(tx *Tx) error {
+		// Serves take turns here. An advisory lock rather than the cursor
+		// row's: a row lock takes a transaction id, and every reader of
+		// the journal (SafeSeq) would wait for this transaction; with the
+		// advisory lock it has one only for its last two writes.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, lockNotify); err != nil {
+			return err
+		}
 		var cur int64
-		if err := tx.QueryRow(ctx, `SELECT seq FROM notification_cursor FOR UPDATE`).Scan(&cur); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT seq FROM notification_cursor`).Scan(&cur); err != nil {
 			return err
 		}
 		if cur >= safe {
