@@ -304,3 +304,34 @@ func TestAnswerLinkClearsWhenTheScreenDoes(t *testing.T) {
 		t.Fatalf("clearing events %q", cleared)
 	}
 }
+
+// An answer URL used while the run's host is not connected presses
+// nothing (503) and stays usable: once the worker is back, the same URL
+// answers.
+func TestAnswerLinkKeptWhileTheHostIsAway(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	e.startNotifier(t)
+	hook := newHookReceiver(t)
+	e.must(201, "POST", "/api/v1/notifications", map[string]any{"name": "phone", "kind": "webhook", "url": hook.URL, "events": []string{"run.attention"}}, nil)
+	w := e.worker("host-a", 4, "shell")
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "Go? (y/n) ")
+	w.screen(d, 1, wire.AttentionNeedsInput, "Go? (y/n)", wire.Choice{Key: "y", Label: "Yes"}, wire.Choice{Key: "n", Label: "No"})
+	url := hook.wait(t, 1).Answers[0].AnswerURL
+	w.ws.CloseNow()
+	eventually.Wait(t, 10*time.Second, "the host disconnected", func() bool { return !e.fleet.Connected(w.hostID) })
+	if code, body := e.answer(url); code != 503 {
+		t.Fatalf("with the host away: %d %s", code, body)
+	}
+	w.reconnect()
+	done := make(chan int, 1)
+	go func() { c, _ := e.answer(url); done <- c }()
+	if f := w.expect(wire.FrameSendKeys); f.RunID != r.ID || f.Keys[0].Key != "y" {
+		t.Fatalf("send_keys %+v", f)
+	}
+	w.snapshot(d, "Go? (y/n) y\n")
+	if c := <-done; c != 202 {
+		t.Fatalf("the same URL with the host back: %d", c)
+	}
+}

@@ -470,6 +470,8 @@ type Answer struct {
 	Run     wire.Run
 	Key     string
 	Channel string
+	// question the token answers, for Unuse.
+	question string
 }
 
 // expired is the refusal of every answer URL that no longer holds.
@@ -520,10 +522,18 @@ func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 			WHERE run_id = $1 AND attempt = $2 AND question = $3 AND used_at IS NULL`, runID, attempt, question); err != nil {
 			return err
 		}
-		out.Run = r
+		out.Run, out.question = r, question
 		return nil
 	})
 	return out, err
+}
+
+// Unuse makes the links of an answer's question usable again: the key
+// never reached the run (its host was not connected).
+func (s *Store) Unuse(ctx context.Context, a Answer) error {
+	_, err := s.Pool.Exec(ctx, `UPDATE answer_tokens SET used_at = NULL
+		WHERE run_id = $1 AND attempt = $2 AND question = $3 AND expires_at > now()`, a.Run.ID, a.Run.Attempt, a.question)
+	return translate(err)
 }
 
 // PurgeNotifications removes finished attempts older than keep and the
