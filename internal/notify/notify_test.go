@@ -356,3 +356,69 @@ func TestQueueSurvivesRestart(t *testing.T) {
 		return len(ds) == 1 && ds[0].Status == wire.DeliveryDelivered && ds[0].Attempt == 1
 	})
 }
+
+// Retries stop RetryFor after the first attempt: the last is gave_up.
+func TestRetriesStopAfterRetryFor(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	rc := newReceiver(t, func(int64) int { return 500 })
+	c, _ := channel(t, st, wire.ChannelSlack, rc.URL, "run.failed")
+	run(t, st, notify.Options{BackoffBase: 20 * time.Millisecond, RetryFor: 300 * time.Millisecond})
+	journal(t, st, "run.failed", 1)
+	var ds []wire.Delivery
+	eventually.Wait(t, 20*time.Second, "the delivery given up", func() bool {
+		ds = deliveries(t, st, c.ID)
+		return len(ds) > 0 && ds[0].Status == wire.DeliveryGaveUp
+	})
+	if len(ds) < 3 {
+		t.Fatalf("gave up after %d attempts", len(ds))
+	}
+	for i, d := range ds[1:] {
+		if d.Status != wire.DeliveryFailed || d.ResponseCode == nil || *d.ResponseCode != 500 || d.Attempt != len(ds)-1-i {
+			t.Fatalf("attempt %+v", d)
+		}
+	}
+}
+
+// A channel of one project gets only that project's events.
+func TestChannelOfOneProject(t *testing.T) {
+	t.Parallel()
+	st := storetest.New(t)
+	ctx := context.Background()
+	a, err := st.CreateProject(ctx, wire.CreateProject{Name: "Alpha"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.CreateProject(ctx, wire.CreateProject{Name: "Beta"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := newReceiver(t, func(int64) int { return 200 })
+	ch, err := st.CreateChannel(ctx, wire.CreateChannel{Name: "alpha-only", Kind: wire.ChannelWebhook, URL: rc.URL, Events: []string{"project.*"}, ProjectID: &a.ID}, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, st, notify.Options{})
+	for _, p := range []wire.Project{b, a} {
+		if _, err := st.Pool.Exec(ctx, `INSERT INTO events (topic, project_id, payload) VALUES ('project.updated', $1, '{}')`, p.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	journal(t, st, "project.updated", 1) // no project
+	eventually.Wait(t, 10*time.Second, "alpha's event", func() bool { return len(rc.delivered()) >= 1 })
+	// Everything is enqueued by now: the last event (no project) is
+	// after alpha's, and enqueueing is in seq order.
+	eventually.Wait(t, 10*time.Second, "the cursor past every event", func() bool {
+		var cur, top int64
+		_ = st.Pool.QueryRow(ctx, `SELECT (SELECT seq FROM notification_cursor), (SELECT max(seq) FROM events)`).Scan(&cur, &top)
+		return cur == top
+	})
+	if ds := deliveries(t, st, ch.ID); len(ds) != 1 {
+		t.Fatalf("%d deliveries queued, want alpha's only", len(ds))
+	}
+	got := rc.delivered()
+	var p wire.WebhookPayload
+	if err := json.Unmarshal(got[0].body, &p); err != nil || p.Event.ProjectID == nil || *p.Event.ProjectID != a.ID {
+		t.Fatalf("delivered %s", got[0].body)
+	}
+}
