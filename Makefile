@@ -10,6 +10,10 @@
 #   make fuzz     every fuzz target for FUZZTIME each
 #   make bench    every benchmark for BENCHTIME each, the load drivers, and
 #                 one table of every figure (docs/bench.md)
+#   make release  static, version-stamped binaries for linux/amd64,
+#                 linux/arm64 and darwin/arm64 and their SHA256SUMS, in dist/
+#   make image    the container image of pam serve, FROM scratch, with buildah
+#                 (docs/operations.md)
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -28,7 +32,11 @@ FLEET_ARGS ?=
 ARGS      ?=
 
 .DEFAULT_GOAL := build
-.PHONY: build web deps deps-test up test test-short fuzz bench lint clean
+.PHONY: build web deps deps-test up test test-short fuzz bench lint clean release image
+# make release and make image: what `pam version` says (default: git
+# describe, and the commit checked out).
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 
 build: web
 	$(GO) build -o bin/pam ./cmd/pam
@@ -86,6 +94,17 @@ bench: deps
 	@GO='$(GO)' BENCHTIME='$(BENCHTIME)' BENCH='$(BENCH)' BENCHPKGS='$(BENCHPKGS)' \
 		LOAD_ARGS='$(LOAD_ARGS)' FLEET_ARGS='$(FLEET_ARGS)' bash scripts/bench.sh
 
+# The release binaries embed the dashboard, so its bundle is required.
+release:
+	@bash scripts/web.sh --require
+	GO='$(GO)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' bash scripts/release.sh
+
+# The image of pam serve (IMAGE=…, default pam-serve:$(VERSION)); buildah
+# comes from Debian's package (make deps-test installs it).
+image:
+	@bash scripts/web.sh --require
+	GO='$(GO)' VERSION='$(VERSION)' COMMIT='$(COMMIT)' bash scripts/image.sh
+
 # gofmt, go vet and staticcheck (the version go.mod pins as a tool).
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -93,4 +112,4 @@ lint:
 	$(GO) tool staticcheck ./...
 
 clean:
-	rm -rf bin
+	rm -rf bin dist

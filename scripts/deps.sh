@@ -3,7 +3,9 @@
 # PostgreSQL's server binaries (initdb and postgres) for the embedded
 # database, and Node.js with npm to build the web dashboard (web/); when
 # root, also the postgres system user the database runs as. With --test it
-# also wants Chromium, which the dashboard's browser tests drive, jq, and
+# also wants Chromium, which the dashboard's browser tests drive, jq,
+# systemd-analyze (the install tests verify the units), buildah and the
+# CA bundle (the image test builds the image of pam serve), and
 # installs the pinned agent CLIs (claude, codex, gemini) that the tests run
 # for real from internal/agentrig/testdata/clis (docs/agents.md).
 # Quiet when everything is there. As root it installs what is missing with
@@ -51,6 +53,11 @@ missing() {
 	fi
 	# jq: the set-up commands pam doctor prints use it, and a test runs them.
 	$for_tests && ! have jq && pkgs+=(jq)
+	# systemd-analyze checks the units pam worker/serve install write;
+	# buildah builds the image of pam serve, with the host's CA bundle.
+	$for_tests && ! have systemd-analyze && pkgs+=(systemd)
+	$for_tests && ! have buildah && pkgs+=(buildah crun)
+	$for_tests && [ ! -s /etc/ssl/certs/ca-certificates.crt ] && pkgs+=(ca-certificates)
 	echo "${pkgs[@]+"${pkgs[@]}"}"
 }
 

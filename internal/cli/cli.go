@@ -108,7 +108,7 @@ func (e Env) Main(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return 0
 	case errors.As(err, &ce):
 		fmt.Fprintf(stderr, "%s: %s\n", ce.path, ce.msg)
-		if ce.cmd.subs != nil {
+		if ce.cmd.subs != nil && ce.cmd.setup == nil {
 			fmt.Fprintln(stderr)
 			printUsage(stderr, e, ce.cmd, ce.path, nil)
 		} else {
@@ -160,7 +160,9 @@ func isHelp(arg string) bool {
 }
 
 func dispatch(ctx context.Context, e Env, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
-	if cmd.subs == nil {
+	if cmd.subs == nil || cmd.setup != nil && (len(args) == 0 || sub(cmd, args[0]) == nil) {
+		// A leaf, or a command that runs itself unless its first argument
+		// names one of its subcommands (pam worker, pam worker install).
 		return runLeaf(ctx, e, cmd, args, path, stdout, stderr)
 	}
 	if len(args) == 0 {
@@ -174,12 +176,20 @@ func dispatch(ctx context.Context, e Env, cmd *command, args []string, path stri
 		printUsage(stdout, e, cmd, path, nil)
 		return nil
 	}
-	for _, sub := range cmd.subs {
-		if sub.name == args[0] {
-			return dispatch(ctx, e, sub, args[1:], path+" "+sub.name, stdout, stderr)
-		}
+	if s := sub(cmd, args[0]); s != nil {
+		return dispatch(ctx, e, s, args[1:], path+" "+s.name, stdout, stderr)
 	}
 	return &cmdUsageError{cmd: cmd, path: path, msg: fmt.Sprintf("unknown command %q", args[0])}
+}
+
+// sub is cmd's subcommand called name, or nil.
+func sub(cmd *command, name string) *command {
+	for _, s := range cmd.subs {
+		if s.name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 func runLeaf(ctx context.Context, e Env, cmd *command, args []string, path string, stdout, stderr io.Writer) error {
@@ -255,14 +265,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // command's own first, then the PAM_* settings with their variables (as
 // set in e, which are shown as the defaults).
 func printUsage(w io.Writer, e Env, cmd *command, path string, fs *flag.FlagSet) {
-	if cmd.subs != nil {
+	if cmd.subs != nil && cmd.setup == nil {
 		fmt.Fprintf(w, "Usage: %s <command> [flags] [arguments]\n\n", path)
 		fmt.Fprintf(w, "%s\n\nCommands:\n", capitalize(cmd.summary))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		for _, s := range cmd.subs {
-			fmt.Fprintf(tw, "  %s\t%s\n", s.name, s.summary)
-		}
-		tw.Flush()
+		printCommands(w, cmd)
 		fmt.Fprintf(w, "\nRun '%s <command> --help' for the flags of a command.\n", path)
 		return
 	}
@@ -290,6 +296,19 @@ func printUsage(w io.Writer, e Env, cmd *command, path string, fs *flag.FlagSet)
 		fmt.Fprintf(w, "\nSettings (flag, else environment variable, else default):\n")
 		printFlags(w, env)
 	}
+	if cmd.subs != nil {
+		fmt.Fprintf(w, "\nCommands:\n")
+		printCommands(w, cmd)
+		fmt.Fprintf(w, "\nRun '%s <command> --help' for the flags of a command.\n", path)
+	}
+}
+
+func printCommands(w io.Writer, cmd *command) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range cmd.subs {
+		fmt.Fprintf(tw, "  %s\t%s\n", s.name, s.summary)
+	}
+	tw.Flush()
 }
 
 // synopsis is the one-line usage of a leaf: "pam project show [flags] REF".

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -163,6 +164,33 @@ func (v *value) Set(text string) error {
 	return v.parse(text)
 }
 
+// credential sets a secret from the systemd credential of its name
+// (the flag's without -file: worker-token, database-url, token) when the
+// process runs in a unit that loads credentials (LoadCredential=, which
+// pam worker install and pam serve install write): systemd hands it over
+// in $CREDENTIALS_DIRECTORY, so the secret is in neither the unit nor the
+// environment (docs/operations.md). No such credential leaves it unset.
+func (v *value) credential(e Env) error {
+	dir, ok := e.lookup("CREDENTIALS_DIRECTORY")
+	if !ok || dir == "" {
+		return nil
+	}
+	path := filepath.Join(dir, credentialName(v.s))
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	secret, err := readSecretFile(path)
+	if err != nil {
+		return fmt.Errorf("credential %s: %v", credentialName(v.s), err)
+	}
+	v.str = secret
+	return nil
+}
+
+// credentialName is the name of a secret's systemd credential: its flag
+// without -file (PAM_WORKER_TOKEN → worker-token).
+func credentialName(s setting) string { return strings.TrimSuffix(s.Flag(), "-file") }
+
 // maxSecretFile bounds a secret file: a token or a connection string.
 const maxSecretFile = 64 << 10
 
@@ -290,6 +318,10 @@ func register(fs *flag.FlagSet, command string, e Env, o registerOpts) *config {
 		if env, ok := e.lookup(s.Env); ok && env != "" && !o.flagOnly[s.Env] {
 			if err := v.parse(env); err != nil {
 				c.envErr[s.Env] = fmt.Errorf("%s=%q: %v", s.Env, env, err)
+			}
+		} else if s.Secret && !o.flagOnly[s.Env] {
+			if err := v.credential(e); err != nil {
+				c.envErr[s.Env] = err
 			}
 		}
 		if s.Secret {

@@ -12,6 +12,11 @@ import (
 // version from the build info, or "dev".
 var Version = ""
 
+// Commit is the commit the release was built from, set at build time with
+// -ldflags "-X pam/internal/cli.Commit=<sha>" (make release does both);
+// otherwise the build info's vcs.revision, when go build recorded one.
+var Commit = ""
+
 // buildInfo is what `pam version` reports.
 type buildInfo struct {
 	Version   string `json:"version"`
@@ -38,6 +43,9 @@ func readBuildInfo() buildInfo {
 				b.Modified = s.Value == "true"
 			}
 		}
+	}
+	if Commit != "" && Commit != b.Revision {
+		b.Revision, b.Time, b.Modified = Commit, "", false
 	}
 	if b.Version == "" {
 		b.Version = "dev"

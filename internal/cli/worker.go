@@ -172,6 +172,7 @@ func localWorkerOptions(x *invocation, base, token string) (worker.Options, erro
 		Logger:            log,
 		Providers:         catalog.Available,
 		Resumable:         catalog.Resumable,
+		ContinueMessages:  catalog.ContinueMessages,
 		Screens:           catalog.Patterns,
 		PassEnv: func(name string) map[string]string {
 			return provider.Passed(catalog.PassEnvNames(name, passEnv), x.env.lookup)

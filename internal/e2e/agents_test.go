@@ -54,6 +54,12 @@ func newAgentRigServe(t *testing.T, home, catalog string, serveEnv []string, env
 	// can wait it out: an agent that waits for a person, or has completed
 	// its turn, must never be failed as hung (docs/architecture.md#working-waiting-hung).
 	s, sp := newFaultSystem(t, "", append([]string{"PAM_CLI_HANG_TIMEOUT=" + agentHangTimeout.String()}, serveEnv...)...)
+	return newAgentRigOn(t, s, home, catalog, env...), sp
+}
+
+// newAgentRigOn is newAgentRig with serve already started (s).
+func newAgentRigOn(t *testing.T, s *system, home, catalog string, env ...string) *agentRig {
+	t.Helper()
 	conf := pamtest.ShortDir(t, "pamc-")
 	if err := os.WriteFile(filepath.Join(conf, "providers.toml"), []byte(catalog), 0o600); err != nil {
 		t.Fatal(err)
@@ -62,7 +68,7 @@ func newAgentRigServe(t *testing.T, home, catalog string, serveEnv []string, env
 	remote := pamtest.GitRemote(t, map[string]string{"README.md": "# A project the agents work on\n"})
 	a := &agentRig{t: t, s: s, w: w, home: home}
 	s.must(201, "POST", "/api/v1/projects", map[string]any{"name": "Agents", "repo": map[string]any{"url": remote}}, &a.project)
-	return a, sp
+	return a
 }
 
 // start starts a run of provider with prompt in a fresh worktree.

@@ -220,7 +220,8 @@ func TestUpQuickstart(t *testing.T) {
 			}
 		})
 	}
-	out := pamtest.Start(t, "up", env, "up").Stdout
+	up := pamtest.Start(t, "up", env, "up")
+	out := up.Stdout
 	var url string
 	eventually.Wait(t, 90*time.Second, "pam up to start its worker", func() bool { return strings.Contains(out.String(), "worker:") })
 	url = pamtest.ListenURL(out.String())
@@ -262,6 +263,37 @@ func TestUpQuickstart(t *testing.T) {
 	eventually.Wait(t, 10*time.Second, "pam run logs to show hello", func() bool {
 		return strings.Contains(pam("run", "logs", run.ID), "\nhello\n")
 	})
+	checkConsole(t, up.Stderr, run.ID)
+}
+
+// checkConsole: pam up's console (its log, at the default level info)
+// says once that the run started and once that it ended, and shows none
+// of the workers' polls, signals and snapshots (/api/internal/…), which
+// would otherwise flood it with a line a second.
+func checkConsole(t *testing.T, stderr *pamtest.Buffer, runID string) {
+	t.Helper()
+	lines := func(msg string) []string {
+		var got []string
+		for _, l := range strings.Split(stderr.String(), "\n") {
+			if strings.Contains(l, "level=INFO") && strings.Contains(l, `msg="`+msg+`"`) && strings.Contains(l, "run_id="+runID) {
+				got = append(got, l)
+			}
+		}
+		return got
+	}
+	eventually.Wait(t, 10*time.Second, "pam up to log the run's end", func() bool { return len(lines("run ended")) > 0 })
+	if got := lines("run started"); len(got) != 1 {
+		t.Errorf("want one INFO line saying the run started, got %d: %q", len(got), got)
+	}
+	if got := lines("run ended"); len(got) != 1 || !strings.Contains(got[0], "status=exited") || !strings.Contains(got[0], "exit_code=0") {
+		t.Errorf("want one INFO line saying the run exited 0, got %q", got)
+	}
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if strings.Contains(l, "level=INFO") && strings.Contains(l, "path=/api/internal/") {
+			t.Errorf("internal traffic at INFO: %s", l)
+			break
+		}
+	}
 }
 
 // TestLogsFollow streams a run's log while it runs and ends with the run.

@@ -51,9 +51,7 @@ func startServe(ctx context.Context, pam string, environ []string, dataDir strin
 	if err != nil {
 		return nil, err
 	}
-	// Pdeathsig: a simulation killed outright does not leave its serve
-	// behind.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start pam serve: %w", err)
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	// Retention is PAM_EVENT_RETENTION: events older than this are purged
 	// at start and then daily. 0 keeps events forever.
 	Retention time.Duration
+	// Observe, when set, sees every event the tailer publishes, in order,
+	// once each, after the subscribers got it (serve logs a run's start,
+	// end and questions with it). It must be quick: it runs on the tailer.
+	Observe func(wire.Event)
 }
 
 // Hub owns the tailer and the set of live subscribers.
@@ -45,6 +49,7 @@ type Hub struct {
 	poll       time.Duration
 	maxPending int
 	retention  time.Duration
+	observe    func(wire.Event)
 
 	wake    chan struct{} // capacity 1: a pending Wake is never lost
 	ready   chan struct{} // closed once Run knows the journal's head
@@ -81,6 +86,7 @@ func NewHub(s *store.Store, o Options) *Hub {
 		poll:       o.PollInterval,
 		maxPending: o.MaxPending,
 		retention:  o.Retention,
+		observe:    o.Observe,
 		wake:       make(chan struct{}, 1),
 		ready:      make(chan struct{}),
 		stopped:    make(chan struct{}),
@@ -228,6 +234,11 @@ func (h *Hub) publish(evs []wire.Event) {
 		s.end()
 		h.dropped.Add(1)
 		h.log.Info("journal: disconnected slow subscriber", "remote", s.remote, "max_pending", h.maxPending)
+	}
+	if h.observe != nil {
+		for _, ev := range evs {
+			h.observe(ev)
+		}
 	}
 }
 

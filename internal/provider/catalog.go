@@ -313,6 +313,20 @@ func (c *Catalog) Resumable() []string {
 	return out
 }
 
+// ContinueMessages maps each provider that has a continue_message to it:
+// what a worker reports at registration, so that the server types this
+// host's own message when a run's usage limit resets
+// (docs/architecture.md#continue-when-a-limit-resets).
+func (c *Catalog) ContinueMessages() map[string]string {
+	out := map[string]string{}
+	for name, p := range c.providers {
+		if p.ContinueMessage != "" {
+			out[name] = p.ContinueMessage
+		}
+	}
+	return out
+}
+
 // Get returns a copy of the named provider.
 func (c *Catalog) Get(name string) (Provider, bool) {
 	p, ok := c.providers[name]

@@ -528,6 +528,10 @@ resume_args = []
 	if fake.ContinueMessage != "go on" {
 		t.Errorf("fake continue_message = %q", fake.ContinueMessage)
 	}
+	// What a worker reports at registration: every entry's message.
+	if got := c.ContinueMessages(); got["fake"] != "go on" || got["claude"] != "continue" || got["shell"] != "" {
+		t.Errorf("ContinueMessages = %v", got)
+	}
 	// The fresh argv knows nothing of the session.
 	if argv, _ := fake.Argv(v); !slices.Equal(argv, []string{"--task", "hello"}) {
 		t.Errorf("fake argv = %q", argv)

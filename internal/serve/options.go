@@ -60,6 +60,14 @@ type Options struct {
 	// Version is reported by /healthz-adjacent surfaces and logs.
 	Version string
 
+	// Clock is the time of the duty that continues runs when their usage
+	// limit resets (docs/architecture.md#continue-when-a-limit-resets);
+	// nil is time.Now. A test that runs serve in its own process moves it
+	// instead of waiting for a real reset.
+	Clock func() time.Time
+	// ContinueTick is how often that duty looks; 0 is 5s.
+	ContinueTick time.Duration
+
 	// checkLeaderEvery is how often the active-server lock's connection
 	// is checked; 0 is 3s. Tests shorten it.
 	checkLeaderEvery time.Duration

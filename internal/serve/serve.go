@@ -180,7 +180,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 
 	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
-	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
+	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention, Observe: runLogger(o.Logger)})
 	notifier := notify.New(notify.Options{Store: st, PublicURL: o.PublicURL, Logger: o.Logger})
 	st.AfterCommit = func() { hub.Wake(); notifier.Wake() }
 	workers := fleet.New(1000)
@@ -198,7 +198,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Notifier: notifier})
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick, Notifier: notifier})
 	if !front.activate(srv) {
 		return abort(gctx.Err()) // shutting down already
 	}

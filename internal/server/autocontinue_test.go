@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,62 @@ func TestNoContinueWithoutAutoContinue(t *testing.T) {
 		t.Fatalf("attention %q", got.Attention)
 	}
 	if msgs := e.runMessages(r.ID); len(msgs) != 0 {
+		t.Fatalf("run.message %v", msgs)
+	}
+}
+
+// The continue message is the one of the catalog of the run's host, as
+// its worker reported it at registration (a host that says nothing
+// gets the built-in's, TestContinueWhenALimitResets); a limit's menu
+// still open on the screen is closed with Escape before it is typed, or
+// the menu would take the message's keys and its Enter as a choice.
+func TestContinueWithTheHostsMessage(t *testing.T) {
+	t.Parallel()
+	clock := &testClock{at: time.Now()}
+	e := newRunEnv(t, runOpts{clock: clock.now})
+	var created wire.HostCreated
+	e.must(201, "POST", "/api/v1/hosts", map[string]any{"name": "host-a", "max_runs": 4}, &created)
+	w := &fakeWorker{t: t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: "host-a", frames: make(chan wire.Frame, 1000)}
+	reg := wire.Register{HostName: "host-a", Platform: "linux", InstanceID: instanceA, Providers: []string{"shell"}, Executor: "tmux",
+		MaxRuns: 4, Protocol: 1, ContinueMessages: map[string]string{"shell": "CONTINUE-OF-HOST-A go on"}}
+	for _, bad := range []map[string]string{{"shell": ""}, {"Bad Name": "x"}, {"shell": "a\x00b"}, {"shell": strings.Repeat("x", 4097)}} {
+		r := reg
+		r.ContinueMessages = bad
+		if code, body := e.callAs(w.token, "POST", "/api/internal/worker/register", r); code != 400 || !strings.Contains(string(body), "continue_messages") {
+			t.Errorf("register with continue_messages %.40q: %d %s", bad, code, body)
+		}
+	}
+	if code, body := e.callAs(w.token, "POST", "/api/internal/worker/register", reg); code != 200 {
+		t.Fatalf("register: %d %s", code, body)
+	}
+	w.connect()
+	r, d := e.attendedRun(w)
+	w.snapshot(d, "limit reached, resets 3pm\nWhat do you want to do?\n❯ 1. Stop and wait\n  2. Upgrade\n")
+	resets := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited,
+		Text: "limit reached, resets 3pm", ResetsAt: &resets,
+		Choices: []wire.Choice{{Key: "1", Label: "Stop and wait"}, {Key: "2", Label: "Upgrade"}}})
+	e.waitAttention(r.ID, wire.AttentionRateLimited)
+
+	clock.set(resets.Add(time.Second))
+	sent := make(chan int, 1)
+	go func() { sent <- e.srv.ContinueLimited(t.Context()) }()
+	if k := w.expectKeys(r.ID); !slices.Equal(k, []string{"key:Escape"}) {
+		t.Fatalf("first %q, want the menu closed", k)
+	}
+	w.snapshot(d, "limit reached, resets 3pm\n> \n")
+	if k := w.expectKeys(r.ID); !slices.Equal(k, []string{"text:CONTINUE-OF-HOST-A go on"}) {
+		t.Fatalf("typed %q", k)
+	}
+	w.snapshot(d, "limit reached, resets 3pm\n> CONTINUE-OF-HOST-A go on\n")
+	if k := w.expectKeys(r.ID); !slices.Equal(k, []string{"key:Enter"}) {
+		t.Fatalf("then %q", k)
+	}
+	w.snapshot(d, "limit reached, resets 3pm\n> CONTINUE-OF-HOST-A go on\n● Working…\n")
+	if n := <-sent; n != 1 {
+		t.Fatalf("continued %d runs, want 1", n)
+	}
+	if msgs := e.runMessages(r.ID); len(msgs) != 1 || msgs[0]["text"] != "CONTINUE-OF-HOST-A go on" || msgs[0]["actor"] != "pam" {
 		t.Fatalf("run.message %v", msgs)
 	}
 }

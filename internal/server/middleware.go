@@ -2,6 +2,7 @@ package server
 
 import (
 	"crypto/subtle"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -175,9 +176,22 @@ func (s *Server) instrument(next http.HandlerFunc) http.Handler {
 			if !strings.HasSuffix(route, "/stream") && !strings.HasSuffix(route, "/ws") && !strings.HasSuffix(route, "/uplink") {
 				s.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 			}
-			s.log.Info("http request", "method", r.Method, "path", logPath(r), "route", route,
+			s.log.Log(r.Context(), requestLevel(r.URL.Path, rec.status), "http request", "method", r.Method, "path", logPath(r), "route", route,
 				"status", rec.status, "bytes", rec.bytes, "duration", elapsed.Round(time.Microsecond), "remote", r.RemoteAddr)
 		}()
 		next(rec, r)
 	})
+}
+
+// requestLevel is the log level of a request's line: the workers' and
+// wrappers' own traffic (/api/internal/…: a poll every second or 30 s per
+// worker, every signal and snapshot) is at debug, so that the console of
+// pam up or serve shows what people do and what runs do (serve logs a
+// run's start, end and questions once each) unless it fails on the
+// server's side; every other request is at info.
+func requestLevel(path string, status int) slog.Level {
+	if strings.HasPrefix(path, "/api/internal/") && status < 500 {
+		return slog.LevelDebug
+	}
+	return slog.LevelInfo
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -46,6 +48,9 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			return wire.Registered{}, wire.Invalid("resumable", "provider %q is not a valid name", p)
 		}
 	}
+	if err := checkContinueMessages(in.ContinueMessages); err != nil {
+		return wire.Registered{}, err
+	}
 	if len(in.Platform) > 64 || len(in.Executor) > 16 || len(in.Version) > 64 {
 		return wire.Registered{}, wire.Invalid("platform", "platform, executor and version are short strings")
 	}
@@ -66,9 +71,11 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		if providers == nil {
 			providers = []string{}
 		}
-		// resumable stays NULL for a worker that does not report it.
-		if _, err := tx.Exec(ctx, `UPDATE hosts SET platform = $2, providers = $3, executor = $4, reported_max_runs = $5, resumable = $6, updated_at = now()
-			WHERE id = $1`, host.ID, in.Platform, providers, in.Executor, maxRuns, in.Resumable); err != nil {
+		// resumable and continue_messages stay NULL for a worker that
+		// does not report them.
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET platform = $2, providers = $3, executor = $4, reported_max_runs = $5, resumable = $6,
+				continue_messages = $7, updated_at = now()
+			WHERE id = $1`, host.ID, in.Platform, providers, in.Executor, maxRuns, in.Resumable, in.ContinueMessages); err != nil {
 			return err
 		}
 		var events []NewEvent
@@ -105,6 +112,28 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		return tx.Journal(ctx, events...)
 	})
 	return out, err
+}
+
+// maxContinueMessage bounds a reported continue_message, as the catalog
+// does: it is typed as a message.
+const maxContinueMessage = 4096
+
+// checkContinueMessages validates a registration's continue_messages: at
+// most 64 providers of valid names, each text 1–4096 bytes of UTF-8
+// without NUL.
+func checkContinueMessages(m map[string]string) error {
+	if len(m) > 64 {
+		return wire.Invalid("continue_messages", "at most 64 providers")
+	}
+	for p, text := range m {
+		if !providerRe.MatchString(p) {
+			return wire.Invalid("continue_messages", "provider %q is not a valid name", p)
+		}
+		if text == "" || len(text) > maxContinueMessage || strings.ContainsRune(text, 0) || !utf8.ValidString(text) {
+			return wire.Invalid("continue_messages", "the continue_message of %q must be 1-%d bytes of UTF-8 without NUL", p, maxContinueMessage)
+		}
+	}
+	return nil
 }
 
 // Heartbeat records that a host's worker is alive. A host that was not

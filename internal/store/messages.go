@@ -44,16 +44,20 @@ type LimitedRun struct {
 	// Continued is the resets_at of the last continue pam sent this
 	// attempt (its run.message by actor pam), nil when none.
 	Continued *time.Time
+	// ContinueMessage is the continue_message of the run's provider in
+	// the catalog of the host the run is on, as its worker reported it;
+	// nil when that worker did not say.
+	ContinueMessage *string
 }
 
 // LimitedRuns lists the running runs whose attention is rate_limited with
 // a resets_at, oldest first.
 func (s *Store) LimitedRuns(ctx context.Context) ([]LimitedRun, error) {
-	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+`, auto_continue_, continued_ FROM (
-			SELECT r.*, p.auto_continue AS auto_continue_,
+	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+`, auto_continue_, continued_, continue_message_ FROM (
+			SELECT r.*, p.auto_continue AS auto_continue_, h.continue_messages->>r.provider AS continue_message_,
 				(SELECT max((e.payload->>'resets_at')::timestamptz) FROM events e
 					WHERE e.run_id = r.id AND e.topic = $1 AND e.actor = $2 AND (e.payload->>'attempt')::int = r.attempt) AS continued_
-			FROM runs r JOIN projects p ON p.id = r.project_id
+			FROM runs r JOIN projects p ON p.id = r.project_id LEFT JOIN hosts h ON h.id = r.host_id
 			WHERE r.status = 'running' AND r.attention = 'rate_limited' AND r.attention_detail->>'resets_at' IS NOT NULL) limited
 		ORDER BY created_at`, string(wire.TopicRunMessage), ActorPam)
 	if err != nil {
@@ -63,7 +67,7 @@ func (s *Store) LimitedRuns(ctx context.Context) ([]LimitedRun, error) {
 	var out []LimitedRun
 	for rows.Next() {
 		var l LimitedRun
-		r, err := scanRun(withExtra{rows, []any{&l.AutoContinue, &l.Continued}})
+		r, err := scanRun(withExtra{rows, []any{&l.AutoContinue, &l.Continued, &l.ContinueMessage}})
 		if err != nil {
 			return nil, fmt.Errorf("list rate-limited runs: %w", err)
 		}

@@ -92,6 +92,11 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 	lim := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, limited.ID)
 	d.waitJS(d.ctx, 10*time.Second, "the usage limit's reset in its card", lim+` && `+lim+`.dataset.why === 'rate_limited' && `+
 		lim+`.querySelector('[data-testid=resets]').textContent.startsWith('Waiting for the usage limit, resets at ') && !`+lim+`.querySelector('[data-testid=choice]')`)
+	// The countdown to the reset, ticking: 3 h from when the limit was
+	// set, to the minute.
+	countdown := lim + `.querySelector('[data-testid=countdown]').textContent`
+	d.waitJS(d.ctx, 10*time.Second, "the countdown to the reset", `/^in (2 h 5\d|3 h 00) min$/.test(`+countdown+`) && `+
+		lim+`.querySelector('[data-testid=resets]').textContent.endsWith(' (' + `+countdown+` + ').')`)
 	d.waitJS(d.ctx, 10*time.Second, "the cards' live panes", card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
 	d.shot(d.ctx, "desktop-inbox-question")
 

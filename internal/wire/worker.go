@@ -24,6 +24,11 @@ type Register struct {
 	// A worker that does not say (null: an older worker) leaves the
 	// server to its built-in knowledge.
 	Resumable []string `json:"resumable"`
+	// ContinueMessages is each usable provider's continue_message in this
+	// host's catalog: what pam types into a run on this host when its
+	// usage limit resets (docs/architecture.md#continue-when-a-limit-resets).
+	// Null (an older worker) leaves the server to the built-ins'.
+	ContinueMessages map[string]string `json:"continue_messages"`
 }
 
 // Registered is the answer of POST /api/internal/worker/register.

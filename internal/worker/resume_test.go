@@ -42,10 +42,16 @@ func TestResumeDispatch(t *testing.T) {
 	t.Setenv("TMUX_TMPDIR", h.tmuxDir)
 	// claude resumes, but its binary is not on this host: not reported.
 	h.opts.Resumable = func() []string { return []string{"shell", "claude", "fake"} }
+	h.opts.ContinueMessages = func() map[string]string { return map[string]string{"shell": "go on", "claude": "continue"} }
 	h.start()
 	eventually.Wait(t, 10*time.Second, "the registration", func() bool { return len(orch.regs()) > 0 })
 	if got := orch.regs()[0].Resumable; !slices.Equal(got, []string{"fake", "shell"}) {
 		t.Errorf("registered resumable %q", got)
+	}
+	// Each usable provider's continue_message, for the server to type
+	// when a limit resets.
+	if got := orch.regs()[0].ContinueMessages; len(got) != 1 || got["shell"] != "go on" {
+		t.Errorf("registered continue_messages %q", got)
 	}
 
 	// No worktree: resumed as the orchestrator asks.

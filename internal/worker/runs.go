@@ -173,7 +173,7 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 		w.mu.Unlock()
 		return
 	}
-	w.log.Info("run accepted", "run_id", f.RunID, "attempt", attempt, "provider", f.Provider)
+	w.log.Debug("run accepted", "run_id", f.RunID, "attempt", attempt, "provider", f.Provider)
 	w.snaps.Remove(f.RunID)
 	w.ops.Go(func() { w.spawn(ctx, r, gen, f, attempt, binary) })
 }

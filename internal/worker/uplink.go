@@ -141,10 +141,12 @@ func (w *agent) register(ctx context.Context) (*wire.Registered, error) {
 		InstanceID: w.instanceID,
 		Providers:  w.providerNames(),
 		Resumable:  w.resumable(), // [] says "none": null is an older worker's silence
-		Executor:   w.o.Executor,
-		MaxRuns:    w.o.MaxRuns,
-		Version:    w.o.Version,
-		Protocol:   wire.UplinkProtocol,
+		// Each provider's continue_message, as this host's catalog has it.
+		ContinueMessages: w.continueMessages(),
+		Executor:         w.o.Executor,
+		MaxRuns:          w.o.MaxRuns,
+		Version:          w.o.Version,
+		Protocol:         wire.UplinkProtocol,
 	}
 	var out wire.Registered
 	if err := w.client.Do(ctx, http.MethodPost, registerPath, nil, body, &out); err != nil {

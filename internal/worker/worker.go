@@ -98,6 +98,12 @@ type Options struct {
 	// that the server refuses a continue this host could not resume
 	// (docs/architecture.md#resume-and-continue); nil reports none.
 	Resumable func() []string
+	// ContinueMessages maps providers of this host's catalog to their
+	// continue_message, reported at registration: what the server types
+	// into a run here when its usage limit resets
+	// (docs/architecture.md#continue-when-a-limit-resets); nil reports
+	// none.
+	ContinueMessages func() map[string]string
 	// Screens returns the named provider's screen patterns (the host
 	// catalog's, compiled), which every changed capture of its runs is
 	// read with (docs/architecture.md#the-screen-is-read); nil, or a nil
@@ -211,6 +217,9 @@ func (o *Options) defaults() error {
 	}
 	if o.Resumable == nil {
 		o.Resumable = func() []string { return nil }
+	}
+	if o.ContinueMessages == nil {
+		o.ContinueMessages = func() map[string]string { return nil }
 	}
 	if o.Providers == nil {
 		o.Providers = func() map[string]string { return nil }
@@ -459,6 +468,19 @@ func (w *agent) resumable() []string {
 		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// continueMessages is the continue_message of each provider usable
+// here that has one, never nil: what registration reports.
+func (w *agent) continueMessages() map[string]string {
+	usable := w.o.Providers()
+	out := map[string]string{}
+	for name, text := range w.o.ContinueMessages() {
+		if _, ok := usable[name]; ok {
+			out[name] = text
+		}
+	}
 	return out
 }
 

@@ -93,7 +93,19 @@ func copyFile(src, dst string) error {
 		out.Close()
 		return err
 	}
-	return out.Close()
+	if err := out.Close(); err != nil {
+		return err
+	}
+	// The copy keeps the index's own mtime: git takes an entry whose file
+	// changed in the same second as the index was written ("racily
+	// clean") as one to hash again only by comparing it with the index
+	// file's mtime. A copy stamped now would make such a file, rewritten
+	// with the same size just after a commit, look unchanged.
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	return os.Chtimes(dst, fi.ModTime(), fi.ModTime())
 }
 
 // head is the commit the run's branch is at: what a push sends.

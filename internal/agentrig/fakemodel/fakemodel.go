@@ -51,6 +51,10 @@ type ToolCall struct {
 	ID    string
 	Name  string
 	Input map[string]any
+	// Namespace, for the OpenAI fake, is the namespace of a tool offered
+	// in one (codex offers an MCP server's tools in the namespace
+	// mcp__<server>, e.g. mcp__pam with create_work_item).
+	Namespace string
 }
 
 // APIError is an error answer: the HTTP status, the provider's error

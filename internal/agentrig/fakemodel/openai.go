@@ -89,6 +89,9 @@ func serveOpenAI(s *server, w http.ResponseWriter, r *http.Request, body []byte,
 		}
 		call = map[string]any{"id": s.id("fc_"), "type": "function_call", "status": "completed", "call_id": callID,
 			"name": turn.Tool.Name, "arguments": inputJSON(turn.Tool)}
+		if turn.Tool.Namespace != "" {
+			call["namespace"] = turn.Tool.Namespace
+		}
 	}
 	if !req.Stream {
 		if turn.Text != "" || call == nil {

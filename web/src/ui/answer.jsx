@@ -1,12 +1,12 @@
 // Answering a run that waits for a person without taking its terminal
 // (docs/architecture.md#web-dashboard): the question
 // (attention_detail.text) and its choices as buttons, each pressing its
-// key; a reply box; when a usage limit resets; a message box on a live
+// key; a reply box; when a usage limit resets, counting down; a message box on a live
 // run's page. A choice goes through POST /runs/{id}/keys, a reply or a
 // message through POST /runs/{id}/messages; the delivery of either says
 // whether the screen changed: only then does the run leave the inbox.
 import { signal } from '@preact/signals';
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { post } from '../api.js';
 import { attentionOf } from '../store.js';
 import { toast } from './common.jsx';
@@ -84,6 +84,31 @@ function resetsAt(iso) {
   return t.toDateString() === new Date().toDateString() ? time : `${t.toLocaleDateString([], { month: 'short', day: 'numeric' })} ${time}`;
 }
 
+/**
+ * untilText says how long until the time t (ms since the epoch) from at:
+ * "in 2 h 05 min", "in 12 min", "in 42 s", or "any moment now" once it
+ * has passed (pam continues the run on its next look).
+ */
+export function untilText(t, at = Date.now()) {
+  const s = Math.ceil((t - at) / 1000);
+  if (!Number.isFinite(s)) return '';
+  if (s <= 0) return 'any moment now';
+  if (s < 60) return `in ${s} s`;
+  const m = Math.ceil(s / 60);
+  if (m < 60) return `in ${m} min`;
+  return `in ${Math.floor(m / 60)} h ${String(m % 60).padStart(2, '0')} min`;
+}
+
+/** Countdown is untilText of iso, ticking every second while shown. */
+function Countdown({ iso }) {
+  const [at, setAt] = useState(Date.now());
+  useEffect(() => {
+    const id = setInterval(() => setAt(Date.now()), 1000);
+    return () => clearInterval(id);
+  }, []);
+  return <span class="countdown" data-testid="countdown">{untilText(Date.parse(iso), at)}</span>;
+}
+
 /** waitsForAnswer reports whether the run is asked something a person can answer here. */
 export function waitsForAnswer(run) {
   const att = attentionOf(run);
@@ -118,7 +143,7 @@ export function Answer({ run, compact = false }) {
       {!compact && waiting && <h3 class="answer-head"><span class="dot" />{att === 'rate_limited' ? 'Stopped by a usage limit' : 'The agent asks'}</h3>}
       {waiting && att === 'rate_limited' && (
         <p class="answer-limit" data-testid="resets">
-          Waiting for the usage limit{d && d.resets_at ? <>, resets at <time dateTime={d.resets_at} title={new Date(d.resets_at).toLocaleString()}>{resetsAt(d.resets_at)}</time></> : ''}.
+          Waiting for the usage limit{d && d.resets_at ? <>, resets at <time dateTime={d.resets_at} title={new Date(d.resets_at).toLocaleString()}>{resetsAt(d.resets_at)}</time> (<Countdown iso={d.resets_at} />)</> : ''}.
         </p>
       )}
       {waiting && d && d.text && <p class="answer-q" data-testid="question">{visible(d.text)}</p>}
