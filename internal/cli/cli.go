@@ -70,6 +70,7 @@ var root = &command{
 		runCmd,
 		hostCmd,
 		tokenCmd,
+		notifyCmd,
 		eventsCmd,
 		doctorCmd,
 		benchCmd,

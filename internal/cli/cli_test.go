@@ -102,6 +102,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"events", "--limit", "x"}, "invalid value"},
 		{[]string{"version", "extra"}, `unexpected argument "extra"`},
 		{[]string{"project", "list", "--url", "localhost:7898"}, "PAM_URL"},
+		{[]string{"serve", "--public-url", "pam.example.com"}, "PAM_PUBLIC_URL"},
+		{[]string{"notify", "add", "x", "--kind", "ntfy"}, "--kind and --to are required"},
 	}
 	for _, tt := range tests {
 		r := e.pam(tt.args...)

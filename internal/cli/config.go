@@ -116,6 +116,7 @@ var settings = []setting{
 	{Env: "PAM_TLS_KEY", Default: "", Uses: serveCmds, Help: "TLS private key file (needs --tls-cert)"},
 	{Env: "PAM_CA_FILE", Default: "", Uses: uses(clientCmds, workerCmds), Help: "extra CA bundle to trust for --url"},
 	{Env: "PAM_ALLOW_INSECURE", Kind: kindBool, Default: "false", Uses: uses(serveCmds, clientCmds, workerCmds), Help: "allow plain http:// to a non-loopback --url (worker, CLI) and a non-loopback bind without TLS (serve): tokens then cross the network in clear"},
+	{Env: "PAM_PUBLIC_URL", Default: "", Uses: serveCmds, Help: "the dashboard's address as people reach it, for links and answer URLs in notifications"},
 	{Env: "PAM_METRICS_PUBLIC", Kind: kindBool, Default: "false", Uses: serveCmds, Help: "serve /metrics without a token"},
 	{Env: "PAM_LOG_LEVEL", Default: "info", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log level: debug, info, warn or error"},
 	{Env: "PAM_LOG_FORMAT", Default: "text", Uses: uses(serveCmds, workerCmds, []string{"exec"}), Help: "log format: text or json"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,6 +58,11 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 	if c.dur("PAM_RESTART_MAX_DELAY") < c.dur("PAM_RESTART_INITIAL_DELAY") {
 		return serve.Options{}, usagef("PAM_RESTART_MAX_DELAY (%s) is below PAM_RESTART_INITIAL_DELAY (%s)", c.dur("PAM_RESTART_MAX_DELAY"), c.dur("PAM_RESTART_INITIAL_DELAY"))
 	}
+	if pub := c.str("PAM_PUBLIC_URL"); pub != "" {
+		if u, err := url.Parse(pub); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			return serve.Options{}, usagef("PAM_PUBLIC_URL %q: want the dashboard's http:// or https:// address, e.g. https://pam.example.com", pub)
+		}
+	}
 	log, err := newLogger(c, x.stderr)
 	if err != nil {
 		return serve.Options{}, err
@@ -73,6 +79,7 @@ func serveOptions(x *invocation, up bool) (serve.Options, error) {
 		TLSCert:             cert,
 		TLSKey:              key,
 		MetricsPublic:       c.bool("PAM_METRICS_PUBLIC"),
+		PublicURL:           c.str("PAM_PUBLIC_URL"),
 		AllowInsecure:       c.bool("PAM_ALLOW_INSECURE"),
 		EventRetention:      c.dur("PAM_EVENT_RETENTION"),
 		HostOfflineAfter:    c.dur("PAM_HOST_OFFLINE_AFTER"),

@@ -42,11 +42,19 @@ const agentHangTimeout = 20 * time.Second
 // the caller), whose catalog is catalog, and whose environment adds env.
 func newAgentRig(t *testing.T, home, catalog string, env ...string) *agentRig {
 	t.Helper()
+	a, _ := newAgentRigServe(t, home, catalog, nil, env...)
+	return a
+}
+
+// newAgentRigServe is newAgentRig with serveEnv added to serve's
+// environment; it also returns serve.
+func newAgentRigServe(t *testing.T, home, catalog string, serveEnv []string, env ...string) (*agentRig, *serveProc) {
+	t.Helper()
 	// Every real agent runs under the hang rule, short enough that a test
 	// can wait it out: an agent that waits for a person, or has completed
 	// its turn, must never be failed as hung (docs/architecture.md#working-waiting-hung).
-	s, _ := newFaultSystem(t, "", "PAM_CLI_HANG_TIMEOUT="+agentHangTimeout.String())
-	return newAgentRigOn(t, s, home, catalog, env...)
+	s, sp := newFaultSystem(t, "", append([]string{"PAM_CLI_HANG_TIMEOUT=" + agentHangTimeout.String()}, serveEnv...)...)
+	return newAgentRigOn(t, s, home, catalog, env...), sp
 }
 
 // newAgentRigOn is newAgentRig with serve already started (s).

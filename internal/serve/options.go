@@ -21,6 +21,9 @@ type Options struct {
 	TLSCert       string // PAM_TLS_CERT
 	TLSKey        string // PAM_TLS_KEY
 	MetricsPublic bool   // PAM_METRICS_PUBLIC
+	// PublicURL is PAM_PUBLIC_URL: where people reach the dashboard, for
+	// the links and answer URLs of notifications.
+	PublicURL string
 	// AllowInsecure is PAM_ALLOW_INSECURE: serve plain HTTP on a
 	// non-loopback address (with a warning) instead of refusing to start.
 	AllowInsecure bool

@@ -27,6 +27,7 @@ import (
 	"pam/internal/embeddb"
 	"pam/internal/fleet"
 	"pam/internal/journal"
+	"pam/internal/notify"
 	"pam/internal/server"
 	"pam/internal/store"
 	"pam/internal/wire"
@@ -192,7 +193,8 @@ func Run(ctx context.Context, o Options) (err error) {
 			logRun(ev)
 		}
 	})
-	st.AfterCommit = hub.Wake
+	notifier := notify.New(notify.Options{Store: st, PublicURL: o.PublicURL, Logger: o.Logger})
+	st.AfterCommit = func() { hub.Wake(); notifier.Wake() }
 	workers := fleet.New(1000)
 	// Placement has connections of its own: a busy API never makes a run
 	// wait for one to be offered.
@@ -208,7 +210,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	})
 	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
 		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick,
+		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick, Notifier: notifier,
 		OperatorTokenChanged: func(secret string) {
 			if err := datadir.WriteToken(o.DataDir, secret); err != nil {
 				o.Logger.Warn("write the rotated admin token to the token file", "file", datadir.TokenPath(o.DataDir), "err", err)
@@ -222,6 +224,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	}
 	part("event journal", hub.Run)
 	part("dispatcher", dispatcher.Run)
+	part("notifications", notifier.Run)
 	part("continue when a limit resets", srv.RunContinue)
 	part("active-server lock", leader.Watch)
 

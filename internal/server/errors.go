@@ -32,6 +32,8 @@ func StatusOf(e *wire.Error) int {
 		wire.CodeHasActiveRuns, wire.CodeLeaseHeld, wire.CodeInvalidAttempt, wire.CodeNotResumable,
 		wire.CodeProjectArchived, wire.CodeHeadMoved:
 		return http.StatusConflict
+	case wire.CodeAnswerExpired:
+		return http.StatusGone
 	case wire.CodeBodyTooLarge:
 		return http.StatusRequestEntityTooLarge
 	case wire.CodeRateLimited:

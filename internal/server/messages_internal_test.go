@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -150,5 +151,16 @@ func TestMessageKeys(t *testing.T) {
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%.20q: %.60q, want %.60q", c.text, got, c.want)
 		}
+	}
+}
+
+// The request log never shows an answer URL's token: it is a credential.
+func TestLogPathRedactsAnswerTokens(t *testing.T) {
+	r := httptest.NewRequest("POST", "/api/v1/answers/00112233445566778899aabbccddeeff", nil)
+	if p := logPath(r); strings.Contains(p, "0011") || p != "/api/v1/answers/<redacted>" {
+		t.Fatalf("logged path %q", p)
+	}
+	if p := logPath(httptest.NewRequest("GET", "/api/v1/runs", nil)); p != "/api/v1/runs" {
+		t.Fatalf("logged path %q", p)
 	}
 }

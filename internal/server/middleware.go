@@ -149,14 +149,14 @@ func (r *recorder) Flush() {
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
 // instrument logs each request (method, path without the query string —
-// which may carry a token — route, status, duration) and counts it.
+// which may carry a token — and without an answer URL's token, route, status, duration) and counts it.
 func (s *Server) instrument(next http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &recorder{ResponseWriter: w}
 		defer func() {
 			if p := recover(); p != nil {
-				s.log.Error("handler panic", "method", r.Method, "path", r.URL.Path, "panic", p)
+				s.log.Error("handler panic", "method", r.Method, "path", logPath(r), "panic", p)
 				if rec.status == 0 {
 					writeError(rec, wire.Errorf(wire.CodeInternal, "internal error"))
 				}
@@ -173,7 +173,7 @@ func (s *Server) instrument(next http.HandlerFunc) http.Handler {
 			if !strings.HasSuffix(route, "/stream") && !strings.HasSuffix(route, "/ws") && !strings.HasSuffix(route, "/uplink") {
 				s.metrics.duration.WithLabelValues(route).Observe(elapsed.Seconds())
 			}
-			s.log.Log(r.Context(), requestLevel(r.URL.Path, rec.status), "http request", "method", r.Method, "path", r.URL.Path, "route", route,
+			s.log.Log(r.Context(), requestLevel(r.URL.Path, rec.status), "http request", "method", r.Method, "path", logPath(r), "route", route,
 				"status", rec.status, "bytes", rec.bytes, "duration", elapsed.Round(time.Microsecond), "remote", r.RemoteAddr)
 		}()
 		next(rec, r)

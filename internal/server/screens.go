@@ -24,6 +24,9 @@ func (u *uplinkSession) screen(ctx context.Context, f wire.Frame) {
 		}
 	}
 	attempt := *f.Attempt
+	if f.Attention == wire.AttentionNone && u.answeredByLink(ctx, f, attempt) {
+		return
+	}
 	current := false
 	_, _, err := u.s.store.ChangeAttention(ctx, f.RunID, func(r lifecycle.Run) lifecycle.Decision {
 		current = r.HostID == u.host.ID && r.Attempt == attempt
@@ -48,4 +51,21 @@ func (s *Server) screenQuestion(runID, host string, attempt *int) *wire.Attentio
 		return nil
 	}
 	return sc.Detail
+}
+
+// answeredByLink: while an answer URL's key is being checked, the
+// question leaving the screen is that answer's doing, journaled as such
+// (source answer, the channel as actor) rather than as the screen's. It
+// reports whether it cleared the question.
+func (u *uplinkSession) answeredByLink(ctx context.Context, f wire.Frame, attempt int) bool {
+	l, ok := u.s.linkAnswers.get(f.RunID)
+	if !ok || l.attempt != attempt {
+		return false
+	}
+	r, changed, err := u.s.store.ClearAnsweredBy(ctx, f.RunID, attempt, wire.AttentionNeedsInput, l.question, wire.AttentionSourceAnswer, l.channel)
+	if err != nil || !changed || r.HostID == nil || *r.HostID != u.host.ID {
+		return false
+	}
+	u.s.opts.Fleet.PutScreen(f.RunID, fleet.Screen{HostID: u.host.ID, Attempt: attempt, Attention: f.Attention, Working: f.Working, At: time.Now()})
+	return true
 }

@@ -77,6 +77,9 @@ type Options struct {
 	// have reset (docs/architecture.md#continue-when-a-limit-resets); 0 is
 	// 5s.
 	ContinueTick time.Duration
+	// Notifier is woken when a delivery is queued (a channel's test);
+	// nil when nothing delivers notifications.
+	Notifier interface{ Wake() }
 	// Clock is the time the server decides at (nil: time.Now); a test
 	// moves it.
 	Clock func() time.Time
@@ -99,6 +102,8 @@ type Server struct {
 	paneWatch paneWatches
 	// answers: the runs whose answer is being checked (answer.go).
 	answers answerSet
+	// linkAnswers: the answer URLs being checked (notifications.go).
+	linkAnswers linkAnswers
 	// agentCalls counts each run's calls of pam's tools (agent.go).
 	agentCalls *callWindow
 	// continuer: one ContinueLimited pass at a time (autocontinue.go).
@@ -294,6 +299,7 @@ func (s *Server) routes() {
 	api("GET /openapi.json", s.openAPI)
 	s.terminalRoutes(api)
 	s.tokenRoutes(api)
+	s.notificationRoutes(api)
 
 	internal := func(pattern string, h http.HandlerFunc) {
 		method, path, _ := strings.Cut(pattern, " ")

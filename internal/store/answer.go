@@ -16,7 +16,13 @@ import (
 // as it is, so an answer never clears the next question. The decision is
 // lifecycle.Attention's, under the run's row lock, as SetAttention's.
 func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, from, question, source string) (wire.Run, bool, error) {
-	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
+	return s.ClearAnsweredBy(ctx, runID, attempt, from, question, source, "")
+}
+
+// ClearAnsweredBy is ClearAnswered journaled with actor (wire.Event's
+// actor): an answer URL's use names the channel it came through.
+func (s *Store) ClearAnsweredBy(ctx context.Context, runID string, attempt int, from, question, source, actor string) (wire.Run, bool, error) {
+	out, changed, err := s.changeAttentionBy(ctx, runID, actor, func(r lifecycle.Run) lifecycle.Decision {
 		asked := ""
 		if r.AttentionDetail != nil {
 			asked = r.AttentionDetail.Text

@@ -30,8 +30,16 @@ func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to,
 // the run as it is afterwards and whether the decision wrote anything
 // (the attention or its detail).
 func (s *Store) ChangeAttention(ctx context.Context, runID string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
+	return s.changeAttentionBy(ctx, runID, "", decide)
+}
+
+// changeAttentionBy is ChangeAttention whose events name actor ("" for none).
+func (s *Store) changeAttentionBy(ctx context.Context, runID, actor string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
+	if actor != "" {
+		ctx = WithActor(ctx, actor)
+	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, runID, true)
 		if err != nil {

@@ -798,6 +798,11 @@ func TestDashboard(t *testing.T) {
 		notifications(t, d)
 	})
 
+	t.Run("SettingsChannels", func(t *testing.T) {
+		d.t = t
+		settingsChannels(t, d)
+	})
+
 	t.Run("ArchivedProjectRestore", func(t *testing.T) {
 		d.t = t
 		archivedRestore(t, d)

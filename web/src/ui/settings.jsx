@@ -2,10 +2,12 @@
 // one, import it and put it in `sections` — that is all.
 import { isAdmin, me } from '../role.js';
 import { TokensSection } from './settings/tokens.jsx';
+import { Channels } from './channels.jsx';
 
 /** The sections of the Settings page, in order. */
 const sections = [
   { id: 'tokens', Component: TokensSection },
+  { id: 'channels', Component: Channels },
 ];
 
 export function Settings() {
