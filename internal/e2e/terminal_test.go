@@ -44,7 +44,7 @@ func TestTerminalSocketAuth(t *testing.T) {
 		{"bad token param", r.ID, "pane", url.Values{"token": {"nope"}}, http.Header{}, 401},
 		{"bad ticket", r.ID, "pane", url.Values{"ticket": {"nope"}}, http.Header{}, 401},
 		{"foreign origin", r.ID, "pane", nil, http.Header{"Authorization": {"Bearer " + s.token}, "Origin": {"https://evil.example"}}, 403},
-		{"foreign origin attach", r.ID, "attach", url.Values{"token": {s.token}}, http.Header{"Origin": {"http://localhost:1"}}, 403},
+		{"foreign origin attach", r.ID, "attach", nil, http.Header{"Authorization": {"Bearer " + s.token}, "Origin": {"http://localhost:1"}}, 403},
 		{"not a uuid", "not-a-uuid", "pane", nil, bearer, 404},
 		{"unknown run", "00000000-0000-4000-8000-000000000000", "attach", nil, bearer, 404},
 		{"bad size", r.ID, "attach", url.Values{"rows": {"0"}}, bearer, 400},

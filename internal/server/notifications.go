@@ -26,7 +26,7 @@ func (s *Server) notificationRoutes(api func(string, http.HandlerFunc)) {
 	api("GET /notifications/{id}/deliveries", s.channelDeliveries)
 	api("DELETE /notifications/{id}", s.deleteChannel)
 	// The answer URL's token is its own credential: no bearer token.
-	s.mux.Handle("POST "+answersPath+"{token}", http.HandlerFunc(s.useAnswer))
+	s.mux.Handle("POST "+answersPath+"{token}", checked(s.useAnswer))
 }
 
 // wakeNotifier tells the notifier that the queue changed.
@@ -97,10 +97,6 @@ func (s *Server) deleteChannel(w http.ResponseWriter, r *http.Request) {
 // the question journaled with source answer and the channel as actor.
 // Used, expired or no longer asked: 410 answer_expired.
 func (s *Server) useAnswer(w http.ResponseWriter, r *http.Request) {
-	if r.URL.RawQuery != "" {
-		s.fail(w, r, wire.Invalid(strings.SplitN(r.URL.RawQuery, "=", 2)[0], "this route takes no query parameters"))
-		return
-	}
 	a, err := s.store.UseAnswer(r.Context(), r.PathValue("token"))
 	if err != nil {
 		s.fail(w, r, err)

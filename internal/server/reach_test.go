@@ -238,10 +238,19 @@ func TestJunkIDsNeverFail(t *testing.T) {
 			continue
 		}
 		for _, j := range junk {
-			path := strings.NewReplacer("{ref}", j, "{id}", j).Replace(rt[1])
+			path := strings.NewReplacer("{ref}", j, "{id}", j, "{token}", j).Replace(rt[1])
 			code, body := e.ask(rt[0], path, `{}`)
 			if code >= 500 {
 				t.Errorf("%s %s: %d %s", rt[0], path, code, body)
+			}
+			// An answer link's token that names nothing is one that no
+			// longer holds (410), so that a link's answer never says
+			// whether another exists; text no token can be is a 404.
+			if strings.Contains(rt[1], "{token}") {
+				if code != 410 && code != 404 {
+					t.Errorf("%s %s: %d %.200s, want 410 or 404", rt[0], path, code, body)
+				}
+				continue
 			}
 			// An {id} is judged first; a {ref} (a slug or a name) may be
 			// looked up after the body was.
