@@ -888,8 +888,13 @@ func (m *Manager) PruneMirrors(ctx context.Context, every time.Duration) {
 			continue
 		}
 		now := time.Now()
-		if err := os.Chtimes(stamp, now, now); errors.Is(err, fs.ErrNotExist) {
+		err := os.Chtimes(stamp, now, now)
+		if errors.Is(err, fs.ErrNotExist) {
 			err = os.WriteFile(stamp, nil, 0o600)
+		}
+		if err != nil {
+			// Without its stamp the mirror is only pruned again sooner.
+			m.log.Warn("mirror prune stamp", "mirror", mirror, "err", err)
 		}
 		m.log.Info("mirror pruned", "mirror", mirror, "took", time.Since(start).Round(time.Millisecond))
 	}
