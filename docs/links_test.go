@@ -247,3 +247,29 @@ func TestSlug(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryPackageInArchitecture: each package under internal/ is named
+// in docs/architecture.md (its "Start here" and its Packages table), so
+// a newcomer's map has no blank.
+func TestEveryPackageInArchitecture(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	pkgs := map[string]bool{}
+	walk(t, func(path string) {
+		rel, _ := filepath.Rel(root, path)
+		if strings.HasSuffix(path, ".go") && strings.HasPrefix(rel, "internal"+string(filepath.Separator)) {
+			pkgs[filepath.ToSlash(filepath.Dir(rel))] = true
+		}
+	})
+	if len(pkgs) < 10 {
+		t.Fatalf("found only %d packages: is the walk broken?", len(pkgs))
+	}
+	for p := range pkgs {
+		if !strings.Contains(doc, "`"+p+"`") {
+			t.Errorf("package %s is not named in docs/architecture.md", p)
+		}
+	}
+}
