@@ -24,7 +24,7 @@ const minAttachSamples = 300
 // BenchmarkAttachRoundTrip measures keystroke → echo on an attach socket
 // through serve and the worker's relay, against a direct `tmux attach` in
 // a PTY on the same machine and tmux server, on a second run's session
-// (docs/architecture.md#benchmarks): on one session each client would see
+// (docs/bench.md#attach-latency): on one session each client would see
 // the other's echoes too, twice the output a typist's own terminal gets.
 // Keystrokes alternate between the two paths, so both see the same load,
 // paced like fast typing (keyPace apart). Reports p50 and p99 of each

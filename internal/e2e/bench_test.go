@@ -19,7 +19,7 @@ const minSpawnSamples = 200
 
 // BenchmarkDispatchToSession measures POST /runs until the CLI has
 // started in the run's tmux session, on an idle system
-// (docs/architecture.md#benchmarks), with real serve, worker and tmux
+// (docs/bench.md#spawn-latency), with real serve, worker and tmux
 // processes. The CLI is the shell provider running `echo > FIFO`: the
 // benchmark's open of the FIFO returns the moment the CLI opens it, so
 // nothing polls while a run starts. Each run ends (exited) before the

@@ -274,7 +274,7 @@ func TestPaneFanoutWithStalledViewer(t *testing.T) {
 	}
 }
 
-// BenchmarkPaneFanoutWithStalledViewer is the pane fan-out figure of docs/architecture.md#benchmarks
+// BenchmarkPaneFanoutWithStalledViewer is the pane fan-out figure of docs/bench.md#figures-and-goals
 // end to end, through real serve, worker and tmux: fifty viewers and one
 // that never reads on a run whose 50x150 screen changes every 0.25 s. One
 // iteration is one screen change read by every reading viewer. Reports

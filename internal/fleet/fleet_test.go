@@ -64,7 +64,7 @@ func TestSendToMissingOrFullConnection(t *testing.T) {
 }
 
 // BenchmarkPaneCache1000 fills the central cache with 1,000 runs of full
-// 220×50 colour screens and reports the heap they hold (docs/architecture.md#benchmarks: memory of
+// 220×50 colour screens and reports the heap they hold (docs/bench.md#figures-and-goals: memory of
 // serve with 1,000 runs cached).
 func BenchmarkPaneCache1000(b *testing.B) {
 	line := "\x1b[32m" + strings.Repeat("x", 200) + "\x1b[0m\n"

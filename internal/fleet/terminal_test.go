@@ -230,7 +230,7 @@ func TestAttachRoutes(t *testing.T) {
 }
 
 // BenchmarkPaneFanout publishes snapshots to 50 viewers that keep up and
-// one that never reads, and reports snapshots delivered per second (docs/architecture.md#benchmarks
+// one that never reads, and reports snapshots delivered per second (docs/bench.md#figures-and-goals
 // pane fan-out, the cache's side of it) and the heap the viewers hold.
 func BenchmarkPaneFanout(b *testing.B) {
 	f := New(10)

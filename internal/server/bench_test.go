@@ -24,7 +24,7 @@ import (
 )
 
 // BenchmarkDispatchLatency measures POST /runs → run_dispatch received by
-// a connected worker on an idle system (docs/architecture.md#benchmarks), reporting p50 and p99.
+// a connected worker on an idle system (docs/bench.md#the-go-benchmarks), reporting p50 and p99.
 func BenchmarkDispatchLatency(b *testing.B) {
 	e := newRunEnvB(b)
 	w := e.worker("bench-host", 1000, "shell")
@@ -81,7 +81,7 @@ func (e *runEnv) ingestFleet() []*ingestRun {
 }
 
 // BenchmarkSignalIngest measures progress signals ingested per second
-// (docs/architecture.md#benchmarks) from a fleet of many runs on several
+// (docs/bench.md#the-go-benchmarks) from a fleet of many runs on several
 // hosts, on each transport — http: ingestClients clients posting with
 // their runs' signal tokens, each waiting for its answer; uplink: every
 // host pipelining signal frames for its runs, the clock stopping at the

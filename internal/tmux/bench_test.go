@@ -110,7 +110,7 @@ func procCPU(pid int) time.Duration {
 	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
-// Figures of BenchmarkCapture (docs/architecture.md#capture-by-control-mode).
+// Figures of BenchmarkCapture (docs/bench.md#capture-cost).
 const (
 	benchSessions = 100
 	benchRounds   = 5 // one op: this many rounds, a second apart

@@ -1,6 +1,7 @@
-// REST calls to /api/v1 with the operator token (contract §7). Errors
-// come back as ApiError with the envelope's code; a 401 signs out, so the
-// sign-in form shows (contract §15).
+// REST calls to /api/v1 with the operator token (docs/api.md#resources).
+// Errors come back as ApiError with the envelope's code (docs/api.md#errors);
+// a 401 signs out, so the sign-in form shows ("Sign-in" in
+// docs/architecture.md#web-dashboard).
 import { signOut, token } from './auth.js';
 
 /** An error answer of the API, or a network failure (status 0). */
@@ -74,7 +75,10 @@ export const patch = (path, body, opts) => api('PATCH', path, body, opts);
 /** del is api('DELETE', path). */
 export const del = (path, opts) => api('DELETE', path, undefined, opts);
 
-/** wsURL is the ws(s):// URL of an /api/v1 socket path with a fresh ticket (contract §9). */
+/**
+ * wsURL is the ws(s):// URL of an /api/v1 socket path with a fresh ticket
+ * (docs/api.md#websocket-tickets).
+ */
 export async function wsURL(runId, purpose, query = {}) {
   const t = await post('/ws-tickets', { run_id: runId, purpose });
   const q = new URLSearchParams({ ...query, ticket: t.ticket });

@@ -1,4 +1,5 @@
-// The operator token (contract §15, §16): taken from the #token= fragment
+// The operator token ("Sign-in" in docs/architecture.md#web-dashboard;
+// docs/api.md#operator-token): taken from the #token= fragment
 // the way `pam up` prints the dashboard URL, or typed into the sign-in
 // form; kept in localStorage only, removed from the address bar at once,
 // and cleared on sign-out or when the server refuses it.

@@ -1,5 +1,6 @@
-// The dashboard's entry point (contract §15). The token fragment is taken
-// before anything renders, so it leaves the address bar at once.
+// The dashboard's entry point (docs/architecture.md#web-dashboard). The
+// token fragment is taken before anything renders, so it leaves the address
+// bar at once.
 import './style.css';
 import { render } from 'preact';
 import { takeFragmentToken } from './auth.js';

@@ -1,6 +1,7 @@
-// Browser notifications, opt-in (contract §15): when a run starts waiting
-// for a person — needs input, failed, completed — with a deep link to it.
-// The tab title counts the inbox.
+// Browser notifications, opt-in ("Inbox" in
+// docs/architecture.md#web-dashboard): when a run starts waiting for a
+// person — needs input, failed, completed — with a deep link to it. The tab
+// title counts the inbox.
 import { effect, signal } from '@preact/signals';
 import { hooks, inbox, inboxReason, loaded, taskTitle } from './store.js';
 import { navigate } from './router.js';

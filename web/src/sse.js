@@ -1,6 +1,7 @@
-// A Server-Sent Events reader over fetch (contract §8). EventSource cannot
-// send an Authorization header, and the token must never travel in a URL
-// (contract §16), so the stream is read from fetch's body and parsed here.
+// A Server-Sent Events reader over fetch (docs/api.md#server-sent-events).
+// EventSource cannot send an Authorization header, and the token must never
+// travel in a URL (docs/architecture.md#security-model), so the stream is
+// read from fetch's body and parsed here.
 
 /**
  * readSSE reads the event stream of res.body and calls onEvent with

@@ -1,5 +1,6 @@
-// The dashboard's live state (contract §15): loaded over REST, then kept
-// current by the event stream (contract §8). Each event names what
+// The dashboard's live state ("Live state" in docs/architecture.md#web-dashboard):
+// loaded over REST, then kept current by the event stream
+// (docs/api.md#server-sent-events). Each event names what
 // changed; the store applies the payload when it carries the whole object
 // (work items) and otherwise fetches that one object again, so applying an
 // event twice is harmless and no event is ever lost to a partial payload.
@@ -24,7 +25,8 @@ export const hosts = signal(new Map());
 /** @type {import('@preact/signals').Signal<{name: string, hosts: string[]}[]>} */
 export const providers = signal([]);
 /**
- * The before of the page of runs older than those loaded (contract §7),
+ * The before of the page of runs older than those loaded (GET /runs pages
+ * with ?before=, docs/api.md#runs),
  * null once the oldest run is loaded.
  */
 export const runsNext = signal(null);
@@ -44,7 +46,9 @@ export const isActive = (r) => ACTIVE.has(r.status);
 /** attentionOf reads a run's attention, 'none' where the server sends none yet. */
 export const attentionOf = (r) => r.attention || 'none';
 
-// ---- Inbox: what waits for a person (contract §15, §19) ----
+// ---- Inbox: what waits for a person ----
+// ("Inbox" in docs/architecture.md#web-dashboard; a run's attention,
+// docs/architecture.md#attention)
 
 const SEEN_KEY = 'pam.seen';
 function readSeen() {
@@ -103,9 +107,11 @@ function stamp(r) {
 
 // ---- Loading and following ----
 //
-// The contract's way (§8, §15): load the state over REST, note each
-// answer's Pam-Event-Seq, then stream /events/stream?after=N and, after a
-// break, reconnect with Last-Event-ID: <the last seq applied>.
+// Reads and the stream fit together (docs/api.md#resuming, and
+// docs/architecture.md#sse-resume-without-gaps-or-duplicates): load the
+// state over REST, note each answer's Pam-Event-Seq, then stream
+// /events/stream?after=N and, after a break, reconnect with
+// Last-Event-ID: <the last seq applied>.
 //
 // Which N. Each answer's Pam-Event-Seq N_i is a position its read
 // already reflects: the server takes N_i before the read, as a seq below
@@ -198,7 +204,7 @@ async function loadAll(signal) {
     hosts.value = mapOf(h.hosts);
     providers.value = pr.providers;
     runs.value = rm;
-    // Older runs are a page away (contract §7: GET /runs pages with before).
+    // Older runs are a page away (GET /runs pages with ?before=, docs/api.md#runs).
     runsNext.value = recent.next || null;
     items.value = im;
     loaded.value = true;

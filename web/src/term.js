@@ -1,4 +1,5 @@
-// The run page's terminal (contract §15, §9), loaded on that page only:
+// The run page's terminal ("Terminal" in docs/architecture.md#web-dashboard;
+// the sockets, docs/api.md#websockets), loaded on that page only:
 // xterm.js showing the pane read-only from pane/ws, or, after Take
 // control, the interactive attach/ws under the run's single-writer lease.
 // WebGL renders when the browser has it; a lost context falls back to

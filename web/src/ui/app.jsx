@@ -76,7 +76,8 @@ function Shell() {
   useEffect(() => { start(); }, []);
   useShortcuts();
   useEffect(() => {
-    // The first render with data, for the budget test (contract §15: < 1 s).
+    // The first render with data, for the browser test's budget of < 1 s
+    // (docs/architecture.md#web-dashboard, internal/webui/browser_test.go).
     if (loaded.value && !performance.getEntriesByName('pam-first-render').length) {
       requestAnimationFrame(() => performance.mark('pam-first-render'));
     }

@@ -1,7 +1,7 @@
-// A project's board (contract §15): columns todo/doing/done/cancelled,
-// cards dragged with pointer events (mouse anywhere on a card, touch by
-// its grip) or moved with Shift+←/→; epics and milestones group their
-// items; each task shows its runs as live badges.
+// A project's board (docs/architecture.md#web-dashboard): columns
+// todo/doing/done/cancelled, cards dragged with pointer events (mouse
+// anywhere on a card, touch by its grip) or moved with Shift+←/→; epics and
+// milestones group their items; each task shows its runs as live badges.
 import { signal } from '@preact/signals';
 import { canOperate } from '../role.js';
 import { useEffect, useRef, useState } from 'preact/hooks';

@@ -1,7 +1,7 @@
-// Fleet (contract §15): hosts with status, capacity, providers, last
-// seen and a wall of live pane thumbnails; disable/enable, remove, rotate
-// the token, clear a suspect instance; add a host, showing its worker
-// token once with what to run on that host.
+// Fleet (docs/architecture.md#web-dashboard): hosts with status, capacity,
+// providers, last seen and a wall of live pane thumbnails; disable/enable,
+// remove, rotate the token, clear a suspect instance; add a host, showing
+// its worker token once with what to run on that host.
 import { useState } from 'preact/hooks';
 import { isAdmin } from '../role.js';
 import { del, patch, post } from '../api.js';

@@ -1,6 +1,7 @@
-// Inbox, the start page (contract §15): every run that waits for a person
-// across projects and hosts, newest first, each with its live pane; a
-// run that is asked something shows the question and its answers.
+// Inbox, the start page (docs/architecture.md#web-dashboard): every run
+// that waits for a person across projects and hosts, newest first, each
+// with its live pane; a run that is asked something shows the question and
+// its answers.
 import { hostName, inbox, isActive, markSeen, projects, taskTitle } from '../store.js';
 import { Answer } from './answer.jsx';
 import { Ago, Empty, StatusBadge } from './common.jsx';

@@ -1,5 +1,6 @@
-// Projects (contract §15): each with its items by status and live runs;
-// archived projects on demand (?archived=1), each with a Restore button.
+// Projects (docs/architecture.md#web-dashboard): each with its items by
+// status and live runs; archived projects on demand (?archived=1), each
+// with a Restore button.
 import { useState } from 'preact/hooks';
 import { canOperate } from '../role.js';
 import { post } from '../api.js';

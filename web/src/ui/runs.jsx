@@ -1,7 +1,7 @@
-// Runs (contract §15): a live list filtered by status, project, host,
-// provider and attention; the filters live in the URL's query. It starts
-// with the newest runs and loads older ones on demand, so every run is
-// reachable.
+// Runs (docs/architecture.md#web-dashboard): a live list filtered by
+// status, project, host, provider and attention; the filters live in the
+// URL's query. It starts with the newest runs and loads older ones on
+// demand, so every run is reachable.
 import { useState } from 'preact/hooks';
 import { navigate } from '../router.js';
 import { attentionOf, hostName, hosts, isActive, loadOlderRuns, projects, providers, runs, runsNext, taskTitle } from '../store.js';

@@ -1,4 +1,5 @@
-// Start a run on a task (contract §15): provider, host, prompt, workspace.
+// Start a run on a task (docs/architecture.md#web-dashboard; POST /runs,
+// docs/api.md#runs): provider, host, prompt, workspace.
 import { useState } from 'preact/hooks';
 import { post } from '../api.js';
 import { navigate } from '../router.js';

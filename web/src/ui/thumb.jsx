@@ -1,6 +1,7 @@
 // Live pane thumbnails (Inbox, Fleet): the tail of a run's screen as plain
-// text, from pane/ws while the run is live (a ticket per socket, contract
-// §9) or one GET /runs/{id}/pane once it has ended.
+// text, from pane/ws while the run is live (docs/api.md#pane-websocket; a
+// ticket per socket, docs/api.md#websocket-tickets) or one
+// GET /runs/{id}/pane once it has ended.
 import { useEffect, useState } from 'preact/hooks';
 import { get, wsURL } from '../api.js';
 import { stripAnsi } from './common.jsx';
