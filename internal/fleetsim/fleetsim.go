@@ -1,4 +1,4 @@
-// Package fleetsim is the simulated fleet of `pam bench fleet`: a real
+// Package fleetsim is the simulated fleet of `pam-bench fleet`: a real
 // `pam serve` (embedded PostgreSQL, loopback only) and hundreds of
 // in-process workers that speak the real worker protocol to it — register,
 // the uplink WebSocket, heartbeats at the default interval, dispatch acks,

@@ -1,4 +1,4 @@
-// Package loadtest is `pam bench load` (docs/bench.md#pam-bench-load): it
+// Package loadtest is `pam-bench load` (docs/bench.md#pam-bench-load): it
 // starts a real `pam serve` (embedded PostgreSQL in a folder of its own,
 // loopback only) and a real `pam worker` (tmux, or PAM_EXECUTOR=pty) as
 // processes, loads them the way a busy deployment does — live shell
@@ -33,7 +33,7 @@ import (
 	"pam/internal/wire"
 )
 
-// Options say how big a load to drive. The defaults of `pam bench load`
+// Options say how big a load to drive. The defaults of `pam-bench load`
 // are the sizes of the goals (docs/bench.md); a smaller load is measured
 // the same way but its rows are not judged against the goals.
 type Options struct {
