@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/embeddb"
 
 	"pam/internal/apiclient"
@@ -371,8 +372,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		defer t.Stop()
 		for {
 			p := current()
-			if u, ok := readProc(p.pid()); ok {
-				res.ServeRSSPeak = max(res.ServeRSSPeak, u.rss)
+			if u, ok := benchproc.ReadStat(p.pid()); ok {
+				res.ServeRSSPeak = max(res.ServeRSSPeak, u.RSS)
 			}
 			if _, n := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres"))); n > res.DBBackendsMax {
 				res.DBBackendsMax = n
@@ -386,9 +387,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	})
 	usage := func() (serveCPU, dbCPU time.Duration) {
 		p := current()
-		u, _ := readProc(p.pid())
+		u, _ := benchproc.ReadStat(p.pid())
 		db, _ := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")))
-		return u.cpu, db
+		return u.CPU, db
 	}
 
 	op, err := apiclient.New(sp.url, sp.token, "")
@@ -523,8 +524,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	res.HeartbeatOffered = float64(o.Workers) / o.HeartbeatInterval.Seconds()
 	res.ServeCPUHold, res.DBCPUHold = percent(cpu1-cpu0, held), percent(db1-db0, held)
 	res.Reached = PhaseHeld
-	if u, ok := readProc(current().pid()); ok {
-		res.ServeRSSHold = u.rss
+	if u, ok := benchproc.ReadStat(current().pid()); ok {
+		res.ServeRSSHold = u.RSS
 	}
 	if res.Runtime, err = scrapeMetrics(ctx, op.HTTP, sp.url, sp.token); err != nil {
 		s.noteErr("serve metrics", err)

@@ -9,12 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/holder"
 	"pam/internal/tmux"
 )
@@ -193,13 +193,13 @@ func (s *sessions) pids(ctx context.Context) []int {
 	defer s.mu.Unlock()
 	if list, err := s.tmux.ListSessions(ctx); err == nil {
 		for _, l := range list {
-			if st, ok := readStat(l.PanePID); ok && st.ppid > 1 {
-				s.server = st.ppid
+			if st, ok := benchproc.ReadStat(l.PanePID); ok && st.PPID > 1 {
+				s.server = st.PPID
 				break
 			}
 		}
 	}
-	if alive(s.server) {
+	if benchproc.Alive(s.server) {
 		return []int{s.server}
 	}
 	return nil
@@ -242,15 +242,15 @@ func (s *sessions) kill(ctx context.Context) error {
 // endProcess sends sig to a process that is not the driver's child, and
 // SIGKILL if it is still there after grace.
 func endProcess(pid int, sig syscall.Signal, grace time.Duration) error {
-	if !alive(pid) {
+	if !benchproc.Alive(pid) {
 		return nil
 	}
 	_ = syscall.Kill(pid, sig)
-	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !alive(pid), nil }) == nil {
+	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }) == nil {
 		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !alive(pid), nil }); err != nil {
+	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }); err != nil {
 		return fmt.Errorf("process %d survived SIGKILL", pid)
 	}
 	return nil
@@ -293,15 +293,11 @@ func sweep(dir string) error {
 	var left []int
 	for range 5 {
 		left = left[:0]
-		procs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, p := range procs {
-			pid, err := strconv.Atoi(filepath.Base(p))
-			if err != nil || pid == self || !alive(pid) {
+		for _, pid := range benchproc.PIDs() {
+			if pid == self || !benchproc.Alive(pid) {
 				continue
 			}
-			cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-			environ, _ := os.ReadFile(filepath.Join(p, "environ"))
-			if bytes.Contains(cmdline, []byte(dir)) || bytes.Contains(environ, []byte(dir)) {
+			if bytes.Contains(benchproc.File(pid, "cmdline"), []byte(dir)) || bytes.Contains(benchproc.File(pid, "environ"), []byte(dir)) {
 				left = append(left, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}
