@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,5 +115,24 @@ func TestBenchTable(t *testing.T) {
 	}
 	if r := bench(t, "", nil, "table", "--skipped", "nameless"); r.code != 2 {
 		t.Errorf("--skipped without a reason: %+v", r)
+	}
+}
+
+// The measuring tool stays out of the product: bin/pam links none of
+// its packages.
+func TestProductDoesNotLinkBench(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command("go", "list", "-deps", "pam/cmd/pam").Output()
+	if err != nil {
+		t.Fatalf("go list -deps pam/cmd/pam: %v", err)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		switch pkg {
+		case "pam/internal/loadtest", "pam/internal/fleetsim", "pam/internal/benchtable", "pam/internal/benchproc", "pam/cmd/pam-bench":
+			t.Errorf("bin/pam links %s", pkg)
+		}
+	}
+	if !strings.Contains(string(out), "pam/internal/cli") {
+		t.Errorf("go list -deps pam/cmd/pam does not list pam/internal/cli:\n%s", out)
 	}
 }
