@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,102 +17,10 @@ import (
 	"pam/internal/tmux"
 )
 
-// proc is a pam process the driver started. It runs in its own process
-// group, so a terminal's Ctrl-C reaches only the driver, which then stops
-// everything in order.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string // its stdout and stderr
-	done chan struct{}
-}
-
-// startProc runs `pam args...` with env, its output going to
+// startProc runs `pam args...` with env in dir, its output going to
 // <dir>/<name>.log.
-func startProc(name, bin, dir string, env []string, args ...string) (*proc, error) {
-	path := filepath.Join(dir, name+".log")
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: path, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM, waits up to grace, then kills; it returns once the
-// process is reaped.
-func (p *proc) stop(grace time.Duration) {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// output is what the process wrote so far.
-func (p *proc) output() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
-// tail is the last n lines of its output, for an error message.
-func (p *proc) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(p.output(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
-
-// waitListening waits until serve prints where it listens and returns
-// that URL; it fails if serve exits first or d passes.
-func (p *proc) waitListening(ctx context.Context, d time.Duration) (string, error) {
-	var url string
-	err := waitFor(ctx, d, "pam serve to listen", func() (bool, error) {
-		if m := listenRe.FindStringSubmatch(p.output()); m != nil {
-			url = m[1]
-			return true, nil
-		}
-		if p.exited() {
-			return false, fmt.Errorf("pam serve exited (%s) before listening:\n%s", p.cmd.ProcessState, p.tail(20))
-		}
-		return false, nil
-	})
-	return url, err
+func startProc(name, bin, dir string, env []string, args ...string) (*benchproc.Proc, error) {
+	return benchproc.Start(name, bin, dir, filepath.Join(dir, name+".log"), env, args...)
 }
 
 // childEnv is base without any PAM_* or tmux variable of the caller's
