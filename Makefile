@@ -88,8 +88,9 @@ test-short: deps
 fuzz: deps
 	@GO='$(GO)' FUZZTIME='$(FUZZTIME)' bash scripts/fuzz.sh
 
-# The Go benchmarks one package at a time, then pam bench load and pam
-# bench fleet, printed as one table (scripts/bench.sh, docs/bench.md).
+# The Go benchmarks one package at a time, then pam-bench load and
+# pam-bench fleet (cmd/pam-bench, a tool apart from bin/pam), printed as
+# one table (scripts/bench.sh, docs/bench.md).
 bench: deps
 	@GO='$(GO)' BENCHTIME='$(BENCHTIME)' BENCH='$(BENCH)' BENCHPKGS='$(BENCHPKGS)' \
 		LOAD_ARGS='$(LOAD_ARGS)' FLEET_ARGS='$(FLEET_ARGS)' bash scripts/bench.sh

@@ -11,8 +11,11 @@
 #   BENCHTIME   -benchtime of the Go benchmarks (1x: a quick pass)
 #   BENCH       which benchmarks (-bench), default all
 #   BENCHPKGS   which packages, default ./...
-#   LOAD_ARGS   flags of pam bench load, e.g. '--duration 5s --cached-runs 100'
-#   FLEET_ARGS  flags of pam bench fleet
+#   LOAD_ARGS   flags of pam-bench load, e.g. '--duration 5s --cached-runs 100'
+#   FLEET_ARGS  flags of pam-bench fleet
+#
+# The drivers and the table are bin/pam-bench (cmd/pam-bench), a tool
+# apart from the product; they start bin/pam, built next to it.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,6 +32,7 @@ status=0
 started=$SECONDS
 
 "$GO" build -o bin/pam ./cmd/pam
+"$GO" build -o bin/pam-bench ./cmd/pam-bench
 
 echo "== go test -bench '$BENCH' -benchtime=$BENCHTIME $BENCHPKGS" >&2
 # shellcheck disable=SC2086 # BENCHPKGS is a list of packages
@@ -37,25 +41,20 @@ if ! "$GO" test -p 1 -run '^$' -bench "$BENCH" -benchmem -benchtime="$BENCHTIME"
 fi
 
 reports=()
-skipped=()
-echo "== pam bench load $LOAD_ARGS" >&2
+echo "== pam-bench load $LOAD_ARGS" >&2
 # shellcheck disable=SC2086 # LOAD_ARGS is a list of flags
-if ! bin/pam bench load --json $LOAD_ARGS >"$out/load.json"; then
+if ! bin/pam-bench load --json $LOAD_ARGS >"$out/load.json"; then
 	status=1
 fi
 reports+=("$out/load.json")
-if bin/pam bench fleet --help >/dev/null 2>&1; then
-	echo "== pam bench fleet $FLEET_ARGS" >&2
-	# shellcheck disable=SC2086 # FLEET_ARGS is a list of flags
-	if ! bin/pam bench fleet --json $FLEET_ARGS >"$out/fleet.json"; then
-		status=1
-	fi
-	reports+=("$out/fleet.json")
-else
-	skipped+=(--skipped "pam bench fleet=this pam has no 'bench fleet' command")
+echo "== pam-bench fleet $FLEET_ARGS" >&2
+# shellcheck disable=SC2086 # FLEET_ARGS is a list of flags
+if ! bin/pam-bench fleet --json $FLEET_ARGS >"$out/fleet.json"; then
+	status=1
 fi
+reports+=("$out/fleet.json")
 
 echo >&2
-bin/pam bench table --benchtime "$BENCHTIME" ${skipped[@]+"${skipped[@]}"} "${reports[@]}" <"$out/go.txt"
+bin/pam-bench table --benchtime "$BENCHTIME" "${reports[@]}" <"$out/go.txt"
 echo "make bench took $((SECONDS - started))s" >&2
 exit $status

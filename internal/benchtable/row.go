@@ -2,7 +2,7 @@
 // (docs/bench.md): every figure the project promises, next to its baseline
 // measured in the same run, its goal and whether it is met, from two
 // sources — the output of `go test -bench` and the JSON reports of the
-// load drivers (`pam bench load --json`, `pam bench fleet --json`).
+// load drivers (`pam-bench load --json`, `pam-bench fleet --json`).
 //
 // The names and units it reads are a convention shared with the
 // benchmarks themselves (specs.go); a benchmark it does not know is not

@@ -12,7 +12,7 @@ import (
 
 // Source is one load driver's report, or why there is none.
 type Source struct {
-	// Name is what produced it, e.g. "pam bench load".
+	// Name is what produced it, e.g. "pam-bench load".
 	Name string
 	Rows []Row
 	// Skipped says why the driver did not run (its subcommand is not in

@@ -73,7 +73,6 @@ var root = &command{
 		notifyCmd,
 		eventsCmd,
 		doctorCmd,
-		benchCmd,
 		versionCmd,
 	},
 }

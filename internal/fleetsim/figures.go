@@ -15,8 +15,8 @@ import (
 // the rows apart.
 const Figure = "simulated fleet"
 
-// Row is one figure as `pam bench fleet --json` prints it: the row of
-// `pam bench load` too, so that the `make bench` table merges both with
+// Row is one figure as `pam-bench fleet --json` prints it: the row of
+// `pam-bench load` too, so that the `make bench` table merges both with
 // the Go benchmarks' figures.
 type Row = benchtable.Row
 
@@ -142,7 +142,7 @@ func (r *Result) Rows() []Row {
 	return rows
 }
 
-// WriteTable writes rows as the human table of `pam bench fleet`, then
+// WriteTable writes rows as the human table of `pam-bench fleet`, then
 // the anomalies and first errors, if any.
 func (r *Result) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -1,4 +1,4 @@
-// Package fleetsim is the simulated fleet of `pam bench fleet`: a real
+// Package fleetsim is the simulated fleet of `pam-bench fleet`: a real
 // `pam serve` (embedded PostgreSQL, loopback only) and hundreds of
 // in-process workers that speak the real worker protocol to it — register,
 // the uplink WebSocket, heartbeats at the default interval, dispatch acks,
@@ -26,6 +26,7 @@ import (
 	"syscall"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/embeddb"
 
 	"pam/internal/apiclient"
@@ -335,14 +336,11 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return nil, err
 	}
 	dataDir := filepath.Join(dir, "serve")
-	logFile, err := os.Create(filepath.Join(dir, "serve.out"))
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close()
+	// Serve's output, of both starts.
+	logPath := filepath.Join(dir, "serve.out")
 	defer func() {
 		if err != nil {
-			err = fmt.Errorf("%w\nserve's last output:\n%s", err, tail(logFile.Name(), 20))
+			err = fmt.Errorf("%w\nserve's last output:\n%s", err, tail(logPath, 20))
 		}
 	}()
 
@@ -350,14 +348,14 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		HeartbeatInterval: o.HeartbeatInterval, Hold: o.Hold, SnapshotInterval: o.SnapshotInterval}
 	t0 := time.Now()
 	var spMu sync.Mutex
-	sp, err := startServe(ctx, o.Pam, o.Environ, dataDir, 0, o.ServeEnv, logFile)
+	sp, err := startServe(ctx, o.Pam, o.Environ, dataDir, 0, o.ServeEnv, logPath)
 	if err != nil {
 		return nil, err
 	}
 	current := func() *serveProc { spMu.Lock(); defer spMu.Unlock(); return sp }
 	defer func() { current().stop() }()
 	res.ServeStart = time.Since(t0)
-	log.Info("serve listening", "url", sp.url, "pid", sp.pid(), "took", res.ServeStart.Round(time.Millisecond))
+	log.Info("serve listening", "url", sp.url, "pid", sp.PID(), "took", res.ServeStart.Round(time.Millisecond))
 
 	s := &sim{o: o, base: sp.url, admitted: map[*simWorker]time.Time{}, dispatched: map[string]*dispatchNote{}, anomalies: map[string]int64{}}
 	defer s.report(res) // what was counted, however far it got
@@ -371,8 +369,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		defer t.Stop()
 		for {
 			p := current()
-			if u, ok := readProc(p.pid()); ok {
-				res.ServeRSSPeak = max(res.ServeRSSPeak, u.rss)
+			if u, ok := benchproc.ReadStat(p.PID()); ok {
+				res.ServeRSSPeak = max(res.ServeRSSPeak, u.RSS)
 			}
 			if _, n := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres"))); n > res.DBBackendsMax {
 				res.DBBackendsMax = n
@@ -386,9 +384,9 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	})
 	usage := func() (serveCPU, dbCPU time.Duration) {
 		p := current()
-		u, _ := readProc(p.pid())
+		u, _ := benchproc.ReadStat(p.PID())
 		db, _ := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")))
-		return u.cpu, db
+		return u.CPU, db
 	}
 
 	op, err := apiclient.New(sp.url, sp.token, "")
@@ -523,8 +521,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	res.HeartbeatOffered = float64(o.Workers) / o.HeartbeatInterval.Seconds()
 	res.ServeCPUHold, res.DBCPUHold = percent(cpu1-cpu0, held), percent(db1-db0, held)
 	res.Reached = PhaseHeld
-	if u, ok := readProc(current().pid()); ok {
-		res.ServeRSSHold = u.rss
+	if u, ok := benchproc.ReadStat(current().PID()); ok {
+		res.ServeRSSHold = u.RSS
 	}
 	if res.Runtime, err = scrapeMetrics(ctx, op.HTTP, sp.url, sp.token); err != nil {
 		s.noteErr("serve metrics", err)
@@ -541,14 +539,14 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		if err := sleep(ctx, o.Down); err != nil {
 			return res, fmt.Errorf("keep serve down: %w", err)
 		}
-		np, err := startServe(ctx, o.Pam, o.Environ, dataDir, port, o.ServeEnv, logFile)
+		np, err := startServe(ctx, o.Pam, o.Environ, dataDir, port, o.ServeEnv, logPath)
 		if err != nil {
 			return res, fmt.Errorf("restart serve: %w", err)
 		}
 		spMu.Lock()
 		sp = np
 		spMu.Unlock()
-		log.Info("serve restarted", "pid", np.pid())
+		log.Info("serve restarted", "pid", np.PID())
 		res.Restarted, res.Down, res.ServeRestart = true, o.Down, time.Since(k)
 		n, err := waitFor(ctx, 3*time.Minute, func() (int, bool) { n := s.admittedSince(k); return n, n == o.Workers })
 		res.Settle, res.SettleHosts = time.Since(k), n

@@ -3,19 +3,16 @@ package fleetsim
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/embeddb"
 )
 
@@ -23,69 +20,37 @@ import (
 // it is killed.
 const serveStopGrace = 20 * time.Second
 
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
-
 // serveProc is one `pam serve` process with the embedded database in a
 // data dir of the simulation's, bound to loopback.
 type serveProc struct {
-	cmd     *exec.Cmd
+	*benchproc.Proc
 	dataDir string
 	url     string
 	port    int
 	token   string
-	done    chan struct{}
-	err     error // the exit, once done is closed
 }
 
 // startServe runs `pam serve` on dataDir and port (0 picks one) and waits
-// until it listens. Its stdout and stderr are appended to logw. The
-// process has a group of its own, so a terminal's Ctrl-C reaches only the
-// simulation, which then stops it in order (the database with it).
-func startServe(ctx context.Context, pam string, environ []string, dataDir string, port int, env []string, logw io.Writer) (*serveProc, error) {
-	cmd := exec.Command(pam, "serve")
-	cmd.Env = append(servingEnv(environ), "PAM_DATA_DIR="+dataDir, "PAM_DATABASE_URL=", "PAM_BIND=127.0.0.1",
+// until it listens. Its stdout and stderr are appended to the file
+// logPath, which a restarted serve shares. The process has a group of
+// its own, so a terminal's Ctrl-C reaches only the simulation, which then
+// stops it in order (the database with it).
+func startServe(ctx context.Context, pam string, environ []string, dataDir string, port int, env []string, logPath string) (*serveProc, error) {
+	cmdEnv := append(servingEnv(environ), "PAM_DATA_DIR="+dataDir, "PAM_DATABASE_URL=", "PAM_BIND=127.0.0.1",
 		"PAM_PORT="+strconv.Itoa(port))
-	cmd.Env = append(cmd.Env, env...)
-	cmd.Stderr = logw
-	out, err := cmd.StdoutPipe()
+	cmdEnv = append(cmdEnv, env...)
+	proc, err := benchproc.Start("serve", pam, "", logPath, cmdEnv, "serve")
 	if err != nil {
 		return nil, err
 	}
-	cmd.SysProcAttr = childAttr()
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start pam serve: %w", err)
-	}
-	p := &serveProc{cmd: cmd, dataDir: dataDir, done: make(chan struct{})}
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			line := sc.Text()
-			fmt.Fprintln(logw, line)
-			if m := listenRe.FindStringSubmatch(line); m != nil {
-				select {
-				case urls <- m[1]:
-				default:
-				}
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-
+	p := &serveProc{Proc: proc, dataDir: dataDir}
 	// A cold start runs initdb: allow for a slow machine.
-	timer := time.NewTimer(2 * time.Minute)
-	defer timer.Stop()
-	select {
-	case p.url = <-urls:
-	case <-p.done:
-		return nil, fmt.Errorf("pam serve exited before listening (%v); its log is in %s", p.err, dataDir)
-	case <-timer.C:
+	if p.url, err = p.WaitListening(ctx, 2*time.Minute); err != nil {
 		p.stop()
-		return nil, errors.New("pam serve did not listen within 2m")
-	case <-ctx.Done():
-		p.stop()
-		return nil, ctx.Err()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, err
 	}
 	i := strings.LastIndex(p.url, ":")
 	p.port, _ = strconv.Atoi(p.url[i+1:])
@@ -110,21 +75,10 @@ func servingEnv(environ []string) []string {
 	return env
 }
 
-// pid is the serve process's id.
-func (p *serveProc) pid() int { return p.cmd.Process.Pid }
-
 // stop ends serve (SIGTERM, SIGKILL after serveStopGrace) and, if it left
 // its embedded database running (it was killed), that too.
 func (p *serveProc) stop() {
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	timer := time.NewTimer(serveStopGrace)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-	case <-timer.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
+	p.Stop(serveStopGrace)
 	if pid := embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")); pid > 0 {
 		// A fast shutdown of the orphaned cluster, then wait for it.
 		if syscall.Kill(pid, syscall.SIGINT) == nil {

@@ -1,4 +1,4 @@
-// Package loadtest is `pam bench load` (docs/bench.md#pam-bench-load): it
+// Package loadtest is `pam-bench load` (docs/bench.md#pam-bench-load): it
 // starts a real `pam serve` (embedded PostgreSQL in a folder of its own,
 // loopback only) and a real `pam worker` (tmux, or PAM_EXECUTOR=pty) as
 // processes, loads them the way a busy deployment does — live shell
@@ -28,12 +28,13 @@ import (
 	"pam/internal/embeddb"
 
 	"pam/internal/apiclient"
+	"pam/internal/benchproc"
 	"pam/internal/benchtable"
 	"pam/internal/datadir"
 	"pam/internal/wire"
 )
 
-// Options say how big a load to drive. The defaults of `pam bench load`
+// Options say how big a load to drive. The defaults of `pam-bench load`
 // are the sizes of the goals (docs/bench.md); a smaller load is measured
 // the same way but its rows are not judged against the goals.
 type Options struct {
@@ -135,7 +136,7 @@ type load struct {
 	log *slog.Logger
 	dir string
 
-	serve, worker *proc
+	serve, worker *benchproc.Proc
 	api           *apiclient.Client
 	sess          *sessions
 	probe         *probe
@@ -295,7 +296,7 @@ func (l *load) startServe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	base, err := l.serve.waitListening(ctx, 3*time.Minute)
+	base, err := l.serve.WaitListening(ctx, 3*time.Minute)
 	if err != nil {
 		return err
 	}
@@ -395,8 +396,8 @@ func (l *load) startWorker(ctx context.Context) error {
 		return err
 	}
 	return waitFor(ctx, 60*time.Second, "the worker to come online", func() (bool, error) {
-		if l.worker.exited() {
-			return false, fmt.Errorf("pam worker exited (%s):\n%s", l.worker.cmd.ProcessState, l.worker.tail(20))
+		if l.worker.Exited() {
+			return false, fmt.Errorf("pam worker exited (%s):\n%s", l.worker.State(), l.worker.Tail(20))
 		}
 		h, err := l.api.GetHost(ctx, l.workerHost)
 		return err == nil && h.Status == "online", nil
@@ -440,8 +441,8 @@ func (l *load) startRuns(ctx context.Context, n int) error {
 	l.live = append(l.live, ids...)
 	want := len(l.live)
 	return waitFor(ctx, time.Minute+time.Duration(n)*500*time.Millisecond, fmt.Sprintf("%d live runs to run", want), func() (bool, error) {
-		if l.worker.exited() {
-			return false, fmt.Errorf("pam worker exited (%s):\n%s", l.worker.cmd.ProcessState, l.worker.tail(20))
+		if l.worker.Exited() {
+			return false, fmt.Errorf("pam worker exited (%s):\n%s", l.worker.State(), l.worker.Tail(20))
 		}
 		failed, err := l.api.ListRuns(ctx, apiclient.RunFilter{HostID: l.workerHost, Status: "failed", Limit: 1})
 		if err == nil && len(failed) > 0 {
@@ -464,7 +465,7 @@ func optional(s *string) string {
 // largest of a few reads).
 func (l *load) settle(ctx context.Context) (worker, sess int64) {
 	for range 12 {
-		worker = max(worker, rssBytes(l.worker.pid()))
+		worker = max(worker, rssBytes(l.worker.PID()))
 		sess = max(sess, l.sess.rss(ctx))
 		select {
 		case <-ctx.Done():
@@ -486,7 +487,7 @@ func (l *load) cleanup(runErr error) error {
 	}
 	var errs []error
 	if l.worker != nil {
-		l.worker.stop(15 * time.Second)
+		l.worker.Stop(15 * time.Second)
 	}
 	if l.sess != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -496,7 +497,7 @@ func (l *load) cleanup(runErr error) error {
 		cancel()
 	}
 	if l.serve != nil {
-		l.serve.stop(60 * time.Second)
+		l.serve.Stop(60 * time.Second)
 		if pm := embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")); pm > 0 {
 			// SIGQUIT: PostgreSQL's immediate shutdown.
 			if err := endProcess(pm, syscall.SIGQUIT, 10*time.Second); err != nil {
@@ -508,10 +509,10 @@ func (l *load) cleanup(runErr error) error {
 		errs = append(errs, fmt.Errorf("end what is left in %s: %w", l.dir, err))
 	}
 	if runErr != nil && !errors.Is(runErr, context.Canceled) {
-		for _, p := range []*proc{l.serve, l.worker} {
+		for _, p := range []*benchproc.Proc{l.serve, l.worker} {
 			if p != nil {
-				if t := p.tail(15); t != "" {
-					runErr = fmt.Errorf("%w\n--- end of %s's log:\n%s", runErr, p.name, t)
+				if t := p.Tail(15); t != "" {
+					runErr = fmt.Errorf("%w\n--- end of %s's log:\n%s", runErr, p.Name, t)
 				}
 			}
 		}

@@ -2,20 +2,23 @@ package loadtest_test
 
 import (
 	"encoding/json"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"pam/internal/benchtable"
+	"pam/internal/loadtest"
 	"pam/internal/pamtest"
 )
 
 func TestMain(m *testing.M) { pamtest.Main(m) }
 
-// A small `pam bench load` against real processes (serve with its
-// embedded database, a worker, tmux or PTY holders): every figure is
-// printed, the dispatch and SSE rows have samples behind them, every
+// A small load, as `pam-bench load` drives it, against real processes
+// (serve with its embedded database, a worker, tmux or PTY holders):
+// every figure is reported, the dispatch and SSE rows have samples behind them, every
 // subscriber saw every event exactly once — and nothing the driver
 // started is left once it exits: its folder is gone and no process names
 // it.
@@ -28,15 +31,21 @@ func TestBenchLoadSmall(t *testing.T) {
 	}
 	pamtest.Require(t, "postgres")
 	tmp := pamtest.ShortDir(t, "pamlt-")
-	cmd := pamtest.Command(t, "bench", "load", "--runs", "5", "--subscribers", "5", "--viewers", "2",
-		"--duration", "3s", "--cached-runs", "20", "--event-rate", "100", "--dispatch-rate", "20", "--json")
-	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("pam bench load: %v\nstdout:\n%s\nstderr:\n%s", err, out, stderr.String())
+	// The processes start from the harness's environment (race reports,
+	// coverage), with their temporary files in tmp too.
+	harness := pamtest.Command(t)
+	executor := os.Getenv("PAM_EXECUTOR")
+	if executor == "" {
+		executor = "tmux"
 	}
+	var log strings.Builder
+	res, err := loadtest.Run(t.Context(), loadtest.Options{Pam: harness.Path, Environ: append(harness.Env, "TMPDIR="+tmp),
+		Executor: executor, Runs: 5, Subscribers: 5, Viewers: 2, Duration: 3 * time.Second, CachedRuns: 20,
+		EventRate: 100, DispatchRate: 20, Dir: tmp, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatalf("load: %v\nlog:\n%s", err, log.String())
+	}
+	out, _ := json.MarshalIndent(benchtable.Report{Figures: res.Rows}, "", "  ")
 	var rep benchtable.Report
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("not a report: %v\n%s", err, out)
@@ -72,8 +81,8 @@ func TestBenchLoadSmall(t *testing.T) {
 	if r := rows["serve RSS: peak under load"]; r.Value < 5 || r.Met != nil {
 		t.Errorf("serve RSS %v MiB, met %v: a small load is measured, not judged", r.Value, r.Met)
 	}
-	if !strings.Contains(stderr.String(), "0 lost, 0 duplicate, 0 out of order") {
-		t.Errorf("stderr does not state the check:\n%s", stderr.String())
+	if !res.Clean() || !strings.Contains(res.Summary(), "0 lost, 0 duplicate, 0 out of order") {
+		t.Errorf("the summary does not state the check: %s", res.Summary())
 	}
 
 	left, _ := os.ReadDir(tmp)

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/embeddb"
 )
 
@@ -39,20 +40,20 @@ type cpuDelta struct {
 
 func (l *load) cpuNow(ctx context.Context) cpuTimes {
 	var c cpuTimes
-	if st, ok := readStat(l.serve.pid()); ok {
-		c.serve = st.cpu
+	if st, ok := benchproc.ReadStat(l.serve.PID()); ok {
+		c.serve = st.CPU
 	}
-	if st, ok := readStat(l.worker.pid()); ok {
-		c.worker, c.workerChildren = st.cpu, st.children
+	if st, ok := benchproc.ReadStat(l.worker.PID()); ok {
+		c.worker, c.workerChildren = st.CPU, st.Children
 	}
 	for _, p := range l.sess.pids(ctx) {
-		if st, ok := readStat(p); ok {
-			c.sess += st.cpu
+		if st, ok := benchproc.ReadStat(p); ok {
+			c.sess += st.CPU
 		}
 	}
-	c.postgres = groupCPU(embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")))
-	if st, ok := readStat(os.Getpid()); ok {
-		c.self = st.cpu
+	c.postgres = benchproc.GroupCPU(embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")))
+	if st, ok := benchproc.ReadStat(os.Getpid()); ok {
+		c.self = st.CPU
 	}
 	return c
 }
@@ -74,8 +75,8 @@ func (l *load) measureLoad(ctx, loadCtx context.Context) measured {
 		t := time.NewTicker(500 * time.Millisecond)
 		defer t.Stop()
 		for {
-			m.serveRSS = max(m.serveRSS, rssBytes(l.serve.pid()))
-			m.workerRSS = max(m.workerRSS, rssBytes(l.worker.pid()))
+			m.serveRSS = max(m.serveRSS, rssBytes(l.serve.PID()))
+			m.workerRSS = max(m.workerRSS, rssBytes(l.worker.PID()))
 			m.sessRSS = max(m.sessRSS, l.sess.rss(ctx))
 			m.rssSamples++
 			select {
@@ -116,8 +117,8 @@ func (l *load) measureLoad(ctx, loadCtx context.Context) measured {
 	m.cpu = cpuDelta{window: time.Since(t0), cpuTimes: cpuTimes{
 		serve: c1.serve - c0.serve, worker: c1.worker - c0.worker, workerChildren: c1.workerChildren - c0.workerChildren,
 		sess: c1.sess - c0.sess, postgres: c1.postgres - c0.postgres, self: c1.self - c0.self}}
-	m.serveEndRSS = rssBytes(l.serve.pid())
-	m.serveHWM = statusField(l.serve.pid(), "VmHWM:")
+	m.serveEndRSS = rssBytes(l.serve.PID())
+	m.serveHWM = benchproc.StatusBytes(l.serve.PID(), "VmHWM:")
 	if m.err == nil && m.gen.sent.Load() == 0 {
 		m.err = fmt.Errorf("the event generator wrote nothing: %v", m.gen.firstErr)
 	}

@@ -6,115 +6,21 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"pam/internal/benchproc"
 	"pam/internal/holder"
 	"pam/internal/tmux"
 )
 
-// proc is a pam process the driver started. It runs in its own process
-// group, so a terminal's Ctrl-C reaches only the driver, which then stops
-// everything in order.
-type proc struct {
-	name string
-	cmd  *exec.Cmd
-	log  string // its stdout and stderr
-	done chan struct{}
-}
-
-// startProc runs `pam args...` with env, its output going to
+// startProc runs `pam args...` with env in dir, its output going to
 // <dir>/<name>.log.
-func startProc(name, bin, dir string, env []string, args ...string) (*proc, error) {
-	path := filepath.Join(dir, name+".log")
-	f, err := os.Create(path)
-	if err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	cmd := exec.Command(bin, args...)
-	cmd.Env = env
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("start %s: %w", name, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: path, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(p.done)
-	}()
-	return p, nil
-}
-
-func (p *proc) pid() int { return p.cmd.Process.Pid }
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends SIGTERM, waits up to grace, then kills; it returns once the
-// process is reaped.
-func (p *proc) stop(grace time.Duration) {
-	if p.exited() {
-		return
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(grace)
-	defer t.Stop()
-	select {
-	case <-p.done:
-	case <-t.C:
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-// output is what the process wrote so far.
-func (p *proc) output() string {
-	b, _ := os.ReadFile(p.log)
-	return string(b)
-}
-
-// tail is the last n lines of its output, for an error message.
-func (p *proc) tail(n int) string {
-	lines := strings.Split(strings.TrimRight(p.output(), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-var listenRe = regexp.MustCompile(`pam serve listening on (\S+)`)
-
-// waitListening waits until serve prints where it listens and returns
-// that URL; it fails if serve exits first or d passes.
-func (p *proc) waitListening(ctx context.Context, d time.Duration) (string, error) {
-	var url string
-	err := waitFor(ctx, d, "pam serve to listen", func() (bool, error) {
-		if m := listenRe.FindStringSubmatch(p.output()); m != nil {
-			url = m[1]
-			return true, nil
-		}
-		if p.exited() {
-			return false, fmt.Errorf("pam serve exited (%s) before listening:\n%s", p.cmd.ProcessState, p.tail(20))
-		}
-		return false, nil
-	})
-	return url, err
+func startProc(name, bin, dir string, env []string, args ...string) (*benchproc.Proc, error) {
+	return benchproc.Start(name, bin, dir, filepath.Join(dir, name+".log"), env, args...)
 }
 
 // childEnv is base without any PAM_* or tmux variable of the caller's
@@ -193,13 +99,13 @@ func (s *sessions) pids(ctx context.Context) []int {
 	defer s.mu.Unlock()
 	if list, err := s.tmux.ListSessions(ctx); err == nil {
 		for _, l := range list {
-			if st, ok := readStat(l.PanePID); ok && st.ppid > 1 {
-				s.server = st.ppid
+			if st, ok := benchproc.ReadStat(l.PanePID); ok && st.PPID > 1 {
+				s.server = st.PPID
 				break
 			}
 		}
 	}
-	if alive(s.server) {
+	if benchproc.Alive(s.server) {
 		return []int{s.server}
 	}
 	return nil
@@ -242,15 +148,15 @@ func (s *sessions) kill(ctx context.Context) error {
 // endProcess sends sig to a process that is not the driver's child, and
 // SIGKILL if it is still there after grace.
 func endProcess(pid int, sig syscall.Signal, grace time.Duration) error {
-	if !alive(pid) {
+	if !benchproc.Alive(pid) {
 		return nil
 	}
 	_ = syscall.Kill(pid, sig)
-	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !alive(pid), nil }) == nil {
+	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }) == nil {
 		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !alive(pid), nil }); err != nil {
+	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }); err != nil {
 		return fmt.Errorf("process %d survived SIGKILL", pid)
 	}
 	return nil
@@ -293,15 +199,11 @@ func sweep(dir string) error {
 	var left []int
 	for range 5 {
 		left = left[:0]
-		procs, _ := filepath.Glob("/proc/[0-9]*")
-		for _, p := range procs {
-			pid, err := strconv.Atoi(filepath.Base(p))
-			if err != nil || pid == self || !alive(pid) {
+		for _, pid := range benchproc.PIDs() {
+			if pid == self || !benchproc.Alive(pid) {
 				continue
 			}
-			cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
-			environ, _ := os.ReadFile(filepath.Join(p, "environ"))
-			if bytes.Contains(cmdline, []byte(dir)) || bytes.Contains(environ, []byte(dir)) {
+			if bytes.Contains(benchproc.File(pid, "cmdline"), []byte(dir)) || bytes.Contains(benchproc.File(pid, "environ"), []byte(dir)) {
 				left = append(left, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}

@@ -3,7 +3,7 @@ package worker
 import "time"
 
 // The uplink's reconnect backoff when Options leaves it zero. They and
-// ReconnectDelay are exported so that the simulated fleet of `pam bench
+// ReconnectDelay are exported so that the simulated fleet of `pam-bench
 // fleet` (internal/fleetsim) comes back after a serve restart exactly as
 // real workers do: a reconnect storm measured with another policy would
 // say nothing about this one.

@@ -1,25 +1,24 @@
-package cli
+package main
 
 import (
+	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"pam/internal/defaults"
 	"pam/internal/fleetsim"
 )
 
-// benchFleetCmd is `pam bench fleet`: a real serve and a simulated fleet
-// of in-process workers (internal/fleetsim, docs/scaling.md).
-var benchFleetCmd = &command{
+// fleetCmd is a real serve and a simulated fleet of in-process workers
+// (internal/fleetsim, docs/scaling.md).
+var fleetCmd = &command{
 	name:    "fleet",
 	summary: "simulate a fleet of workers against a real serve: hosts held, heartbeats, dispatch, reconnect storm",
-	setup: func(fs *flag.FlagSet) func(*invocation) error {
+	setup: func(fs *flag.FlagSet) func(context.Context, env, []string) error {
 		o := fleetsim.Options{}
+		pam := fs.String("pam", "", "the pam binary to start as serve (default: the pam next to pam-bench, else on PATH)")
 		fs.IntVar(&o.Workers, "workers", 500, "simulated workers (hosts)")
 		fs.IntVar(&o.RunsPerWorker, "runs-per-worker", 10, "max_runs of each worker, and runs created per worker")
 		fs.DurationVar(&o.Hold, "duration", time.Minute, "how long the full fleet is held for the steady-state figures")
@@ -31,37 +30,29 @@ var benchFleetCmd = &command{
 		fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "bound of the whole simulation")
 		quiet := fs.Bool("quiet", false, "do not log progress to stderr")
 		asJSON := fs.Bool("json", false, `print {"figures":[...]} for the make bench table`)
-		return func(x *invocation) error {
+		return func(ctx context.Context, e env, _ []string) error {
 			if o.Workers < 1 || o.RunsPerWorker < 1 {
 				return usagef("--workers and --runs-per-worker must be 1 or more")
 			}
-			self, err := os.Executable()
-			if err == nil {
-				self, err = filepath.Abs(self)
+			var err error
+			if o.Pam, err = findPam(*pam); err != nil {
+				return err
 			}
-			if err != nil {
-				return fmt.Errorf("find the pam binary: %w", err)
-			}
-			o.Pam, o.Environ = self, x.env.Environ
-			if o.Environ == nil {
-				o.Environ = os.Environ()
-			}
+			o.Environ = e.environ
 			if !*quiet {
-				o.Logger = slog.New(slog.NewTextHandler(x.stderr, nil))
+				o.Logger = slog.New(slog.NewTextHandler(e.stderr, nil))
 			}
-			res, err := fleetsim.Run(x.ctx, o)
+			res, err := fleetsim.Run(ctx, o)
 			if err != nil {
-				if res != nil && !errors.Is(err, x.ctx.Err()) {
-					_ = res.WriteTable(x.stderr) // what was measured before it failed
+				if res != nil && !errors.Is(err, ctx.Err()) {
+					_ = res.WriteTable(e.stderr) // what was measured before it failed
 				}
 				return err
 			}
 			if *asJSON {
-				return printJSON(x.stdout, map[string]any{"figures": res.Rows()})
+				return printJSON(e.stdout, map[string]any{"figures": res.Rows()})
 			}
-			return res.WriteTable(x.stdout)
+			return res.WriteTable(e.stdout)
 		}
 	},
 }
-
-func init() { benchCmd.subs = append(benchCmd.subs, benchFleetCmd) }
