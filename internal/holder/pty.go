@@ -95,12 +95,17 @@ func (h *holder) redraw(rows, cols int) {
 }
 
 // setSize sets the PTY's size and tells every reader (h.sizeMu held).
+//
+// The PTY is resized with h.mu held: the program's repaint at the new
+// size (after its SIGWINCH) is broadcast under h.mu too, so every reader
+// gets the size frame before any output drawn at that size.
 func (h *holder) setSize(rows, cols int) {
+	h.mu.Lock()
 	if err := h.winsize(rows, cols); err != nil {
+		h.mu.Unlock()
 		h.log.Warn("resize", "rows", rows, "cols", cols, "err", err)
 		return
 	}
-	h.mu.Lock()
 	changed := h.rows != rows || h.cols != cols
 	h.rows, h.cols = rows, cols
 	frame := AppendFrame(nil, FrameSize, SizePayload(rows, cols))
