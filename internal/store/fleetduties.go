@@ -105,7 +105,7 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 			Payload: map[string]any{"host_id": hostID, "last_seen_at": seen, "lost_after": lostAfter.String(), "run_ids": runs}})
 	})
 	if err != nil {
-		return 0, fmt.Errorf("fail the runs of lost host %s: %w", hostID, err)
+		return failed, fmt.Errorf("fail the runs of lost host %s: %w", hostID, err)
 	}
 	return failed, nil
 }

@@ -145,7 +145,7 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("offer due runs: %w", err)
+		return offers, fmt.Errorf("offer due runs: %w", err) // as before: a failed commit may have made them
 	}
 	return offers, nil
 }
