@@ -271,7 +271,7 @@ func WaitAdvisoryLock(ctx context.Context, q interface {
 	for {
 		var got bool
 		if err := q.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-			return fmt.Errorf("try advisory lock %#x: %w", key, translate(err))
+			return fmt.Errorf("try advisory lock %#x: %w", key, err)
 		}
 		if got {
 			return nil

@@ -108,7 +108,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("make the signal secret: %w", err)
 	}
 	if _, err := pool.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret); err != nil {
-		return fmt.Errorf("store the signal secret: %w", translate(err))
+		return fmt.Errorf("store the signal secret: %w", err)
 	}
 	return nil
 }
