@@ -40,10 +40,10 @@ func (sc AgentScope) Actor() string { return wire.AgentActor(sc.RunID) }
 func (s *Store) AgentScope(ctx context.Context, runID, hostID string, attempt int) (AgentScope, error) {
 	r, err := runByID(ctx, s.Pool, runID, false)
 	if err != nil {
-		return AgentScope{}, err
+		return AgentScope{}, err // runByID names the run
 	}
 	if err := agentLive(r, hostID, attempt); err != nil {
-		return AgentScope{}, err
+		return AgentScope{}, err // the refusal the agent reads, as is
 	}
 	item, err := s.GetWorkItem(ctx, r.TaskID)
 	if err != nil {
@@ -78,7 +78,7 @@ func (s *Store) AgentWorkItems(ctx context.Context, sc AgentScope, status string
 func (s *Store) AgentWorkItem(ctx context.Context, sc AgentScope, id string) (wire.WorkItem, error) {
 	item, err := s.GetWorkItem(ctx, id)
 	if err != nil {
-		return wire.WorkItem{}, err
+		return wire.WorkItem{}, err // GetWorkItem names the item
 	}
 	if item.ProjectID != sc.ProjectID {
 		return wire.WorkItem{}, wire.NotFound("work item")
@@ -106,7 +106,7 @@ func (s *Store) AgentCreateWorkItem(ctx context.Context, sc AgentScope, in wire.
 		if _, err := s.AgentWorkItem(ctx, sc, id); wire.HasCode(err, wire.CodeNotFound) {
 			return wire.WorkItem{}, wire.Invalid("parent_id", "no work item %s in this run's project", id)
 		} else if err != nil {
-			return wire.WorkItem{}, err
+			return wire.WorkItem{}, fmt.Errorf("read the parent %s of a new work item: %w", id, err)
 		}
 		c.ParentID = &id
 	}
@@ -123,7 +123,7 @@ func (s *Store) AgentCreateWorkItem(ctx context.Context, sc AgentScope, in wire.
 // UpdateWorkItem does, naming the run.
 func (s *Store) AgentUpdateWorkItem(ctx context.Context, sc AgentScope, id string, in wire.AgentUpdateWorkItem) (wire.WorkItem, error) {
 	if _, err := s.AgentWorkItem(ctx, sc, id); err != nil {
-		return wire.WorkItem{}, err
+		return wire.WorkItem{}, err // AgentWorkItem names the item
 	}
 	return s.updateWorkItem(ctx, id, wire.UpdateWorkItem{Title: in.Title, Body: in.Body, Status: in.Status}, sc.Actor())
 }
@@ -140,7 +140,7 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) e
 	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
 		return wire.Invalid("text", "text must be valid UTF-8 without U+0000")
 	}
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, sc.RunID, false)
 		if err != nil {
 			return err
@@ -176,4 +176,8 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) e
 		ev.Actor = sc.Actor()
 		return tx.Journal(ctx, ev)
 	})
+	if err != nil {
+		return fmt.Errorf("record the progress of run %s: %w", sc.RunID, err)
+	}
+	return nil
 }

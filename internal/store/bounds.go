@@ -72,7 +72,7 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 		WHERE runs.id = o.id
 		RETURNING runs.id::text, runs.project_id::text, coalesce(runs.host_id::text, ''), o.progress_held, o.progress_coalesced`, args...)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("take held progress: %w", err)
 	}
 	var evs []NewEvent
 	for rows.Next() {
@@ -81,7 +81,7 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 		var coalesced int
 		if err := rows.Scan(&ev.RunID, &ev.ProjectID, &ev.HostID, &held, &coalesced); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, fmt.Errorf("take held progress: %w", err)
 		}
 		var p map[string]any
 		dec := json.NewDecoder(bytes.NewReader(held))
@@ -101,7 +101,7 @@ func journalHeld(ctx context.Context, tx *Tx, now time.Time, query string, args 
 		evs = append(evs, ev)
 	}
 	if err := rows.Err(); err != nil {
-		return 0, err
+		return 0, fmt.Errorf("take held progress: %w", err)
 	}
 	return len(evs), tx.Journal(ctx, evs...)
 }

@@ -126,7 +126,10 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
 			continue // the 8-hex prefix is taken: a new id
 		}
-		return out, err
+		if err != nil {
+			return wire.Run{}, fmt.Errorf("continue run %s: %w", id, err)
+		}
+		return out, nil
 	}
 }
 

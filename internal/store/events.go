@@ -110,20 +110,26 @@ func (s *Store) EventsAfter(ctx context.Context, after, upTo int64, pattern *wir
 	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events
 		WHERE seq > $1 AND seq <= $4 AND ($2 = '' OR topic ~ $2) ORDER BY seq LIMIT $3`, after, re, limit, upTo)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("read events after %d: %w", after, translate(err))
 	}
 	evs, err := scanEvents(rows)
-	return evs, translate(err)
+	if err != nil {
+		return nil, fmt.Errorf("read events after %d: %w", after, translate(err))
+	}
+	return evs, nil
 }
 
 // RunEvents returns every event of one run up to upTo, ascending.
 func (s *Store) RunEvents(ctx context.Context, runID string, upTo int64) ([]wire.Event, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE run_id = $1 AND seq <= $2 ORDER BY seq`, runID, upTo)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("read the events of run %s: %w", runID, translate(err))
 	}
 	evs, err := scanEvents(rows)
-	return evs, translate(err)
+	if err != nil {
+		return nil, fmt.Errorf("read the events of run %s: %w", runID, translate(err))
+	}
+	return evs, nil
 }
 
 // PurgedThrough is the highest seq ever purged (0 if none): a cursor below
@@ -131,7 +137,10 @@ func (s *Store) RunEvents(ctx context.Context, runID string, upTo int64) ([]wire
 func (s *Store) PurgedThrough(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.Pool.QueryRow(ctx, `SELECT purged_through_seq FROM server_state`).Scan(&n)
-	return n, translate(err)
+	if err != nil {
+		return 0, fmt.Errorf("read the purge horizon: %w", translate(err))
+	}
+	return n, nil
 }
 
 // PurgeEvents deletes events created before cutoff and records the purge
@@ -150,7 +159,10 @@ func (s *Store) PurgeEvents(ctx context.Context, cutoff time.Time) (int64, error
 		}
 		return nil
 	})
-	return n, err
+	if err != nil {
+		return 0, fmt.Errorf("purge events before %s: %w", cutoff.Format(time.RFC3339), err)
+	}
+	return n, nil
 }
 
 // SafeSeq returns a seq H such that every event with seq <= H that will
@@ -179,7 +191,7 @@ func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
 		ARRAY(SELECT backend_xid::text::bigint FROM pg_stat_activity
 			WHERE backend_xid IS NOT NULL AND datname = current_database())`).Scan(&m, &xmax, &inflight)
 	if err != nil {
-		return 0, translate(err)
+		return 0, fmt.Errorf("read the safe seq: %w", translate(err))
 	}
 	if len(inflight) == 0 {
 		return m, nil
@@ -199,7 +211,7 @@ func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
 		err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest($1::text[]::xid8[]) AS x
 			WHERE pg_xact_status(x) = 'in progress'`, full).Scan(&running)
 		if err != nil {
-			return 0, translate(err)
+			return 0, fmt.Errorf("wait for the transactions in flight below seq %d: %w", m, translate(err))
 		}
 		if running == 0 {
 			return m, nil

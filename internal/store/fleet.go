@@ -49,7 +49,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		}
 	}
 	if err := checkContinueMessages(in.ContinueMessages); err != nil {
-		return wire.Registered{}, err
+		return wire.Registered{}, err // a refusal the worker reads, as is
 	}
 	if len(in.Platform) > 64 || len(in.Executor) > 16 || len(in.Version) > 64 {
 		return wire.Registered{}, wire.Invalid("platform", "platform, executor and version are short strings")
@@ -111,7 +111,10 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		out.HostID, out.Protocol = host.ID, wire.UplinkProtocol
 		return tx.Journal(ctx, events...)
 	})
-	return out, err
+	if err != nil {
+		return wire.Registered{}, fmt.Errorf("register host %s: %w", host.ID, err)
+	}
+	return out, nil
 }
 
 // maxContinueMessage bounds a reported continue_message, as the catalog
@@ -278,12 +281,15 @@ func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (in
 			return NewEvent{Topic: wire.TopicWorkerOffline, HostID: id, Payload: map[string]any{"host_id": id, "last_seen_at": seen.UTC()}}, err
 		})
 		if err != nil {
-			return fmt.Errorf("mark hosts offline: %w", err)
+			return err
 		}
 		n = len(events)
 		return tx.Journal(ctx, events...)
 	})
-	return n, err
+	if err != nil {
+		return 0, fmt.Errorf("mark hosts offline: %w", err)
+	}
+	return n, nil
 }
 
 // WorkerRuns lists the host's runs in spawning or running (GET
@@ -292,7 +298,7 @@ func (s *Store) WorkerRuns(ctx context.Context, hostID string) ([]wire.WorkerRun
 	rows, err := s.Pool.Query(ctx, `SELECT id::text, attempt, status, session_name, task_id::text, provider, cwd, failure_reason, host_id::text, finished_at
 		FROM runs WHERE host_id = $1 AND status IN ('spawning', 'running') ORDER BY created_at`, hostID)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list runs of host %s: %w", hostID, translate(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.WorkerRun, error) {
 		var w wire.WorkerRun
@@ -310,11 +316,11 @@ func (s *Store) WorkerRuns(ctx context.Context, hostID string) ([]wire.WorkerRun
 func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.WorkerRun, error) {
 	r, err := s.GetRun(ctx, runID)
 	if err != nil {
-		return wire.WorkerRun{}, err
+		return wire.WorkerRun{}, err // GetRun names the run
 	}
 	var known bool
 	if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&known); err != nil {
-		return wire.WorkerRun{}, translate(err)
+		return wire.WorkerRun{}, fmt.Errorf("read the offers of run %s to host %s: %w", runID, hostID, translate(err))
 	}
 	if !known {
 		return wire.WorkerRun{}, wire.NotFound("run")
@@ -330,7 +336,7 @@ func (s *Store) WorkerRun(ctx context.Context, hostID, runID string) (wire.Worke
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT attempt, host_id::text, outcome, failure_reason FROM run_attempts WHERE run_id = $1 ORDER BY attempt`, runID)
 	if err != nil {
-		return w, translate(err)
+		return w, fmt.Errorf("list attempts of run %s: %w", runID, translate(err))
 	}
 	attempts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.RunAttempt, error) {
 		var a wire.RunAttempt

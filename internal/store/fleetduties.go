@@ -41,7 +41,7 @@ func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serv
 		AND EXISTS (SELECT 1 FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
 		LIMIT 100`, lostAfter, serveStart)
 	if err != nil {
-		return 0, translate(err)
+		return 0, fmt.Errorf("find lost hosts: %w", translate(err))
 	}
 	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serv
 	for _, host := range hosts {
 		n, err := s.loseHost(ctx, host, lostAfter, serveStart)
 		if err != nil {
-			return failed, err
+			return failed, err // loseHost names the host
 		}
 		failed += n
 	}
@@ -104,7 +104,10 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerLost, HostID: hostID,
 			Payload: map[string]any{"host_id": hostID, "last_seen_at": seen, "lost_after": lostAfter.String(), "run_ids": runs}})
 	})
-	return failed, err
+	if err != nil {
+		return failed, fmt.Errorf("fail the runs of lost host %s: %w", hostID, err)
+	}
+	return failed, nil
 }
 
 // IdleStop is a run stopped completed_idle whose host must stop its
@@ -137,7 +140,7 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 		AND greatest(r.last_output_at, r.last_input_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
 		LIMIT 500`, hangTimeout, offlineAfter, serveStart)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("find hung runs: %w", translate(err))
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
@@ -166,7 +169,7 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 		AND greatest(r.completed_at, r.last_output_at, r.last_input_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
 		LIMIT 500`, stopAfter, offlineAfter, serveStart)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("find idle completed runs: %w", translate(err))
 	}
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
@@ -177,7 +180,7 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 	for _, h := range ended {
 		stops = append(stops, IdleStop(h))
 	}
-	return stops, err
+	return stops, err // quietRuns names the run
 }
 
 // quietRuns decides each of the running runs a pane timer's scan found
@@ -219,7 +222,7 @@ func (s *Store) quietRuns(ctx context.Context, ids []string, t lifecycle.PaneTim
 			continue
 		}
 		if err != nil {
-			return ended, err
+			return ended, fmt.Errorf("check the pane timers of run %s: %w", id, err)
 		}
 		if h != nil {
 			ended = append(ended, *h)
@@ -243,7 +246,7 @@ func (s *Store) journalOrphan(ctx context.Context, hostID, runID string, attempt
 		payload["run_id"] = runID
 		payload["attempt"] = attempt
 	}
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		// Once per (host, run, kind) an hour, counted in between
 		// (docs/architecture.md#bounded-journal).
 		due, repeats, err := reportDue(ctx, tx, hostID, runID, wire.StateOrphanDetected)
@@ -253,4 +256,8 @@ func (s *Store) journalOrphan(ctx context.Context, hostID, runID string, attempt
 		payload[PayloadRepeats] = repeats
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicRunOrphanDetected, HostID: hostID, Payload: payload})
 	})
+	if err != nil {
+		return fmt.Errorf("journal an orphan session on host %s: %w", hostID, err)
+	}
+	return nil
 }

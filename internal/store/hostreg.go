@@ -45,7 +45,7 @@ func ValidHostName(name string) error {
 func NewWorkerToken() (token string, hash []byte, err error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
-		return "", nil, err
+		return "", nil, fmt.Errorf("make a worker token: %w", err)
 	}
 	token = hex.EncodeToString(b)
 	return token, HashWorkerToken(token), nil
@@ -73,7 +73,7 @@ func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCr
 	}
 	token, hash, err := NewWorkerToken()
 	if err != nil {
-		return wire.HostCreated{}, err
+		return wire.HostCreated{}, fmt.Errorf("create host %q: %w", in.Name, err)
 	}
 	var h wire.Host
 	err = s.InTx(ctx, func(tx *Tx) error {
@@ -91,7 +91,7 @@ func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCr
 		return wire.HostCreated{}, wire.Conflict(wire.CodeConflict, "a host named %q exists", in.Name).With("field", "name")
 	}
 	if err != nil {
-		return wire.HostCreated{}, err
+		return wire.HostCreated{}, fmt.Errorf("create host %q: %w", in.Name, err)
 	}
 	return wire.HostCreated{Host: h, WorkerToken: token}, nil
 }
@@ -113,7 +113,10 @@ func lookupHost(ctx context.Context, q querier, ref string, lock bool) (wire.Hos
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.Host{}, wire.NotFound("host")
 	}
-	return h, translate(err)
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("read host %s: %w", ref, translate(err))
+	}
+	return h, nil
 }
 
 // HostByRef resolves a host by id or name; anything else is not_found.
@@ -144,7 +147,10 @@ func (s *Store) HostByToken(ctx context.Context, token string) (wire.Host, error
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.Host{}, wire.NotFound("host")
 	}
-	return h, translate(err)
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("find the host of a worker token: %w", translate(err))
+	}
+	return h, nil
 }
 
 // DisableHost withholds new dispatch from a host (drain-only: its running
@@ -169,7 +175,10 @@ func (s *Store) DisableHost(ctx context.Context, ref string) (wire.Host, error) 
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostDisabled, HostID: h.ID, Payload: out})
 	})
-	return out, err
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("disable host %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // EnableHost clears disabled and derives the status from last_seen_at:
@@ -196,7 +205,10 @@ func (s *Store) EnableHost(ctx context.Context, ref string, offlineAfter time.Du
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicHostEnabled, HostID: h.ID, Payload: out})
 	})
-	return out, err
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("enable host %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // ClearSuspect accepts the instance id a suspect host last reported as its
@@ -225,7 +237,10 @@ func (s *Store) ClearSuspect(ctx context.Context, ref string) (wire.Host, error)
 			"previous": map[string]any{"instance_id": h.InstanceID},
 		}})
 	})
-	return out, err
+	if err != nil {
+		return wire.Host{}, fmt.Errorf("clear the suspect instance of host %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // SetMaxRuns sets how many runs a host may hold at once (1 to 1000; a body
@@ -274,7 +289,7 @@ func (s *Store) SetMaxRuns(ctx context.Context, ref string, in wire.UpdateHost) 
 func (s *Store) RotateToken(ctx context.Context, ref string) (wire.WorkerToken, error) {
 	token, hash, err := NewWorkerToken()
 	if err != nil {
-		return wire.WorkerToken{}, err
+		return wire.WorkerToken{}, fmt.Errorf("rotate the worker token of host %s: %w", ref, err)
 	}
 	err = s.InTx(ctx, func(tx *Tx) error {
 		h, err := lookupHost(ctx, tx, ref, true)
@@ -289,7 +304,7 @@ func (s *Store) RotateToken(ctx context.Context, ref string) (wire.WorkerToken, 
 		}})
 	})
 	if err != nil {
-		return wire.WorkerToken{}, err
+		return wire.WorkerToken{}, fmt.Errorf("rotate the worker token of host %s: %w", ref, err)
 	}
 	return wire.WorkerToken{WorkerToken: token}, nil
 }
@@ -337,7 +352,10 @@ func (s *Store) DeleteHost(ctx context.Context, ref string) error {
 	if fkViolationFrom(err, "runs") {
 		return wire.Conflict(wire.CodeHasActiveRuns, "host has active runs")
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("delete host %s: %w", ref, err)
+	}
+	return nil
 }
 
 func hasActiveRuns(h wire.Host, n int) error {
@@ -368,7 +386,7 @@ func (s *Store) Providers(ctx context.Context) ([]wire.ProviderHosts, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT p, array_agg(DISTINCT h.name)
 		FROM hosts h, unnest(h.providers) AS p GROUP BY p ORDER BY p`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list providers: %w", translate(err))
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (wire.ProviderHosts, error) {
 		var ph wire.ProviderHosts

@@ -31,7 +31,7 @@ func scanHost(row pgx.Row) (wire.Host, error) {
 func (s *Store) ListHosts(ctx context.Context) ([]wire.Host, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h ORDER BY h.name`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list hosts: %w", translate(err))
 	}
 	out, err := pgx.CollectRows(rows, rowTo(scanHost))
 	if err != nil {
@@ -44,11 +44,11 @@ func (s *Store) ListHosts(ctx context.Context) ([]wire.Host, error) {
 func (s *Store) Snapshot(ctx context.Context) (wire.Snapshot, error) {
 	runs, err := s.ActiveRuns(ctx)
 	if err != nil {
-		return wire.Snapshot{}, err
+		return wire.Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
 	hosts, err := s.ListHosts(ctx)
 	if err != nil {
-		return wire.Snapshot{}, err
+		return wire.Snapshot{}, fmt.Errorf("snapshot: %w", err)
 	}
 	return wire.Snapshot{Reason: "cursor_purged", Runs: runs, Hosts: hosts}, nil
 }

@@ -21,7 +21,7 @@ func (s *Store) ProjectsByIDPrefix(ctx context.Context, p wire.IDPrefix, include
 		WHERE id BETWEEN $1::uuid AND $2::uuid AND ($3 OR status = 'active')
 		ORDER BY name, created_at LIMIT $4`, p.First, p.Last, includeArchived, wire.MaxIDPrefixMatches)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("projects by id prefix %s: %w", p.Prefix, translate(err))
 	}
 	return collectByPrefix(rows, scanProject, "projects", p)
 }
@@ -31,7 +31,7 @@ func (s *Store) HostsByIDPrefix(ctx context.Context, p wire.IDPrefix) ([]wire.Ho
 	rows, err := s.Pool.Query(ctx, `SELECT `+hostColumns+` FROM hosts h
 		WHERE h.id BETWEEN $1::uuid AND $2::uuid ORDER BY h.name LIMIT $3`, p.First, p.Last, wire.MaxIDPrefixMatches)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("hosts by id prefix %s: %w", p.Prefix, translate(err))
 	}
 	return collectByPrefix(rows, scanHost, "hosts", p)
 }
@@ -42,7 +42,7 @@ func (s *Store) WorkItemsByIDPrefix(ctx context.Context, p wire.IDPrefix) ([]wir
 	rows, err := s.Pool.Query(ctx, `SELECT `+itemColumns+` FROM work_items
 		WHERE id BETWEEN $1::uuid AND $2::uuid ORDER BY created_at, id LIMIT $3`, p.First, p.Last, wire.MaxIDPrefixMatches)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("work items by id prefix %s: %w", p.Prefix, translate(err))
 	}
 	return collectByPrefix(rows, scanItem, "work items", p)
 }

@@ -27,7 +27,7 @@ func (s *Store) RunStatuses(ctx context.Context, ids []string) (map[string]strin
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT id::text, status FROM runs WHERE id = ANY($1::uuid[])`, ids)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("read run statuses: %w", translate(err))
 	}
 	var id, st string
 	_, err = pgx.ForEachRow(rows, []any{&id, &st}, func() error { out[id] = st; return nil })

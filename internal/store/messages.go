@@ -20,7 +20,7 @@ func (s *Store) JournalRun(ctx context.Context, topic wire.Topic, runID string, 
 // JournalRunBy is JournalRun with the event's actor (wire.Event's actor;
 // "" for none).
 func (s *Store) JournalRunBy(ctx context.Context, topic wire.Topic, runID, actor string, extra map[string]any) error {
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, runID, false)
 		if err != nil {
 			return err
@@ -29,6 +29,10 @@ func (s *Store) JournalRunBy(ctx context.Context, topic wire.Topic, runID, actor
 		ev.Actor = actor
 		return tx.Journal(ctx, ev)
 	})
+	if err != nil {
+		return fmt.Errorf("journal %s of run %s: %w", topic, runID, err)
+	}
+	return nil
 }
 
 // ActorPam is the actor of the events of pam's own decisions.

@@ -110,7 +110,7 @@ type migration struct {
 func loadMigrations(fsys fs.FS) ([]migration, error) {
 	files, err := fs.Glob(fsys, "*.sql")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list migrations: %w", err)
 	}
 	var ms []migration
 	for _, name := range files {
@@ -231,24 +231,29 @@ func apply(ctx context.Context, conn *pgxpool.Conn, mg migration) error {
 		// message would form an implicit transaction again.
 		for _, stmt := range splitStatements(mg.sql) {
 			if _, err := conn.Exec(ctx, stmt); err != nil {
-				return err
+				return err // the caller names the migration; the error, the statement
 			}
 		}
-		_, err := conn.Exec(ctx, record, mg.version, mg.checksum)
-		return err
+		if _, err := conn.Exec(ctx, record, mg.version, mg.checksum); err != nil {
+			return fmt.Errorf("record it: %w", err)
+		}
+		return nil
 	}
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("begin a transaction: %w", err)
 	}
 	defer tx.Rollback(context.Background())
 	if _, err := tx.Exec(ctx, mg.sql); err != nil {
-		return err
+		return err // the caller names the migration; the error, the statement
 	}
 	if _, err := tx.Exec(ctx, record, mg.version, mg.checksum); err != nil {
-		return err
+		return fmt.Errorf("record it: %w", err)
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
 
 // WaitAdvisoryLock takes the session advisory lock key on q's session,
@@ -266,7 +271,7 @@ func WaitAdvisoryLock(ctx context.Context, q interface {
 	for {
 		var got bool
 		if err := q.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-			return err
+			return fmt.Errorf("try advisory lock %#x: %w", key, err)
 		}
 		if got {
 			return nil

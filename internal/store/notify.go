@@ -75,7 +75,7 @@ func (s *Store) CreateChannel(ctx context.Context, in wire.CreateChannel, secret
 			if e, ok := wire.AsError(err); ok && e.Code == wire.CodeNotFound {
 				return wire.Channel{}, wire.Invalid("project_id", "no project %s", *in.ProjectID)
 			}
-			return wire.Channel{}, err
+			return wire.Channel{}, fmt.Errorf("create channel %q: %w", in.Name, err)
 		}
 	}
 	c, err := scanChannel(s.Pool.QueryRow(ctx, `INSERT INTO notification_channels (id, name, kind, url, events, project_id, secret, from_seq)
@@ -84,25 +84,31 @@ func (s *Store) CreateChannel(ctx context.Context, in wire.CreateChannel, secret
 	if IsUniqueViolation(err, "notification_channels_name_key") {
 		return wire.Channel{}, wire.Conflict(wire.CodeConflict, "a channel named %q exists", in.Name)
 	}
-	return c, translate(err)
+	if err != nil {
+		return wire.Channel{}, fmt.Errorf("create channel %q: %w", in.Name, translate(err))
+	}
+	return c, nil
 }
 
 // ListChannels lists every channel by name.
 func (s *Store) ListChannels(ctx context.Context) ([]wire.Channel, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+channelColumns+` FROM notification_channels ORDER BY name`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list channels: %w", translate(err))
 	}
 	defer rows.Close()
 	out := []wire.Channel{}
 	for rows.Next() {
 		c, err := scanChannel(rows)
 		if err != nil {
-			return nil, translate(err)
+			return nil, fmt.Errorf("list channels: %w", translate(err))
 		}
 		out = append(out, c)
 	}
-	return out, translate(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list channels: %w", translate(err))
+	}
+	return out, nil
 }
 
 // GetChannel returns one channel.
@@ -114,7 +120,10 @@ func (s *Store) GetChannel(ctx context.Context, id string) (wire.Channel, error)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.Channel{}, wire.NotFound("channel")
 	}
-	return c, translate(err)
+	if err != nil {
+		return wire.Channel{}, fmt.Errorf("read channel %s: %w", id, translate(err))
+	}
+	return c, nil
 }
 
 // DeleteChannel removes a channel and its deliveries.
@@ -124,7 +133,7 @@ func (s *Store) DeleteChannel(ctx context.Context, id string) error {
 	}
 	tag, err := s.Pool.Exec(ctx, `DELETE FROM notification_channels WHERE id = $1`, id)
 	if err != nil {
-		return translate(err)
+		return fmt.Errorf("delete channel %s: %w", id, translate(err))
 	}
 	if tag.RowsAffected() == 0 {
 		return wire.NotFound("channel")
@@ -138,11 +147,13 @@ const TopicTest = "notification.test"
 // EnqueueTest queues a test message to the channel, due now.
 func (s *Store) EnqueueTest(ctx context.Context, id string) error {
 	if _, err := s.GetChannel(ctx, id); err != nil {
-		return err
+		return err // GetChannel names the channel
 	}
-	_, err := s.Pool.Exec(ctx, `INSERT INTO notification_deliveries (channel_id, event_seq, topic, attempt, status, next_try_at)
-		VALUES ($1, NULL, $2, 1, 'pending', now())`, id, TopicTest)
-	return translate(err)
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO notification_deliveries (channel_id, event_seq, topic, attempt, status, next_try_at)
+		VALUES ($1, NULL, $2, 1, 'pending', now())`, id, TopicTest); err != nil {
+		return fmt.Errorf("queue a test message to channel %s: %w", id, translate(err))
+	}
+	return nil
 }
 
 const deliveryColumns = `id, channel_id::text, event_seq, topic, attempt, status, response_code, error, next_try_at, created_at`
@@ -150,19 +161,19 @@ const deliveryColumns = `id, channel_id::text, event_seq, topic, attempt, status
 // Deliveries lists a channel's last limit attempts, newest first.
 func (s *Store) Deliveries(ctx context.Context, id string, limit int) ([]wire.Delivery, error) {
 	if _, err := s.GetChannel(ctx, id); err != nil {
-		return nil, err
+		return nil, err // GetChannel names the channel
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT `+deliveryColumns+` FROM notification_deliveries
 		WHERE channel_id = $1 ORDER BY id DESC LIMIT $2`, id, limit)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list the deliveries of channel %s: %w", id, translate(err))
 	}
 	defer rows.Close()
 	out := []wire.Delivery{}
 	for rows.Next() {
 		var d wire.Delivery
 		if err := rows.Scan(&d.ID, &d.ChannelID, &d.EventSeq, &d.Topic, &d.Attempt, &d.Status, &d.ResponseCode, &d.Error, &d.NextTryAt, &d.CreatedAt); err != nil {
-			return nil, translate(err)
+			return nil, fmt.Errorf("list the deliveries of channel %s: %w", id, translate(err))
 		}
 		d.CreatedAt = d.CreatedAt.UTC()
 		if d.NextTryAt != nil {
@@ -171,7 +182,10 @@ func (s *Store) Deliveries(ctx context.Context, id string, limit int) ([]wire.De
 		}
 		out = append(out, d)
 	}
-	return out, translate(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list the deliveries of channel %s: %w", id, translate(err))
+	}
+	return out, nil
 }
 
 // channelMatch is what the enqueuer needs of a channel.
@@ -296,18 +310,21 @@ func (s *Store) DueChannels(ctx context.Context, busy []string) ([]string, error
 	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT channel_id::text FROM notification_deliveries
 		WHERE status IN ('pending', 'sending') AND next_try_at <= now() AND NOT (channel_id::text = ANY($1))`, busy)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("find channels with due deliveries: %w", translate(err))
 	}
 	defer rows.Close()
 	var out []string
 	for rows.Next() {
 		var id string
 		if err := rows.Scan(&id); err != nil {
-			return nil, translate(err)
+			return nil, fmt.Errorf("find channels with due deliveries: %w", translate(err))
 		}
 		out = append(out, id)
 	}
-	return out, translate(rows.Err())
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("find channels with due deliveries: %w", translate(err))
+	}
+	return out, nil
 }
 
 // Claimed is a delivery attempt taken by a sender, with its channel.
@@ -340,7 +357,7 @@ func (s *Store) ClaimDelivery(ctx context.Context, channelID string, lease time.
 		return nil, nil
 	}
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("claim a delivery of channel %s: %w", channelID, translate(err))
 	}
 	return &c, nil
 }
@@ -426,11 +443,11 @@ func (s *Store) FinishDelivery(ctx context.Context, c *Claimed, o Outcome) error
 func (s *Store) EventBySeq(ctx context.Context, seq int64) (wire.Event, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+eventColumns+` FROM events WHERE seq = $1`, seq)
 	if err != nil {
-		return wire.Event{}, translate(err)
+		return wire.Event{}, fmt.Errorf("read event %d: %w", seq, translate(err))
 	}
 	evs, err := scanEvents(rows)
 	if err != nil {
-		return wire.Event{}, translate(err)
+		return wire.Event{}, fmt.Errorf("read event %d: %w", seq, translate(err))
 	}
 	if len(evs) == 0 {
 		return wire.Event{}, wire.NotFound("event")
@@ -461,7 +478,10 @@ func (s *Store) GrantAnswers(ctx context.Context, runID string, attempt int, que
 	_, err := s.Pool.Exec(ctx, `INSERT INTO answer_tokens (token_hash, run_id, attempt, question, key, channel_name, expires_at)
 		SELECT h, $3, $4, $5, k, $6, $7 FROM unnest($1::bytea[], $2::text[]) AS u(h, k)`,
 		hashes, keys, runID, attempt, question, channel, expires)
-	return translate(err)
+	if err != nil {
+		return fmt.Errorf("store the answer links of run %s: %w", runID, translate(err))
+	}
+	return nil
 }
 
 // Answer is a used answer token: the run and key it presses and the
@@ -525,7 +545,10 @@ func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 		out.Run, out.question = r, question
 		return nil
 	})
-	return out, err
+	if err != nil {
+		return Answer{}, fmt.Errorf("use an answer link: %w", err)
+	}
+	return out, nil
 }
 
 // Unuse makes the links of an answer's question usable again: the key
@@ -533,7 +556,10 @@ func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 func (s *Store) Unuse(ctx context.Context, a Answer) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE answer_tokens SET used_at = NULL
 		WHERE run_id = $1 AND attempt = $2 AND question = $3 AND expires_at > now()`, a.Run.ID, a.Run.Attempt, a.question)
-	return translate(err)
+	if err != nil {
+		return fmt.Errorf("make the answer links of run %s usable again: %w", a.Run.ID, translate(err))
+	}
+	return nil
 }
 
 // PurgeNotifications removes finished attempts older than keep and the
@@ -541,8 +567,10 @@ func (s *Store) Unuse(ctx context.Context, a Answer) error {
 func (s *Store) PurgeNotifications(ctx context.Context, keep time.Duration) error {
 	if _, err := s.Pool.Exec(ctx, `DELETE FROM notification_deliveries
 		WHERE created_at < now() - $1::interval AND status NOT IN ('pending', 'sending')`, keep.String()); err != nil {
-		return translate(err)
+		return fmt.Errorf("purge finished deliveries: %w", translate(err))
 	}
-	_, err := s.Pool.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < now() - interval '1 day'`)
-	return translate(err)
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < now() - interval '1 day'`); err != nil {
+		return fmt.Errorf("purge expired answer links: %w", translate(err))
+	}
+	return nil
 }

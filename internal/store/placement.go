@@ -31,16 +31,16 @@ type Offer struct {
 func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) {
 	tok, err := s.SignalToken(ctx, o.Run.ID, o.Run.Attempt, o.HostID)
 	if err != nil {
-		return wire.Frame{}, err
+		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	f := wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
 		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
 		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}
 	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
-		return wire.Frame{}, err
+		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	if err := s.dispatchResume(ctx, &f, o); err != nil {
-		return wire.Frame{}, err
+		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	return f, nil
 }
@@ -71,18 +71,21 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 			WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 			ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
 		if err != nil {
-			return err
+			return fmt.Errorf("claim due runs: %w", err)
 		}
 		due, err := pgx.CollectRows(rows, rowTo(scanRun))
-		if err != nil || len(due) == 0 {
-			return err
+		if err != nil {
+			return fmt.Errorf("claim due runs: %w", err)
+		}
+		if len(due) == 0 {
+			return nil
 		}
 		hrows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
 			(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
 			FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
 			ORDER BY h.id FOR NO KEY UPDATE OF h`)
 		if err != nil {
-			return err
+			return fmt.Errorf("read candidate hosts: %w", err)
 		}
 		all, err := pgx.CollectRows(hrows, func(row pgx.CollectableRow) (*candidate, error) {
 			c := &candidate{}
@@ -136,12 +139,15 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		}
 		if len(matchedIDs) > 0 {
 			if _, err := tx.Exec(ctx, `UPDATE runs SET ever_matched = true WHERE id = ANY($1::uuid[]) AND NOT ever_matched`, matchedIDs); err != nil {
-				return err
+				return fmt.Errorf("mark runs matched: %w", err)
 			}
 		}
 		return nil
 	})
-	return offers, err
+	if err != nil {
+		return offers, fmt.Errorf("offer due runs: %w", err) // as before: a failed commit may have made them
+	}
+	return offers, nil
 }
 
 // recentRefusals returns the (run, host) pairs, keyed "run/host", whose
@@ -173,7 +179,7 @@ func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Durat
 // run (docs/architecture.md#security-model).
 func (s *Store) OfferedTo(ctx context.Context, hostID, runID string) (bool, error) {
 	ok, err := offeredTo(ctx, s.Pool, hostID, runID)
-	return ok, translate(err)
+	return ok, translate(err) // offeredTo names the run
 }
 
 // PlacedOn reports whether runID's current attempt is attempt and is
@@ -242,7 +248,10 @@ func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckO
 		res.Run, err = s.apply(ctx, tx, r, d)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return AckOutcome{}, fmt.Errorf("apply the dispatch ack of run %s: %w", f.RunID, err)
+	}
+	return res, nil
 }
 
 // Sweep applies the central timeouts (docs/architecture.md#run-status-machine, docs/architecture.md#central-duties) and returns how many runs
@@ -264,7 +273,7 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
 		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout)
 	if err != nil {
-		return 0, translate(err)
+		return 0, fmt.Errorf("find due runs: %w", translate(err))
 	}
 	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
 	if err != nil {
@@ -293,7 +302,7 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 			return nil
 		})
 		if err != nil && !errors.Is(err, errGuardLost) {
-			return changed, err
+			return changed, fmt.Errorf("apply the timers of run %s: %w", d.ID, err)
 		}
 	}
 	return changed, nil
@@ -304,8 +313,11 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
 	var t *time.Time
 	err := s.Pool.QueryRow(ctx, `SELECT min(next_attempt_at) FROM runs WHERE status = 'pending' AND host_id IS NULL AND next_attempt_at > now()`).Scan(&t)
-	if err != nil || t == nil {
-		return time.Time{}, translate(err)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read when the next run is due: %w", translate(err))
+	}
+	if t == nil {
+		return time.Time{}, nil
 	}
 	return *t, nil
 }
@@ -319,7 +331,7 @@ func (s *Store) secret(ctx context.Context) ([]byte, error) {
 	}
 	var b []byte
 	if err := s.Pool.QueryRow(ctx, `SELECT signal_secret FROM server_state`).Scan(&b); err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("read the signal secret: %w", translate(err))
 	}
 	s.signalSecret = b
 	return b, nil
@@ -333,7 +345,7 @@ const signalTokenPrefix = "pst1"
 func (s *Store) SignalToken(ctx context.Context, runID string, attempt int, hostID string) (string, error) {
 	key, err := s.secret(ctx)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("make the signal token of run %s: %w", runID, err)
 	}
 	return fmt.Sprintf("%s.%s.%d.%s", signalTokenPrefix, hostID, attempt, signalMAC(key, runID, attempt, hostID)), nil
 }
@@ -364,7 +376,7 @@ func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hos
 	}
 	key, err := s.secret(ctx)
 	if err != nil {
-		return "", 0, fmt.Errorf("read signal secret: %w", err)
+		return "", 0, fmt.Errorf("verify the signal token of run %s: %w", runID, err)
 	}
 	want := signalMAC(key, runID, n, parts[1])
 	if !hmac.Equal([]byte(want), []byte(parts[3])) {

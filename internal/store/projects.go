@@ -128,7 +128,10 @@ func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.
 				continue
 			}
 		}
-		return p, err
+		if err != nil {
+			return wire.Project{}, fmt.Errorf("create project %q: %w", candidate, err)
+		}
+		return p, nil
 	}
 }
 
@@ -137,7 +140,7 @@ func (s *Store) ListProjects(ctx context.Context, includeArchived bool) ([]wire.
 	rows, err := s.Pool.Query(ctx, `SELECT `+projectColumns+` FROM projects
 		WHERE $1 OR status = 'active' ORDER BY name, created_at`, includeArchived)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list projects: %w", translate(err))
 	}
 	out, err := pgx.CollectRows(rows, rowTo(scanProject))
 	if err != nil {
@@ -172,7 +175,10 @@ func projectByRef(ctx context.Context, q querier, ref string, lock bool) (wire.P
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.Project{}, wire.NotFound("project")
 	}
-	return p, translate(err)
+	if err != nil {
+		return wire.Project{}, fmt.Errorf("read project %s: %w", ref, translate(err))
+	}
+	return p, nil
 }
 
 // GetProject resolves a project by id or slug.
@@ -235,7 +241,10 @@ func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdatePro
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectUpdated, ProjectID: p.ID, Payload: map[string]any{"project": out, "changed": changed}})
 	})
-	return out, err
+	if err != nil {
+		return wire.Project{}, fmt.Errorf("update project %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // ArchiveProject soft-deletes a project (status archived), journaling
@@ -258,7 +267,10 @@ func (s *Store) ArchiveProject(ctx context.Context, ref string) (wire.Project, e
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectArchived, ProjectID: p.ID, Payload: out})
 	})
-	return out, err
+	if err != nil {
+		return wire.Project{}, fmt.Errorf("archive project %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // UnarchiveProject makes an archived project active again, journaling
@@ -283,7 +295,10 @@ func (s *Store) UnarchiveProject(ctx context.Context, ref string) (wire.Project,
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicProjectUpdated, ProjectID: p.ID,
 			Payload: map[string]any{"project": out, "changed": map[string]any{"status": out.Status}}})
 	})
-	return out, err
+	if err != nil {
+		return wire.Project{}, fmt.Errorf("unarchive project %s: %w", ref, err)
+	}
+	return out, nil
 }
 
 // refuseArchived refuses a change to the work items or runs of an
@@ -301,7 +316,7 @@ func refuseArchived(p wire.Project) error {
 func refuseArchivedID(ctx context.Context, q querier, projectID string) error {
 	var status string
 	if err := q.QueryRow(ctx, `SELECT status FROM projects WHERE id = $1`, projectID).Scan(&status); err != nil {
-		return translate(err)
+		return fmt.Errorf("read the status of project %s: %w", projectID, translate(err))
 	}
 	return refuseArchived(wire.Project{ID: projectID, Status: status})
 }

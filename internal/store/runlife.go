@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -120,7 +121,10 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
 			continue // the 8-hex prefix is taken: a new id
 		}
-		return out, err
+		if err != nil {
+			return wire.Run{}, fmt.Errorf("create a run of task %s: %w", in.TaskID, err)
+		}
+		return out, nil
 	}
 }
 
@@ -174,7 +178,7 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, *string,
 	if f.Before != "" {
 		var found bool
 		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`, f.Before).Scan(&found); err != nil {
-			return nil, nil, translate(err)
+			return nil, nil, fmt.Errorf("list runs: find run %s to page from: %w", f.Before, translate(err))
 		}
 		if !found {
 			return nil, nil, wire.Invalid("before", "no run %s to page from", f.Before)
@@ -189,11 +193,14 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, *string,
 		AND ($9::uuid IS NULL OR (created_at, id) < (SELECT created_at, id FROM runs WHERE id = $9::uuid))
 		ORDER BY created_at DESC, id DESC LIMIT $5`, f.Status, f.ProjectID, f.TaskID, f.HostID, f.Limit+1, first, last, f.Attention, before)
 	if err != nil {
-		return nil, nil, translate(err)
+		return nil, nil, fmt.Errorf("list runs: %w", translate(err))
 	}
 	runs, err := collectRuns(rows)
-	if err != nil || len(runs) <= f.Limit {
-		return runs, nil, err
+	if err != nil {
+		return nil, nil, fmt.Errorf("list runs: %w", err)
+	}
+	if len(runs) <= f.Limit {
+		return runs, nil, nil
 	}
 	runs = runs[:f.Limit]
 	next := runs[len(runs)-1].ID
@@ -220,7 +227,10 @@ func runByID(ctx context.Context, q querier, id string, lock bool) (wire.Run, er
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.Run{}, wire.NotFound("run")
 	}
-	return r, translate(err)
+	if err != nil {
+		return wire.Run{}, fmt.Errorf("read run %s: %w", id, translate(err))
+	}
+	return r, nil
 }
 
 // GetRun returns one run.
@@ -252,7 +262,10 @@ func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, s
 		out, err = s.apply(ctx, tx, r, d)
 		return err
 	})
-	return out, host, err
+	if err != nil {
+		return wire.Run{}, "", fmt.Errorf("stop run %s: %w", id, err)
+	}
+	return out, host, nil
 }
 
 // RetryRun requeues a run that ended failed with its attempts used up,
@@ -280,7 +293,10 @@ func (s *Store) RetryRun(ctx context.Context, id string, fresh bool) (wire.Run, 
 		out, err = s.apply(ctx, tx, r, d)
 		return err
 	})
-	return out, err
+	if err != nil {
+		return wire.Run{}, fmt.Errorf("retry run %s: %w", id, err)
+	}
+	return out, nil
 }
 
 // CompleteRun is the manual completion mark: it does not stop the run.
@@ -294,7 +310,10 @@ func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
 		out, err = s.apply(ctx, tx, r, lifecycle.Complete(wire.SourceManual))
 		return err
 	})
-	return out, err
+	if err != nil {
+		return wire.Run{}, fmt.Errorf("complete run %s: %w", id, err)
+	}
+	return out, nil
 }
 
 // complete records a completion (manual or a hook's) and, when the
@@ -304,14 +323,14 @@ func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string)
 	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = now(),
 		completion_source = $2, updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source))
 	if err != nil {
-		return out, err
+		return out, fmt.Errorf("mark run %s completed: %w", r.ID, err)
 	}
 	if err := tx.Journal(ctx, runEvent(wire.TopicRunCompleted, out, map[string]any{"source": source})); err != nil {
 		return out, err
 	}
 	var autoDone bool
 	if err := tx.QueryRow(ctx, `SELECT auto_done FROM projects WHERE id = $1`, r.ProjectID).Scan(&autoDone); err != nil {
-		return out, err
+		return out, fmt.Errorf("read auto_done of project %s: %w", r.ProjectID, err)
 	}
 	if autoDone {
 		return out, moveItem(ctx, tx, r.TaskID, "done", "")
@@ -324,12 +343,15 @@ func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string)
 func moveItem(ctx context.Context, tx *Tx, itemID, to, from string) error {
 	var old string
 	err := tx.QueryRow(ctx, `SELECT status FROM work_items WHERE id = $1 FOR NO KEY UPDATE`, itemID).Scan(&old)
-	if err != nil || old == to || (from != "" && old != from) {
-		return err
+	if err != nil {
+		return fmt.Errorf("read the status of work item %s: %w", itemID, err)
+	}
+	if old == to || (from != "" && old != from) {
+		return nil
 	}
 	w, err := scanItem(tx.QueryRow(ctx, `UPDATE work_items SET status = $2, updated_at = now() WHERE id = $1 RETURNING `+itemColumns, itemID, to))
 	if err != nil {
-		return err
+		return fmt.Errorf("move work item %s to %s: %w", itemID, to, err)
 	}
 	return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: w.ProjectID,
 		Payload: map[string]any{"work_item_id": w.ID, "from": old, "to": to, "work_item": w}})

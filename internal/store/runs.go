@@ -34,9 +34,13 @@ func (s *Store) ActiveRuns(ctx context.Context) ([]wire.Run, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+runColumns+` FROM runs
 		WHERE status IN ('pending', 'spawning', 'running') ORDER BY created_at DESC`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list active runs: %w", translate(err))
 	}
-	return collectRuns(rows)
+	runs, err := collectRuns(rows)
+	if err != nil {
+		return nil, fmt.Errorf("list active runs: %w", err)
+	}
+	return runs, nil
 }
 
 // collectRuns scans every row of a runColumns query.

@@ -32,7 +32,7 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 	runID, senderHost, sig := in.RunID, in.Sender, in.Signal
 	if err := validateSignal(sig); err != nil {
-		return Ingest{}, err
+		return Ingest{}, err // the refusal the sender reads, as is
 	}
 	var res Ingest
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -53,7 +53,10 @@ func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 		res, err = s.applySignal(ctx, tx, r, senderHost, sig, in.Screen)
 		return err
 	})
-	return res, err
+	if err != nil {
+		return Ingest{}, fmt.Errorf("ingest signal %s of run %s: %w", sig.Kind, runID, err)
+	}
+	return res, nil
 }
 
 // senderKnown reports whether runID was offered to or placed on host: a
@@ -159,7 +162,7 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 			}
 		}
 		if !offered {
-			return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.RunID, f.Attempt, f.Detail)
+			return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.RunID, f.Attempt, f.Detail) // names what it did
 		}
 	}
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -202,5 +205,8 @@ func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame)
 		changed = err == nil && d.Changed()
 		return err
 	})
-	return out, changed, err
+	if err != nil {
+		return wire.Run{}, false, fmt.Errorf("apply the %s report of run %s: %w", f.State, f.RunID, err)
+	}
+	return out, changed, nil
 }

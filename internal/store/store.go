@@ -101,14 +101,16 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
 		return fmt.Errorf("migrate: %w", err)
 	}
 	if err := (Migrator{FS: sub}).Run(ctx, pool); err != nil {
-		return err
+		return err // Run names the step that failed
 	}
 	secret := make([]byte, 32)
 	if _, err := rand.Read(secret); err != nil {
-		return err
+		return fmt.Errorf("make the signal secret: %w", err)
 	}
-	_, err = pool.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret)
-	return err
+	if _, err := pool.Exec(ctx, "INSERT INTO server_state (signal_secret) VALUES ($1) ON CONFLICT DO NOTHING", secret); err != nil {
+		return fmt.Errorf("store the signal secret: %w", err)
+	}
+	return nil
 }
 
 // Tx is the handle a transaction body receives. It records whether events
@@ -127,7 +129,7 @@ type Tx struct {
 func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	ptx, err := s.Pool.Begin(ctx)
 	if err != nil {
-		return translate(err)
+		return fmt.Errorf("begin a transaction: %w", translate(err))
 	}
 	tx := &Tx{Tx: ptx}
 	if err := fn(tx); err != nil {
@@ -135,7 +137,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 		return translate(err)
 	}
 	if err := ptx.Commit(ctx); err != nil {
-		return translate(err)
+		return fmt.Errorf("commit: %w", translate(err))
 	}
 	if tx.Journaled && s.AfterCommit != nil {
 		s.AfterCommit()

@@ -39,7 +39,7 @@ func HashTokenSecret(secret string) []byte {
 func NewTokenSecret() (string, error) {
 	b := make([]byte, 16)
 	if _, err := rand.Read(b); err != nil {
-		return "", err
+		return "", fmt.Errorf("make a token secret: %w", err)
 	}
 	return hex.EncodeToString(b), nil
 }
@@ -115,7 +115,7 @@ func (s *Store) TokenSecretHash(ctx context.Context, id string) (hash []byte, re
 func (s *Store) ListTokens(ctx context.Context) ([]wire.Token, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT `+tokenColumns+` FROM api_tokens WHERE revoked_at IS NULL ORDER BY name`)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list tokens: %w", translate(err))
 	}
 	ts, err := pgx.CollectRows(rows, rowTo(scanToken))
 	if err != nil {
@@ -141,7 +141,7 @@ func (s *Store) CreateToken(ctx context.Context, in wire.CreateToken) (wire.Toke
 	}
 	secret, err := NewTokenSecret()
 	if err != nil {
-		return wire.TokenSecret{}, err
+		return wire.TokenSecret{}, fmt.Errorf("create a token: %w", err)
 	}
 	var t APIToken
 	err = s.InTx(ctx, func(tx *Tx) error {
@@ -173,7 +173,7 @@ func (s *Store) CreateToken(ctx context.Context, in wire.CreateToken) (wire.Toke
 func (s *Store) RotateAPIToken(ctx context.Context, id string) (wire.TokenSecret, error) {
 	secret, err := NewTokenSecret()
 	if err != nil {
-		return wire.TokenSecret{}, err
+		return wire.TokenSecret{}, fmt.Errorf("rotate a token: %w", err)
 	}
 	var t APIToken
 	err = s.InTx(ctx, func(tx *Tx) error {
@@ -240,7 +240,10 @@ func (s *Store) RevokeAPIToken(ctx context.Context, id string) error {
 // TouchToken records that a token was used at.
 func (s *Store) TouchToken(ctx context.Context, id string, at time.Time) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE api_tokens SET last_used_at = $2 WHERE id = $1 AND (last_used_at IS NULL OR last_used_at < $2)`, id, at)
-	return translate(err)
+	if err != nil {
+		return fmt.Errorf("record the use of token %s: %w", id, translate(err))
+	}
+	return nil
 }
 
 // actorKey holds, in a context, who the events journaled under it are by.

@@ -50,7 +50,10 @@ func itemByID(ctx context.Context, q querier, id string, lock bool) (wire.WorkIt
 	if errors.Is(err, pgx.ErrNoRows) {
 		return wire.WorkItem{}, wire.NotFound("work item")
 	}
-	return w, translate(err)
+	if err != nil {
+		return wire.WorkItem{}, fmt.Errorf("read work item %s: %w", id, translate(err))
+	}
+	return w, nil
 }
 
 // GetWorkItem returns one work item.
@@ -68,7 +71,7 @@ func parentFor(ctx context.Context, q querier, projectID, parentID, kind string)
 		return parent, wire.Invalid("parent_id", "parent work item %s does not exist", parentID)
 	}
 	if err != nil {
-		return parent, err
+		return parent, err // itemByID names the item
 	}
 	if parent.ProjectID != projectID {
 		return parent, wire.Invalid("parent_id", "parent work item belongs to another project")
@@ -150,7 +153,10 @@ func (s *Store) createWorkItem(ctx context.Context, projectRef string, in wire.C
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemCreated, ProjectID: p.ID, Actor: actor, Payload: out})
 	})
-	return out, err
+	if err != nil {
+		return wire.WorkItem{}, fmt.Errorf("create a %s in project %s: %w", in.Kind, projectRef, err)
+	}
+	return out, nil
 }
 
 // ItemFilter narrows a project's item list; empty fields match all.
@@ -174,11 +180,11 @@ func (s *Store) ListWorkItems(ctx context.Context, projectRef string, f ItemFilt
 	}
 	p, err := s.GetProject(ctx, projectRef)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("list work items: %w", err)
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT `+itemColumns+` FROM work_items WHERE project_id = $1`, p.ID)
 	if err != nil {
-		return nil, translate(err)
+		return nil, fmt.Errorf("list work items of %s: %w", p.ID, translate(err))
 	}
 	all, err := pgx.CollectRows(rows, rowTo(scanItem))
 	if err != nil {
@@ -360,7 +366,10 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		}
 		return tx.Journal(ctx, events...)
 	})
-	return out, err
+	if err != nil {
+		return wire.WorkItem{}, fmt.Errorf("update work item %s: %w", id, err)
+	}
+	return out, nil
 }
 
 func sameParent(a, b *string) bool {
@@ -379,7 +388,7 @@ func likePrefix(s string) string {
 // DeleteWorkItem deletes a leaf item without runs, journaling
 // work_item.deleted; 409 has_children / has_runs otherwise.
 func (s *Store) DeleteWorkItem(ctx context.Context, id string) error {
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		cur, err := itemByID(ctx, tx, id, true)
 		if err != nil {
 			return err
@@ -403,4 +412,8 @@ func (s *Store) DeleteWorkItem(ctx context.Context, id string) error {
 		}
 		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkItemDeleted, ProjectID: cur.ProjectID, Payload: map[string]any{"work_item_id": cur.ID, "work_item": cur}})
 	})
+	if err != nil {
+		return fmt.Errorf("delete work item %s: %w", id, err)
+	}
+	return nil
 }

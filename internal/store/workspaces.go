@@ -111,7 +111,10 @@ func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Frame)
 		return tx.Journal(ctx, workspaceEvent(wire.TopicRunWorkspaceReady, r, hostID, map[string]any{
 			"path": f.Workspace.Path, "branch": f.Workspace.Branch, "base_commit": f.Workspace.BaseCommit}))
 	})
-	return changed, err
+	if err != nil {
+		return false, fmt.Errorf("record the worktree of run %s: %w", f.RunID, err)
+	}
+	return changed, nil
 }
 
 // WorkspaceRemoved records that a worker removed a worktree (asked to,
@@ -120,7 +123,7 @@ func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Frame)
 // (docs/architecture.md#resume-and-continue) — gets its runs.workspace
 // back to null, and run.workspace_removed is journaled for each.
 func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.Frame) error {
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		if _, err := workspaceRun(ctx, tx, hostID, f.RunID); err != nil {
 			return err
 		}
@@ -141,11 +144,15 @@ func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.Fram
 		}
 		return nil
 	})
+	if err != nil {
+		return fmt.Errorf("record the removal of the worktree of run %s: %w", f.RunID, err)
+	}
+	return nil
 }
 
 // WorkspacePushed journals the outcome of a push of a run's branch.
 func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.Frame) error {
-	return s.InTx(ctx, func(tx *Tx) error {
+	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := workspaceRun(ctx, tx, hostID, f.RunID)
 		if err != nil {
 			return err
@@ -159,6 +166,10 @@ func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.Frame
 		return tx.Journal(ctx, workspaceEvent(wire.TopicRunWorkspacePushed, r, hostID, map[string]any{
 			"branch": f.Workspace.Branch, "ok": *f.OK, "detail": f.Detail}))
 	})
+	if err != nil {
+		return fmt.Errorf("record the push of the branch of run %s: %w", f.RunID, err)
+	}
+	return nil
 }
 
 // WorkspaceHost returns a run with a worktree and the host that holds
@@ -166,11 +177,11 @@ func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.Frame
 func (s *Store) WorkspaceHost(ctx context.Context, runID string) (wire.Run, string, error) {
 	r, err := s.GetRun(ctx, runID)
 	if err != nil {
-		return wire.Run{}, "", err
+		return wire.Run{}, "", err // GetRun names the run
 	}
 	var host *string
 	if err := s.Pool.QueryRow(ctx, `SELECT workspace_host_id::text FROM runs WHERE id = $1`, r.ID).Scan(&host); err != nil {
-		return r, "", translate(err)
+		return r, "", fmt.Errorf("read the worktree host of run %s: %w", r.ID, translate(err))
 	}
 	if r.Workspace == nil || host == nil {
 		return r, "", wire.Errorf(wire.CodeNoWorkspace, "run %s has no worktree", r.ID)
