@@ -41,7 +41,7 @@ func load(t *testing.T) Table {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Build(g, []Source{{Name: "pam bench load", Rows: rep.Figures}, {Name: "pam bench fleet", Skipped: "this pam has no bench fleet"}})
+	return Build(g, []Source{{Name: "pam-bench load", Rows: rep.Figures}, {Name: "pam-bench fleet", Skipped: "this pam has no bench fleet"}})
 }
 
 // A recorded go test -bench output (several packages, a result line cut
@@ -121,7 +121,7 @@ func TestWrite(t *testing.T) {
 	for _, s := range []string{
 		"pam figures (BENCHTIME=1s)",
 		"FIGURE", "BASELINE", "RATIO", "GOAL", "MET", "SAMPLES",
-		"[go test -bench]", "[pam bench load]", "[pam bench fleet]", "(not run: this pam has no bench fleet)",
+		"[go test -bench]", "[pam-bench load]", "[pam-bench fleet]", "(not run: this pam has no bench fleet)",
 		"signal ingest: uplink", "4,800 signals/s", "6,400 signals/s (plain SQL)", "0.75×", "≥ 5,000 signals/s",
 		"dispatch latency under load: p99", "25.0 ms", "5.00 ms (idle)", "≤ 20 ms", "1,500",
 		"goals: 7 met, 3 not met, 2 not measured",

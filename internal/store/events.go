@@ -202,7 +202,7 @@ func (s *Store) SafeSeq(ctx context.Context) (int64, error) {
 	}
 	// Waiting is a poll, short and cheap: pg_xact_status reads the
 	// transaction's state where pg_stat_activity builds a row per
-	// backend. Under pam bench load a wait lasts about one transaction
+	// backend. Under pam-bench load a wait lasts about one transaction
 	// (20–30 ms); polls at most 2 ms apart end it within 2 ms of the
 	// last commit, where polls up to 20 ms apart overshot by ≈10 ms.
 	wait := 200 * time.Microsecond

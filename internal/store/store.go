@@ -77,7 +77,7 @@ func (s *Store) Close() { s.Pool.Close() }
 // WithOwnPool returns a Store on conns connections of its own to s's
 // database, with s's settings (AfterCommit, Policy, Clock: set them on s
 // first). The dispatcher works through one, so its passes never queue for
-// a connection behind the API's requests: under pam bench load 20
+// a connection behind the API's requests: under pam-bench load 20
 // editors held all 8 of the shared pool and a run waited 67 ms at p50 to
 // be offered (docs/bench.md). Close it before s.
 func (s *Store) WithOwnPool(ctx context.Context, conns int32) (*Store, error) {

@@ -277,7 +277,7 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		// moves can never make a cycle. Any other change is the item's
 		// alone and locks only it, so edits of different cards of one
 		// project run side by side (20 editors of one project were one at
-		// a time: ≈270 PATCHes/s under pam bench load, docs/bench.md).
+		// a time: ≈270 PATCHes/s under pam-bench load, docs/bench.md).
 		// Nothing locks an item and then its project: no deadlock.
 		if in.ParentID.Set {
 			unlocked, err := itemByID(ctx, tx, id, false)
