@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"pam/internal/eventually"
@@ -27,14 +28,15 @@ import (
 // The test binary is every process these tests need: run with a first
 // argument naming a role, it is the holder command (as `pam exec hold`
 // is) or one of the programs a holder runs, all real processes on a real
-// PTY.
+// PTY. Run without one, it runs the tests and fails the package when a
+// goroutine outlives them.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		if role, ok := roles[os.Args[1]]; ok {
 			os.Exit(role(os.Args[2:]))
 		}
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 var roles = map[string]func(args []string) int{

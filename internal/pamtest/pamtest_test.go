@@ -12,10 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(M(m)) }
 
 // fakeTB records what Require, raceDir and ShortDir do to a test, so
 // that a failing or skipping path can be checked without failing this
