@@ -330,7 +330,7 @@ func startReader(t *testing.T, dir, name string) *readerProc {
 		if line != "attached\n" {
 			t.Fatalf("reader: %q", line)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal("the reader process did not attach")
 	}
 	return p
@@ -341,7 +341,7 @@ func (p *readerProc) wait(t *testing.T) string {
 	t.Helper()
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(eventually.Long):
 		t.Fatal("the reader process did not end")
 	}
 	return p.out.String()
@@ -351,7 +351,7 @@ func (p *readerProc) wait(t *testing.T) string {
 // ready for its SIGUSR1.
 func waitReady(t testing.TB, report string) {
 	t.Helper()
-	if !eventually.Within(10*time.Second, func() bool {
+	if !eventually.Within(eventually.Medium, func() bool {
 		_, err := os.Stat(report + ".ready")
 		return err == nil
 	}) {

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
@@ -185,7 +184,7 @@ func TestTmuxServersEndWithTheTest(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no tmux server pid")
 	}
-	eventually.Wait(t, 10*time.Second, fmt.Sprintf("tmux server %d to end", pid), func() bool {
+	eventually.Wait(t, eventually.Medium, fmt.Sprintf("tmux server %d to end", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		// Gone, or a zombie waiting for its reaper.
 		return err != nil || strings.Contains(string(b), ") Z ")
