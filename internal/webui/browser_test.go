@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
@@ -38,7 +39,8 @@ import (
 // every page, desktop and phone, go to $TEST_ARTIFACTS (or a temporary
 // folder the test logs).
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // The dashboard's budgets (docs/architecture.md#web-dashboard), in bytes on the wire (gzip).
 const (
