@@ -15,13 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // system is one serve and its workers.
 type system struct {
