@@ -14,8 +14,9 @@ const Tick = 10 * time.Millisecond
 // The named waits: how long a test waits for a condition before it fails.
 // They are deadlines, not delays: a condition that holds sooner ends the
 // wait sooner, so they are generous enough for a loaded two-core CI
-// machine running the race detector. A test uses a literal duration only
-// when the duration is itself what is tested (a timeout, a grace period).
+// machine running the race detector. A test uses a literal duration when
+// the duration is itself what is tested (a timeout, a grace period), or
+// for the rare wait none of these fits (an agent CLI's whole turn).
 const (
 	// Short is for what happens inside the test's own process or one
 	// query away: a write becoming visible, a goroutine settling, a
