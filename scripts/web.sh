@@ -4,7 +4,8 @@
 # than the lockfile, then web/build.mjs when a source is newer than the
 # last build. Without npm it says how to get it and exits 0, so a plain
 # build still works (the binary then serves a page explaining how to build
-# the dashboard); with --require (make test) a missing npm is an error.
+# the dashboard); with --require (make test) a missing npm is an error,
+# and the sources' JSDoc types are checked (tsc, npm run typecheck).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../web"
 
@@ -23,6 +24,12 @@ fi
 
 if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
 	npm ci --no-audit --no-fund --loglevel=error
+fi
+
+# make test (--require) also checks the sources' types: tsc reads the
+# JSDoc of web/src (npm run typecheck; web/tsconfig.json), emitting nothing.
+if $require; then
+	npm run --silent typecheck
 fi
 
 out=../internal/webui/dist/index.html

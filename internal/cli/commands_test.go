@@ -314,7 +314,7 @@ func TestEventsFollowReconnects(t *testing.T) {
 		}
 		env := e.env()
 		go func() { done <- env.Main(ctx, args, &out, &errb) }()
-		eventually.Within(10*time.Second, func() bool { return strings.Count(out.String(), "\n") >= 3 })
+		eventually.Within(eventually.Medium, func() bool { return strings.Count(out.String(), "\n") >= 3 })
 		cancel()
 		if code := <-done; code != 0 {
 			t.Fatalf("exit %d after interrupt; stderr:\n%s", code, errb.String())
@@ -668,7 +668,7 @@ func TestEventsNewestAndLiveFollow(t *testing.T) {
 	done := make(chan int)
 	env := e.env()
 	go func() { done <- env.Main(ctx, []string{"events", "--follow", "--json"}, &out, &errb) }()
-	eventually.Wait(t, 10*time.Second, "the live event", func() bool { return strings.Contains(out.String(), `"seq":2501`) })
+	eventually.Wait(t, eventually.Medium, "the live event", func() bool { return strings.Contains(out.String(), `"seq":2501`) })
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())

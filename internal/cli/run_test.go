@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/creack/pty"
 
@@ -168,7 +167,7 @@ func TestRunLogs(t *testing.T) {
 	done := make(chan int)
 	env := e.env()
 	go func() { done <- env.Main(ctx, []string{"run", "logs", "-f", runID}, &out, &errb) }()
-	eventually.Within(10*time.Second, func() bool { return out.String() != "" })
+	eventually.Within(eventually.Medium, func() bool { return out.String() != "" })
 	if out.String() != "line one\n" {
 		t.Fatalf("followed output %q", out.String())
 	}
@@ -375,7 +374,7 @@ func TestRunLogsColor(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	eventually.Wait(t, 10*time.Second, "the log on the terminal", func() bool {
+	eventually.Wait(t, eventually.Medium, "the log on the terminal", func() bool {
 		return strings.ReplaceAll(got.String(), "\r\n", "\n") == raw
 	})
 }

@@ -149,7 +149,7 @@ func (y *sys) start(o dispatch.Options) *dispatch.Dispatcher {
 func (y *sys) waitPasses(n int64) {
 	y.t.Helper()
 	from := y.passes.Load()
-	eventually.Wait(y.t, 10*time.Second, "dispatcher passes", func() bool { return y.passes.Load() >= from+n })
+	eventually.Wait(y.t, eventually.Medium, "dispatcher passes", func() bool { return y.passes.Load() >= from+n })
 }
 
 func (y *sys) get(id string) wire.Run {
@@ -192,7 +192,7 @@ func TestOffersToTheEligibleHost(t *testing.T) {
 	offers := func() []wire.Frame {
 		return append(y.fleet.frames(good.ID, wire.FrameRunDispatch), y.fleet.frames(pinned.ID, wire.FrameRunDispatch)...)
 	}
-	eventually.Wait(t, 10*time.Second, "run_dispatch of both runs", func() bool { return len(offers()) == 2 })
+	eventually.Wait(t, eventually.Medium, "run_dispatch of both runs", func() bool { return len(offers()) == 2 })
 	y.waitPasses(2)
 	if n := len(offers()); n != 2 {
 		t.Fatalf("%d offers, want 2", n)
@@ -234,7 +234,7 @@ func TestCapacityAndSpread(t *testing.T) {
 		runs = append(runs, y.run("shell", nil))
 	}
 	y.start(dispatch.Options{})
-	eventually.Wait(t, 10*time.Second, "four offers", func() bool {
+	eventually.Wait(t, eventually.Medium, "four offers", func() bool {
 		return len(y.fleet.frames(a.ID, wire.FrameRunDispatch))+len(y.fleet.frames(b.ID, wire.FrameRunDispatch)) == 4
 	})
 	y.waitPasses(3)
@@ -261,13 +261,13 @@ func TestFailedPushIsWithdrawnAndReoffered(t *testing.T) {
 	y.fleet.set(func(f *fakeFleet) { f.broken[bad.ID] = true })
 	r := y.run("shell", nil)
 	y.start(dispatch.Options{AckTimeout: 200 * time.Millisecond})
-	eventually.Wait(t, 10*time.Second, "the offer to the broken host", func() bool {
+	eventually.Wait(t, eventually.Medium, "the offer to the broken host", func() bool {
 		got := y.get(r.ID)
 		return got.HostID != nil && *got.HostID == bad.ID
 	})
 	good := y.host("good", 4, true, "shell")
 	y.fleet.set(func(f *fakeFleet) { f.connected[bad.ID] = false })
-	eventually.Wait(t, 10*time.Second, "run_dispatch to the good host", func() bool {
+	eventually.Wait(t, eventually.Medium, "run_dispatch to the good host", func() bool {
 		return len(y.fleet.frames(good.ID, wire.FrameRunDispatch)) == 1
 	})
 	if got := y.topics(r.ID); !slices.Equal(got, []string{"run.created", "run.dispatched", "run.dispatch_withdrawn", "run.dispatched"}) {
@@ -284,7 +284,7 @@ func TestBackoffThenReoffer(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	d := y.start(dispatch.Options{Tick: time.Hour})
-	eventually.Wait(t, 10*time.Second, "first offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "first offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	yes := true
 	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
@@ -301,7 +301,7 @@ func TestBackoffThenReoffer(t *testing.T) {
 	// nothing but its own next-due timer does (the tick is an hour): the
 	// offer of attempt 2 comes when the backoff ends, not an hour later.
 	d.Wake()
-	eventually.Wait(t, 10*time.Second, "the offer of attempt 2", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 2 })
+	eventually.Wait(t, eventually.Medium, "the offer of attempt 2", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 2 })
 	f := y.fleet.frames(h.ID, wire.FrameRunDispatch)[1]
 	if *f.Attempt != 2 {
 		t.Errorf("second offer is attempt %d", *f.Attempt)
@@ -325,7 +325,7 @@ func TestRestartGrace(t *testing.T) {
 	if got, _ := y.s.GetHost(t.Context(), h.ID); got.Status != "online" {
 		t.Fatalf("host %s within the restart grace", got.Status)
 	}
-	eventually.Wait(t, 10*time.Second, "the host offline after the grace", func() bool {
+	eventually.Wait(t, eventually.Medium, "the host offline after the grace", func() bool {
 		got, _ := y.s.GetHost(t.Context(), h.ID)
 		return got.Status == "offline"
 	})
@@ -339,12 +339,12 @@ func TestHungRunStopped(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	y.start(dispatch.Options{CLIHangTimeout: 300 * time.Millisecond, Tick: 20 * time.Millisecond})
-	eventually.Wait(t, 10*time.Second, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	one := 1
 	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
+	eventually.Wait(t, eventually.Medium, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
 	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
 		t.Errorf("run_stop %+v", stop)
@@ -366,7 +366,7 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	y.start(dispatch.Options{CLIHangTimeout: hang, CompletedStopAfter: stopAfter, Tick: 20 * time.Millisecond})
-	eventually.Wait(t, 10*time.Second, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	one := 1
 	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
 		{Kind: wire.SignalCompleted, Source: wire.SourceProviderHook, Attempt: &one}} {
@@ -380,7 +380,7 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 			t.Fatalf("a completed run within twice the hang timeout: %s at attempt %d; events %v", got.Status, got.Attempt, y.topics(r.ID))
 		}
 	}
-	eventually.Wait(t, 10*time.Second, "run_stop of the idle run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
+	eventually.Wait(t, eventually.Medium, "run_stop of the idle run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
 	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
 		t.Errorf("run_stop %+v", stop)
@@ -400,7 +400,7 @@ func TestWake(t *testing.T) {
 	y.waitPasses(1) // the first pass runs at start
 	y.run("shell", nil)
 	d.Wake()
-	eventually.Wait(t, 10*time.Second, "the offer after Wake", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer after Wake", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 }
 
 // A pass that comes after a run's dispatch timeout has passed (a loaded
@@ -491,13 +491,13 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 		}
 	})
 	d.Store(y.start(dispatch.Options{AckTimeout: ack, DispatchTimeout: time.Hour, Tick: 20 * time.Millisecond}))
-	eventually.Wait(t, 10*time.Second, "the first refusal", func() bool { return refusals.Load() >= 1 })
+	eventually.Wait(t, eventually.Medium, "the first refusal", func() bool { return refusals.Load() >= 1 })
 	t0 := time.Now()
 	const windows = 4
 	from := y.passes.Load()
 	// Many passes over windows × the ack timeout: each could have offered
 	// the run again.
-	eventually.Wait(t, 30*time.Second, "passes over the window", func() bool {
+	eventually.Wait(t, eventually.Long, "passes over the window", func() bool {
 		return time.Since(t0) >= windows*ack && y.passes.Load() >= from+windows*5
 	})
 	offers := len(y.fleet.frames(h.ID, wire.FrameRunDispatch))
@@ -526,7 +526,7 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 	// A host able to take it gets it without waiting for the refusal to
 	// age: the refusal keeps only the refusing host away.
 	good := y.host("takes", 4, true, "shell")
-	eventually.Wait(t, 10*time.Second, "the offer to the other host", func() bool {
+	eventually.Wait(t, eventually.Medium, "the offer to the other host", func() bool {
 		got := y.get(r.ID)
 		return got.HostID != nil && *got.HostID == good.ID
 	})

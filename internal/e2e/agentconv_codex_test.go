@@ -97,7 +97,7 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 
 	// (2) Stopped, then continued with a message.
 	a.s.must(202, "POST", "/api/v1/runs/"+first.ID+"/stop", map[string]any{}, nil)
-	a.s.waitRun(first.ID, "stopped", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunStopped })
+	a.s.waitRun(first.ID, "stopped", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunStopped })
 	openai.Script(
 		fakemodel.Turn{Text: "Reading my notes.", Tool: &fakemodel.ToolCall{ID: "call_conv_cat", Name: "exec_command",
 			Input: map[string]any{"cmd": "cat codex-notes.txt; pwd"}}},
@@ -135,11 +135,11 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 	if mr.Delivery != wire.DeliveryConfirmed {
 		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(next.ID))
 	}
-	req = a.modelRequest(openai, next.ID, 30*time.Second, "the message", "CODEX-MESSAGE write message.txt")
+	req = a.modelRequest(openai, next.ID, eventually.Long, "the message", "CODEX-MESSAGE write message.txt")
 	if !strings.Contains(lastOpenAIUserTurn(req), "CODEX-MESSAGE write message.txt") || !req.Contains("call_conv_cat") {
 		t.Errorf("the message is not the next user turn of the conversation:\n%s", openai.Describe())
 	}
-	a.modelRequest(openai, next.ID, 30*time.Second, "the message's command's output", `"call_id":"call_conv_msg"`, `"type":"function_call_output"`)
+	a.modelRequest(openai, next.ID, eventually.Long, "the message's command's output", `"call_id":"call_conv_msg"`, `"type":"function_call_output"`)
 	if b, err := os.ReadFile(filepath.Join(wt, "message.txt")); err != nil || string(b) != "CODEX-MESSAGE-RAN\n" {
 		t.Errorf("message.txt in the worktree: %q %v", b, err)
 	}
@@ -149,7 +149,7 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 	openai.Script(fakemodel.OpenAIUsageLimit(resets), fakemodel.Text("Codex back at work after the limit."))
 	limited := a.start("codex", "PROMPT-CODEX-LIMIT more work")
 	a.modelRequest(openai, limited.ID, 60*time.Second, "the prompt", "PROMPT-CODEX-LIMIT")
-	got := a.s.waitRun(limited.ID, "rate_limited with its reset time", 30*time.Second, func(r wire.Run) bool {
+	got := a.s.waitRun(limited.ID, "rate_limited with its reset time", eventually.Long, func(r wire.Run) bool {
 		return r.Attention == wire.AttentionRateLimited && r.AttentionDetail != nil && r.AttentionDetail.ResetsAt != nil
 	})
 	if at := *got.AttentionDetail.ResetsAt; at.After(resets) || at.Before(resets.Add(-time.Minute)) {
@@ -163,10 +163,10 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 	if !strings.Contains(lastOpenAIUserTurn(req), "CODEX-CONTINUE-OF-THIS-HOST go on") {
 		t.Errorf("the continue message is not the last user turn:\n%s", openai.Describe())
 	}
-	eventually.Wait(t, 30*time.Second, "the answer after the limit on the screen", func() bool {
+	eventually.Wait(t, eventually.Long, "the answer after the limit on the screen", func() bool {
 		return strings.Contains(a.pane(limited.ID), "Codex back at work after the limit.")
 	})
-	eventually.Wait(t, 30*time.Second, "run.message", func() bool {
+	eventually.Wait(t, eventually.Long, "run.message", func() bool {
 		return countTopic(a.s.events(limited.ID), string(wire.TopicRunMessage)) > 0
 	})
 	for _, e := range a.s.events(limited.ID) {

@@ -55,7 +55,7 @@ binary = "`+gemini+`"
 	if !req.Contains("project_id") {
 		t.Errorf("pam's tool did not answer gemini:\n%s", google.Describe())
 	}
-	eventually.Wait(t, 30*time.Second, "gemini's answer on its screen", func() bool {
+	eventually.Wait(t, eventually.Long, "gemini's answer on its screen", func() bool {
 		return strings.Contains(a.pane(first.ID), "Filed the follow-up.")
 	})
 	a.agentItem(first.ID, "GEMINI-FOLLOW-UP document the API")
@@ -65,7 +65,7 @@ binary = "`+gemini+`"
 
 	// No session id, so nothing to resume.
 	a.s.must(202, "POST", "/api/v1/runs/"+first.ID+"/stop", map[string]any{}, nil)
-	stopped := a.s.waitRun(first.ID, "stopped", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunStopped })
+	stopped := a.s.waitRun(first.ID, "stopped", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunStopped })
 	if stopped.AgentSessionID != nil {
 		t.Errorf("gemini reported a session %q: continue it in this test", *stopped.AgentSessionID)
 	}

@@ -156,7 +156,7 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 
 	// (2) Stopped, then continued with a message.
 	a.s.must(202, "POST", "/api/v1/runs/"+first.ID+"/stop", map[string]any{}, nil)
-	a.s.waitRun(first.ID, "stopped", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunStopped })
+	a.s.waitRun(first.ID, "stopped", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunStopped })
 	model.Script(
 		fakemodel.Turn{Text: "Reading my notes.", Tool: &fakemodel.ToolCall{ID: "toolu_conv_cat", Name: "Bash",
 			Input: map[string]any{"command": "cat notes.txt; pwd", "description": "Read notes.txt"}}},
@@ -195,11 +195,11 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 	if mr.Delivery != wire.DeliveryConfirmed {
 		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(next.ID))
 	}
-	req = a.modelRequest(model, next.ID, 30*time.Second, "the message", "MESSAGE-CONV write message.txt")
+	req = a.modelRequest(model, next.ID, eventually.Long, "the message", "MESSAGE-CONV write message.txt")
 	if !strings.Contains(lastUserTurn(req), "MESSAGE-CONV write message.txt") || !req.Contains("toolu_conv_cat") {
 		t.Errorf("the message is not the next user turn of the conversation: %s", lastUserTurn(req))
 	}
-	a.modelRequest(model, next.ID, 30*time.Second, "the message's tool's result", `"tool_use_id":"toolu_conv_msg"`)
+	a.modelRequest(model, next.ID, eventually.Long, "the message's tool's result", `"tool_use_id":"toolu_conv_msg"`)
 	if b, err := os.ReadFile(filepath.Join(wt, "message.txt")); err != nil || string(b) != "MESSAGE-TOOL-RAN\n" {
 		t.Errorf("message.txt in the worktree: %q %v", b, err)
 	}
@@ -209,7 +209,7 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 	model.Script(fakemodel.AnthropicUsageLimit(resets), fakemodel.Text("Back at work after the limit."))
 	limited := a.start("claude-plan", "PROMPT-LIMIT more work")
 	a.modelRequest(model, limited.ID, 60*time.Second, "the prompt", "PROMPT-LIMIT")
-	got := a.s.waitRun(limited.ID, "rate_limited with its reset time", 30*time.Second, func(r wire.Run) bool {
+	got := a.s.waitRun(limited.ID, "rate_limited with its reset time", eventually.Long, func(r wire.Run) bool {
 		return r.Attention == wire.AttentionRateLimited && r.AttentionDetail != nil && r.AttentionDetail.ResetsAt != nil
 	})
 	if at := *got.AttentionDetail.ResetsAt; at.After(resets) || at.Before(resets.Add(-time.Minute)) {
@@ -224,12 +224,12 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 	if !strings.Contains(lastUserTurn(req), "CONTINUE-OF-THIS-HOST") {
 		t.Errorf("the continue message is not the last user turn: %s", lastUserTurn(req))
 	}
-	eventually.Wait(t, 30*time.Second, "the answer after the limit on the screen", func() bool {
+	eventually.Wait(t, eventually.Long, "the answer after the limit on the screen", func() bool {
 		return strings.Contains(a.pane(limited.ID), "Back at work after the limit.")
 	})
 	// Journaled once the delivery is confirmed: the screen changed after
 	// its Enter.
-	eventually.Wait(t, 30*time.Second, "run.message", func() bool {
+	eventually.Wait(t, eventually.Long, "run.message", func() bool {
 		return countTopic(a.s.events(limited.ID), string(wire.TopicRunMessage)) > 0
 	})
 	var msgs []map[string]any
@@ -244,5 +244,5 @@ continue_message = "CONTINUE-OF-THIS-HOST the limit has reset, go on"
 	if len(msgs) != 1 || msgs[0]["text"] != "CONTINUE-OF-THIS-HOST the limit has reset, go on" || msgs[0]["delivery"] != wire.DeliveryConfirmed {
 		t.Errorf("run.message %v", msgs)
 	}
-	a.s.waitRun(limited.ID, "the limit cleared", 30*time.Second, func(r wire.Run) bool { return r.Attention != wire.AttentionRateLimited })
+	a.s.waitRun(limited.ID, "the limit cleared", eventually.Long, func(r wire.Run) bool { return r.Attention != wire.AttentionRateLimited })
 }

@@ -203,7 +203,7 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 	if !claudeTrusted(t, home, wt) {
 		t.Errorf("the worktree %s is not marked trusted in %s", wt, filepath.Join(home, ".claude.json"))
 	}
-	got := a.s.waitRun(r.ID, "completed by its Stop hook", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
+	got := a.s.waitRun(r.ID, "completed by its Stop hook", eventually.Long, func(r wire.Run) bool { return r.CompletedAt != nil })
 	if got.CompletionSource == nil || *got.CompletionSource != wire.SourceProviderHook || got.Status != wire.RunRunning {
 		t.Errorf("run %s, completion %v", got.Status, got.CompletionSource)
 	}
@@ -247,12 +247,12 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 		t.Fatal("the tool ran before anybody answered")
 	}
 	a.s.keys(r.ID, map[string]any{"key": "1"})
-	a.modelRequest(model, r.ID, 30*time.Second, "the tool's result", `"tool_use_id":"toolu_e2e_bash"`, `"type":"tool_result"`)
+	a.modelRequest(model, r.ID, eventually.Long, "the tool's result", `"tool_use_id":"toolu_e2e_bash"`, `"type":"tool_result"`)
 	if b, err := os.ReadFile(filepath.Join(wt, "tool-out.txt")); err != nil || string(b) != "tool-ran\n" {
 		t.Errorf("the tool's file in the worktree: %q %v", b, err)
 	}
-	got = a.s.waitRun(r.ID, "completed", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
-	a.s.waitRun(r.ID, "its question cleared by the answer", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	got = a.s.waitRun(r.ID, "completed", eventually.Long, func(r wire.Run) bool { return r.CompletedAt != nil })
+	a.s.waitRun(r.ID, "its question cleared by the answer", eventually.Long, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
 	if log := a.s.attentionLog(r.ID); len(log) == 0 || !strings.HasPrefix(log[0], "none>needs_input/") {
 		t.Errorf("run.attention %q", log)
 	}
@@ -266,10 +266,10 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 	if mr.Delivery != wire.DeliveryConfirmed {
 		t.Errorf("message delivery %q\nscreen:\n%s", mr.Delivery, a.pane(r.ID))
 	}
-	if req := a.modelRequest(model, r.ID, 30*time.Second, "the message", "MESSAGE-CLAUDE-B now add a test for it"); !req.Contains("toolu_e2e_bash") {
+	if req := a.modelRequest(model, r.ID, eventually.Long, "the message", "MESSAGE-CLAUDE-B now add a test for it"); !req.Contains("toolu_e2e_bash") {
 		t.Errorf("the message's request does not carry the conversation before it")
 	}
-	again := a.s.waitRun(r.ID, "completed again after the message", 30*time.Second, func(r wire.Run) bool {
+	again := a.s.waitRun(r.ID, "completed again after the message", eventually.Long, func(r wire.Run) bool {
 		return r.CompletedAt != nil && r.CompletedAt.After(*got.CompletedAt)
 	})
 	if again.Status != wire.RunRunning {
@@ -284,7 +284,7 @@ screens = { rate_limited = ["You[’']ve hit your [\\w ]{0,24}limit"], working =
 	model.Script(fakemodel.AnthropicUsageLimit(resets))
 	r = a.start("claude-plan", "PROMPT-CLAUDE-C more work")
 	a.modelRequest(model, r.ID, 60*time.Second, "the prompt", "PROMPT-CLAUDE-C")
-	limited := a.s.waitRun(r.ID, "rate_limited", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionRateLimited })
+	limited := a.s.waitRun(r.ID, "rate_limited", eventually.Long, func(r wire.Run) bool { return r.Attention == wire.AttentionRateLimited })
 	d = limited.AttentionDetail
 	if d == nil || !strings.Contains(d.Text, "You've hit your session limit") || d.ResetsAt == nil ||
 		d.ResetsAt.After(resets) || d.ResetsAt.Before(resets.Add(-time.Minute)) {
@@ -414,13 +414,13 @@ binary = "`+gemini+`"
 	if json.Unmarshal(b, &folders) != nil || folders[gwt] != "TRUST_FOLDER" {
 		t.Errorf("gemini trusted folders:\n%s", b)
 	}
-	eventually.Wait(t, 30*time.Second, "gemini's answer on its screen", func() bool {
+	eventually.Wait(t, eventually.Long, "gemini's answer on its screen", func() bool {
 		return strings.Contains(a.pane(gm.ID), "Gemini's fake model answers.")
 	})
 
 	// codex asks to approve the command. Its title thread has ended by
 	// then (its request answered), and that is no completion.
-	asked := a.s.waitRun(cx.ID, "codex's approval question, read from the screen", 30*time.Second, func(r wire.Run) bool {
+	asked := a.s.waitRun(cx.ID, "codex's approval question, read from the screen", eventually.Long, func(r wire.Run) bool {
 		return r.Attention == wire.AttentionNeedsInput && r.AttentionDetail != nil && len(r.AttentionDetail.Choices) == 3
 	})
 	if d := asked.AttentionDetail; !strings.Contains(d.Text, "Would you like to run the following command?") || d.Choices[0] != (wire.Choice{Key: "1", Label: "Yes, proceed (y)"}) {
@@ -430,7 +430,7 @@ binary = "`+gemini+`"
 	// Its title thread, when it runs: with pam's MCP server configured
 	// codex 0.171 was seen to ask for no title at all (the end of a
 	// title thread is tested in cli's TestHook).
-	if _, ok := openai.Wait(5*time.Second, func(r fakemodel.Request) bool { return !r.Agent && r.Status == 200 }); !ok {
+	if _, ok := openai.Wait(eventually.Short, func(r fakemodel.Request) bool { return !r.Agent && r.Status == 200 }); !ok {
 		t.Logf("codex asked for no title:\n%s", openai.Describe())
 	}
 	if eventually.Within(3*time.Second, func() bool { return a.s.getRun(cx.ID).CompletedAt != nil }) {
@@ -443,11 +443,11 @@ binary = "`+gemini+`"
 	}
 	answered := time.Now()
 	a.s.keys(cx.ID, map[string]any{"key": "y"})
-	a.modelRequest(openai, cx.ID, 30*time.Second, "the command's output", `"call_id":"call_e2e_exec"`, `"type":"function_call_output"`)
+	a.modelRequest(openai, cx.ID, eventually.Long, "the command's output", `"call_id":"call_e2e_exec"`, `"type":"function_call_output"`)
 	if b, err := os.ReadFile(filepath.Join(cwt, "codex-out.txt")); err != nil || string(b) != "codex-ran\n" {
 		t.Errorf("the command's file in the worktree: %q %v", b, err)
 	}
-	got := a.s.waitRun(cx.ID, "codex completed by its notify hook", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
+	got := a.s.waitRun(cx.ID, "codex completed by its notify hook", eventually.Long, func(r wire.Run) bool { return r.CompletedAt != nil })
 	if got.CompletionSource == nil || *got.CompletionSource != wire.SourceProviderHook || got.CompletedAt.Before(answered.Add(-time.Second)) {
 		t.Errorf("codex completion %v at %v (answered at %v)", got.CompletionSource, got.CompletedAt, answered)
 	}
@@ -455,7 +455,7 @@ binary = "`+gemini+`"
 		return strings.Contains(a.pane(cx.ID), "Codex's fake model answers.")
 	})
 	t.Logf("codex completed %s after the approval", time.Since(answered).Round(time.Millisecond))
-	a.s.waitRun(cx.ID, "codex's question cleared by the answer", 30*time.Second, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
+	a.s.waitRun(cx.ID, "codex's question cleared by the answer", eventually.Long, func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
 	// gemini asked nothing: no trust or auth question ever showed.
 	if log := a.s.attentionLog(gm.ID); len(log) != 0 {
 		t.Errorf("gemini's run.attention %q", log)

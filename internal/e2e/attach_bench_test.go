@@ -13,6 +13,7 @@ import (
 
 	"github.com/creack/pty"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -70,13 +71,13 @@ func BenchmarkAttachRoundTrip(b *testing.B) {
 	measure := func(k byte, send func(), since func() string, wake <-chan struct{}) time.Duration {
 		t0 := time.Now()
 		send()
-		deadline := time.After(10 * time.Second)
+		deadline := time.After(eventually.Medium)
 		for strings.IndexByte(since(), k) < 0 {
 			select {
 			case <-wake:
 			case <-time.After(time.Millisecond):
 			case <-deadline:
-				b.Fatalf("no echo of %q within 10s", k)
+				b.Fatalf("no echo of %q within %s", k, eventually.Medium)
 			}
 		}
 		return time.Since(t0)

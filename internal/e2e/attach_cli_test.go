@@ -107,7 +107,7 @@ func (a *cliAttach) mode() *unix.Termios {
 func (a *cliAttach) attached() {
 	a.t.Helper()
 	a.waitOutput("detach with Ctrl-\\")
-	eventually.Wait(a.t, 10*time.Second, "raw mode", func() bool { return a.mode().Lflag&(unix.ICANON|unix.ECHO) == 0 })
+	eventually.Wait(a.t, eventually.Medium, "raw mode", func() bool { return a.mode().Lflag&(unix.ICANON|unix.ECHO) == 0 })
 }
 
 // ended waits for the command to exit with code and checks the terminal
@@ -125,7 +125,7 @@ func (a *cliAttach) ended(code int, says string) {
 	if after := a.mode(); *after != *a.before {
 		a.t.Errorf("terminal mode not restored:\nbefore %+v\nafter  %+v", a.before, after)
 	}
-	eventually.Wait(a.t, 5*time.Second, "the exit message "+says, func() bool { return strings.Contains(a.out.String(), says) })
+	eventually.Wait(a.t, eventually.Short, "the exit message "+says, func() bool { return strings.Contains(a.out.String(), says) })
 	a.t.Logf("exit %d; output ends %q", a.cmd.ProcessState.ExitCode(), tail(a.out.String(), 120))
 	if !strings.Contains(a.out.String(), "\x1b[?1049l") {
 		a.t.Errorf("the screen modes were not reset on exit")
@@ -210,7 +210,7 @@ func TestCLIWatch(t *testing.T) {
 	go func() { out, err = cmd.CombinedOutput(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(eventually.Long):
 		_ = cmd.Process.Kill()
 		<-done
 		t.Fatalf("pam run watch did not end with the run: %s", out)

@@ -56,7 +56,7 @@ func TestAttachLease(t *testing.T) {
 	}
 	// Ask again every 200 ms until the program sees the new size.
 	var asked time.Time
-	eventually.Wait(t, 10*time.Second, "tput cols saying 117", func() bool {
+	eventually.Wait(t, eventually.Medium, "tput cols saying 117", func() bool {
 		if time.Since(asked) >= 200*time.Millisecond {
 			a.input("size\r")
 			asked = time.Now()
@@ -69,7 +69,7 @@ func TestAttachLease(t *testing.T) {
 	if err := b.send(wire.TermFrame{Type: wire.WSInput, Bytes: []byte("intruder\r")}); err != nil {
 		t.Fatal(err)
 	}
-	b.wait(10*time.Second, "a second lease_held", func() bool {
+	b.wait(eventually.Medium, "a second lease_held", func() bool {
 		n := 0
 		for _, f := range b.frames {
 			if f.Code == wire.CodeLeaseHeld {
@@ -83,7 +83,7 @@ func TestAttachLease(t *testing.T) {
 	if err := a.send(wire.TermFrame{Type: wire.WSReleaseLease}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the release to be journaled", func() bool { return len(s.runEvents(r.ID, "run.lease_released")) == 1 })
+	eventually.Wait(t, eventually.Medium, "the release to be journaled", func() bool { return len(s.runEvents(r.ID, "run.lease_released")) == 1 })
 	if err := b.send(wire.TermFrame{Type: wire.WSResize, Rows: 24, Cols: 80}); err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestAttachLease(t *testing.T) {
 	c := s.attach(r.ID, nil)
 	c.waitFrame(wire.WSLeaseAcquired, "")
 
-	eventually.Wait(t, 10*time.Second, "the journal", func() bool {
+	eventually.Wait(t, eventually.Medium, "the journal", func() bool {
 		return len(s.runEvents(r.ID, "run.lease_acquired")) == 3 && len(s.runEvents(r.ID, "run.lease_released")) == 2
 	})
 	var reasons []string
@@ -170,7 +170,7 @@ func TestAttachLeaseExpiresAndRunEnds(t *testing.T) {
 	stopKeepAlive := sync.OnceFunc(func() { close(keepAlive); <-kept })
 	defer stopKeepAlive()
 	// Seven frames 300 ms apart: well past the TTL.
-	eventually.Wait(t, 30*time.Second, "seven keep-alive frames", func() bool { return sent.Load() >= 7 })
+	eventually.Wait(t, eventually.Long, "seven keep-alive frames", func() bool { return sent.Load() >= 7 })
 	if b.has(wire.WSError, wire.CodeLeaseExpired) {
 		t.Fatal("an active holder's lease expired")
 	}
@@ -236,7 +236,7 @@ func TestAttachHostileClients(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m.wait(10*time.Second, "eight malformed_frame errors", func() bool {
+	m.wait(eventually.Medium, "eight malformed_frame errors", func() bool {
 		n := 0
 		for _, f := range m.frames {
 			if f.Code == wire.CodeMalformedFrame {
@@ -267,7 +267,7 @@ func TestAttachHostileClients(t *testing.T) {
 	// Meanwhile (the flood under way, 4 of its 128 chunks in): keys to
 	// another run are delivered and observed, the other run's viewer
 	// keeps getting every change.
-	eventually.Wait(t, 30*time.Second, "the flood under way", func() bool { return chunks.Load() >= 4 })
+	eventually.Wait(t, eventually.Long, "the flood under way", func() bool { return chunks.Load() >= 4 })
 	var res wire.KeysResult
 	s.must(202, "POST", "/api/v1/runs/"+echo.ID+"/keys", map[string]any{"keys": []map[string]string{{"text": "during-flood"}, {"key": "Enter"}}}, &res)
 	if res.Delivery != "observed" {

@@ -29,7 +29,7 @@ func TestAttachLocal(t *testing.T) {
 	b := s.cliAttachArgs(t, []string{"run", "attach", "--local", r.ID}, env)
 	a.waitOutput("read-only")
 	b.waitOutput("read-only")
-	eventually.Wait(t, 10*time.Second, "raw mode", func() bool { return a.mode().Lflag&0o2 == 0 })
+	eventually.Wait(t, eventually.Medium, "raw mode", func() bool { return a.mode().Lflag&0o2 == 0 })
 	if _, err := a.master.Write([]byte("from-a-readonly\r")); err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestAttachLocal(t *testing.T) {
 		t.Fatalf("a second --write: exit %d, %q; want refused, the lease held", code, tail(second.out.String(), 300))
 	}
 	second.waitOutput("held by")
-	eventually.Wait(t, 10*time.Second, "raw mode", func() bool { return w.mode().Lflag&0o2 == 0 })
+	eventually.Wait(t, eventually.Medium, "raw mode", func() bool { return w.mode().Lflag&0o2 == 0 })
 	if _, err := w.master.Write([]byte("typed-locally\r")); err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestAttachLocal(t *testing.T) {
 		x.waitOutput("typed-locally")
 	}
 	var p wire.Pane
-	eventually.Wait(t, 10*time.Second, "the pane to show the typed line", func() bool {
+	eventually.Wait(t, eventually.Medium, "the pane to show the typed line", func() bool {
 		s.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
 		return strings.Contains(p.Capture, "typed-locally")
 	})

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
@@ -34,7 +35,7 @@ func (s *system) attentionLog(runID string) []string {
 
 func (s *system) waitAttention(runID, want string) wire.Run {
 	s.t.Helper()
-	return s.waitRun(runID, "attention "+want, 30*time.Second, func(r wire.Run) bool { return r.Attention == want })
+	return s.waitRun(runID, "attention "+want, eventually.Long, func(r wire.Run) bool { return r.Attention == want })
 }
 
 // getRun reads a run once.
@@ -62,7 +63,7 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 	g := newGate(t)
 	task := s.task()
 	r := s.runShell(task.ID, "echo ready; "+g.wait("ask")+"; "+hookCall(t, "needs-input")+`; read answer; echo "got $answer"; `+g.wait("end"), nil)
-	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
+	s.waitRun(r.ID, "running", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunRunning })
 	s.waitPane(r.ID, "ready")
 	g.open(t, "ask")
 	got := s.waitAttention(r.ID, wire.AttentionNeedsInput)
@@ -96,7 +97,7 @@ func TestAttentionNeedsInputFromHook(t *testing.T) {
 	}
 	s.waitPane(r.ID, "got yes")
 	g.open(t, "end")
-	s.waitRun(r.ID, "exited", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunExited })
+	s.waitRun(r.ID, "exited", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunExited })
 	want := []string{"none>needs_input/provider-hook", "needs_input>none/keys"}
 	if log := s.attentionLog(r.ID); !slices.Equal(log, want) {
 		t.Fatalf("run.attention %q, want %q; events %v", log, want, s.topics(r.ID))
@@ -169,7 +170,7 @@ func TestAttentionFromScreen(t *testing.T) {
 	task := s.task()
 	r := s.runShell(task.ID, `printf 'Continue? (y/n) '; read a; echo "answered $a"; printf 'Overwrite? [y/N] '; `+
 		g.wait("move")+`; echo; echo "went on"; sleep 300`, ownCwd(t))
-	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
+	s.waitRun(r.ID, "running", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunRunning })
 	// The CLI prints its question as it starts, right after the run is
 	// running: two capture intervals (200 ms), and a second of slack for
 	// a loaded machine.
@@ -189,7 +190,7 @@ func TestAttentionFromScreen(t *testing.T) {
 	s.keys(r.ID, map[string]any{"text": "y"}, map[string]any{"key": "Enter"})
 	s.waitPane(r.ID, "answered y")
 	// The answered question leaves the screen: the next one is asked.
-	got = s.waitRun(r.ID, "the second question", 30*time.Second, func(r wire.Run) bool {
+	got = s.waitRun(r.ID, "the second question", eventually.Long, func(r wire.Run) bool {
 		return r.Attention == wire.AttentionNeedsInput && r.AttentionDetail != nil && r.AttentionDetail.Text == "Overwrite? [y/N]"
 	})
 	if !slices.Equal(got.AttentionDetail.Choices, yn) {

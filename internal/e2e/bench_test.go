@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -55,14 +56,14 @@ func BenchmarkDispatchToSession(b *testing.B) {
 		var r wire.Run
 		s.must(202, "POST", "/api/v1/runs", map[string]any{"task_id": task.ID, "provider": "shell", "prompt": "echo > " + fifo}, &r)
 		posted := time.Since(t0)
-		if err := waitFIFO(fifo, 30*time.Second); err != nil {
+		if err := waitFIFO(fifo, eventually.Long); err != nil {
 			b.Fatalf("run %s: %v", r.ID, err)
 		}
 		cli := time.Now()
 		lat = append(lat, cli.Sub(t0))
 		samples = append(samples, sample{id: r.ID, t0: t0, cli: cli, postTaken: posted})
 		b.StopTimer()
-		s.waitRun(r.ID, "exited", 30*time.Second, func(r wire.Run) bool { return r.Status == wire.RunExited })
+		s.waitRun(r.ID, "exited", eventually.Long, func(r wire.Run) bool { return r.Status == wire.RunExited })
 		b.StartTimer()
 	}
 	b.StopTimer()

@@ -17,7 +17,7 @@ func TestCLIHang(t *testing.T) {
 	r := s.runShell(s.task().ID, "echo waiting-forever; exec sleep 600", map[string]any{"max_attempts": 1})
 	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 	t0 := time.Now()
-	got := s.waitRun(r.ID, "cli_hang", 30*time.Second, func(r wire.Run) bool { return !isActive(r.Status) })
+	got := s.waitRun(r.ID, "cli_hang", eventually.Long, func(r wire.Run) bool { return !isActive(r.Status) })
 	if got.Status != "failed" || got.FailureReason == nil || *got.FailureReason != wire.FailCLIHang {
 		t.Fatalf("run %s %v; events %v", got.Status, got.FailureReason, s.topics(r.ID))
 	}
@@ -43,7 +43,7 @@ func TestCompletedRunWaitsThenStops(t *testing.T) {
 	r := s.runShell(s.task().ID, `(while :; do date +%N; sleep 0.2; done) & tick=$!; `+hookCall(t, "completed")+
 		`; kill $tick; wait $tick 2>/dev/null; echo turn-ended; exec sleep 600`, ownCwd(t))
 	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == wire.RunRunning })
-	done := s.waitRun(r.ID, "completed", 30*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
+	done := s.waitRun(r.ID, "completed", eventually.Long, func(r wire.Run) bool { return r.CompletedAt != nil })
 
 	var moved wire.Run
 	if eventually.Within(2*hang, func() bool {
@@ -54,7 +54,7 @@ func TestCompletedRunWaitsThenStops(t *testing.T) {
 			moved.Status, moved.Attempt, moved.FailureReason, s.topics(r.ID))
 	}
 
-	got := s.waitRun(r.ID, "stopped", 30*time.Second, func(r wire.Run) bool { return r.Status != wire.RunRunning })
+	got := s.waitRun(r.ID, "stopped", eventually.Long, func(r wire.Run) bool { return r.Status != wire.RunRunning })
 	if got.Status != wire.RunStopped || got.Attempt != 1 || got.FailureReason != nil {
 		t.Fatalf("run %s at attempt %d (%v); events %v", got.Status, got.Attempt, got.FailureReason, s.topics(r.ID))
 	}

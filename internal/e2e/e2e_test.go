@@ -15,13 +15,16 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // system is one serve and its workers.
 type system struct {
@@ -51,7 +54,7 @@ func (s *system) worker(name string, extraEnv ...string) (string, *pamtest.Buffe
 	w := pamtest.StartWorker(s.t, pamtest.WorkerOptions{URL: s.url, Token: created.WorkerToken, Name: name, DataDir: data, Tmux: s.tm,
 		Env: append([]string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms",
 			"PAM_HEARTBEAT_INTERVAL=1s", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}, extraEnv...)})
-	eventually.Wait(s.t, 30*time.Second, "worker "+name+" to come online", func() bool {
+	eventually.Wait(s.t, eventually.Long, "worker "+name+" to come online", func() bool {
 		var h wire.Host
 		s.must(200, "GET", "/api/v1/hosts/"+name, nil, &h)
 		return h.Status == "online"
@@ -188,7 +191,7 @@ func TestStopLongRun(t *testing.T) {
 			return !s.sessionAlive(data, r.SessionName)
 		})
 		t.Logf("force=%v: session gone after %s", force, time.Since(t0).Round(time.Millisecond))
-		if got := s.waitRun(r.ID, "stopped", 5*time.Second, func(r wire.Run) bool { return true }); got.Status != "stopped" {
+		if got := s.waitRun(r.ID, "stopped", eventually.Short, func(r wire.Run) bool { return true }); got.Status != "stopped" {
 			t.Fatalf("after the session ended the run is %s", got.Status)
 		}
 	}
@@ -260,7 +263,7 @@ func TestUpQuickstart(t *testing.T) {
 		t.Fatalf("run ended %s (%v)", r.Status, r.FailureReason)
 	}
 	// The log is the pane captured at PAM_CAPTURE_INTERVAL: give it one.
-	eventually.Wait(t, 10*time.Second, "pam run logs to show hello", func() bool {
+	eventually.Wait(t, eventually.Medium, "pam run logs to show hello", func() bool {
 		return strings.Contains(pam("run", "logs", run.ID), "\nhello\n")
 	})
 	checkConsole(t, up.Stderr, run.ID)
@@ -281,7 +284,7 @@ func checkConsole(t *testing.T, stderr *pamtest.Buffer, runID string) {
 		}
 		return got
 	}
-	eventually.Wait(t, 10*time.Second, "pam up to log the run's end", func() bool { return len(lines("run ended")) > 0 })
+	eventually.Wait(t, eventually.Medium, "pam up to log the run's end", func() bool { return len(lines("run ended")) > 0 })
 	if got := lines("run started"); len(got) != 1 {
 		t.Errorf("want one INFO line saying the run started, got %d: %q", len(got), got)
 	}
@@ -326,7 +329,7 @@ func TestLogsFollow(t *testing.T) {
 		if got := s.waitRun(r.ID, "ended", time.Second, func(r wire.Run) bool { return true }); isActive(got.Status) {
 			t.Fatalf("the follow ended while the run is %s", got.Status)
 		}
-	case <-time.After(30 * time.Second):
+	case <-time.After(eventually.Long):
 		t.Fatal("logs?follow=true did not end after the run ended")
 	}
 }

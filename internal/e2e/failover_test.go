@@ -32,7 +32,7 @@ func TestFailoverKeepsOperatorToken(t *testing.T) {
 	env := []string{"PAM_DISPATCH_ACK_TIMEOUT=5s", "PAM_RESTART_INITIAL_DELAY=100ms", "PAM_RESTART_MAX_DELAY=500ms"}
 	active := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: dbURL, Env: env})
 	standby := pamtest.StartServe(t, pamtest.ServeOptions{DatabaseURL: dbURL, Env: env, NoWait: true})
-	standbyURL := standby.WaitStandby(30 * time.Second)
+	standbyURL := standby.WaitStandby(eventually.Long)
 	if code, body := healthz(t, standbyURL); code != 503 || !strings.Contains(body, `"standby"`) {
 		t.Fatalf("standby healthz: %d %s", code, body)
 	}
@@ -69,7 +69,7 @@ func TestFailoverKeepsOperatorToken(t *testing.T) {
 	}
 	active.Kill9()
 	tKill := time.Now()
-	eventually.Wait(t, 30*time.Second, "the standby to take over", func() bool {
+	eventually.Wait(t, eventually.Long, "the standby to take over", func() bool {
 		code, _ := healthz(t, standbyURL)
 		return code == 200
 	})

@@ -105,7 +105,7 @@ func (s *system) faultWorker(name, pamURL string, extraEnv ...string) *workerPro
 		Env: append([]string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=300ms", "PAM_RECONCILE_INTERVAL=500ms",
 			"PAM_HEARTBEAT_INTERVAL=500ms", "PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s"}, extraEnv...)}}
 	w.start()
-	s.waitHost(name, "online", 30*time.Second)
+	s.waitHost(name, "online", eventually.Long)
 	return w
 }
 

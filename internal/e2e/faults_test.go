@@ -40,8 +40,8 @@ func TestFaultWorkerKilled(t *testing.T) {
 		t0 := time.Now()
 		w.kill9()
 		w.start()
-		w.waitLog(30*time.Second, "session adopted", r.ID)
-		w.waitLog(30*time.Second, "uplink connected")
+		w.waitLog(eventually.Long, "session adopted", r.ID)
+		w.waitLog(eventually.Long, "uplink connected")
 		cycles = append(cycles, time.Since(t0))
 		if got := w.panePID(r.SessionName); got != pid {
 			t.Fatalf("kill %d: the pane's process is %d, was %d", i+1, got, pid)
@@ -78,7 +78,7 @@ func TestFaultServeKilledWhileRunFinishes(t *testing.T) {
 	sp.kill9()
 	tKill := time.Now()
 	g.open(t, "go")
-	eventually.Wait(t, 30*time.Second, "the finished signal in the spool", func() bool {
+	eventually.Wait(t, eventually.Long, "the finished signal in the spool", func() bool {
 		for _, f := range w.spooled() {
 			if strings.HasSuffix(f, "-finished.json") {
 				return true
@@ -95,7 +95,7 @@ func TestFaultServeKilledWhileRunFinishes(t *testing.T) {
 	if got.Status != "exited" || countTopic(evs, "run.finished") != 1 || countTopic(evs, "run.exited") != 1 {
 		t.Fatalf("run %s; events %v", got.Status, s.topics(r.ID))
 	}
-	eventually.Wait(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
+	eventually.Wait(t, eventually.Medium, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
 	// Past the restart grace: the host stayed online throughout.
 	for time.Since(tBack) < offlineAfter+2*time.Second {
 		if h := s.host("fault-serve"); h.Status != "online" {
@@ -125,23 +125,23 @@ func TestFaultPartition(t *testing.T) {
 
 	p.Cut()
 	tCut := time.Now()
-	s.waitHost("fault-part", "offline", 30*time.Second)
+	s.waitHost("fault-part", "offline", eventually.Long)
 	tOffline := time.Now()
 	g.open(t, "1")
 	g.open(t, "2")
-	eventually.Wait(t, 30*time.Second, "progress 2, 3 and finished in the spool", func() bool { return len(w.spooled()) == 3 })
+	eventually.Wait(t, eventually.Long, "progress 2, 3 and finished in the spool", func() bool { return len(w.spooled()) == 3 })
 	if got := s.waitRun(r.ID, "", time.Second, func(wire.Run) bool { return true }); got.Status != "running" || got.Attempt != 1 {
 		t.Fatalf("during the partition the run is %s attempt %d", got.Status, got.Attempt)
 	}
 	// The session ends after its hold-open; with no word from serve the
 	// worker reports nothing.
-	eventually.Wait(t, 30*time.Second, "the session to end", func() bool { return !w.hasSession(r.SessionName) })
+	eventually.Wait(t, eventually.Long, "the session to end", func() bool { return !w.hasSession(r.SessionName) })
 
 	p.Heal()
 	tHeal := time.Now()
 	got := s.waitRun(r.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) })
 	tLast := time.Now()
-	s.waitHost("fault-part", "online", 30*time.Second)
+	s.waitHost("fault-part", "online", eventually.Long)
 	evs := s.events(r.ID)
 	if got.Status != "exited" || !slices.Equal(progressSeqs(evs), []int{1, 2, 3}) || countTopic(evs, "run.finished") != 1 ||
 		countTopic(evs, "run.failed") != 0 || countTopic(evs, "run.signal_received") != 0 {
@@ -192,10 +192,10 @@ func TestFaultPartitionPastHostLost(t *testing.T) {
 
 	p.Heal()
 	tHeal := time.Now()
-	eventually.Wait(t, 30*time.Second, "run.stale_session", func() bool { return countTopic(s.events(r.ID), "run.stale_session") == 1 })
+	eventually.Wait(t, eventually.Long, "run.stale_session", func() bool { return countTopic(s.events(r.ID), "run.stale_session") == 1 })
 	tFlagged := time.Now()
 	g.open(t, "late")
-	eventually.Wait(t, 30*time.Second, "the late progress journaled as stale", func() bool { return countTopic(s.events(r.ID), "run.stale_signal") >= 1 })
+	eventually.Wait(t, eventually.Long, "the late progress journaled as stale", func() bool { return countTopic(s.events(r.ID), "run.stale_signal") >= 1 })
 	// Several reconciliations later: still flagged once, never killed.
 	time.Sleep(2 * time.Second)
 	if !a.hasSession(r.SessionName) {
@@ -241,7 +241,7 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 		// spawns the CLI: the shell may not have written its pids yet.
 		// Killing the server before it did would leave nothing to check.
 		pids := filepath.Join(string(g), r.ID+".pids")
-		eventually.Wait(t, 30*time.Second, "attempt 1 of "+r.ID+" to record its pids", func() bool {
+		eventually.Wait(t, eventually.Long, "attempt 1 of "+r.ID+" to record its pids", func() bool {
 			b, _ := os.ReadFile(pids)
 			return len(strings.Fields(string(b))) == 2
 		})
@@ -278,7 +278,7 @@ func TestFaultTmuxServerKilled(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join(string(g), r.ID+".pids"))
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
-			eventually.Wait(t, 10*time.Second, fmt.Sprintf("process %d of attempt 1 to end", pid), func() bool {
+			eventually.Wait(t, eventually.Medium, fmt.Sprintf("process %d of attempt 1 to end", pid), func() bool {
 				return pid > 0 && syscall.Kill(pid, 0) != nil
 			})
 		}
@@ -323,13 +323,13 @@ func TestFaultPostgresRestart(t *testing.T) {
 	}
 	tDown := time.Now()
 	health := func() int { code, _ := s.call("GET", "/healthz", nil); return code }
-	eventually.Wait(t, 10*time.Second, "/healthz 503", func() bool { return health() == 503 })
+	eventually.Wait(t, eventually.Medium, "/healthz 503", func() bool { return health() == 503 })
 	g.open(t, "1")
 	g.open(t, "2")
-	eventually.Wait(t, 30*time.Second, "progress 2 and finished in the spool", func() bool { return len(w.spooled()) == 2 })
+	eventually.Wait(t, eventually.Long, "progress 2 and finished in the spool", func() bool { return len(w.spooled()) == 2 })
 	// The worker tries to replay while the database is down, and keeps
 	// the files.
-	w.waitLog(30*time.Second, "spool replay paused")
+	w.waitLog(eventually.Long, "spool replay paused")
 	if code := health(); code != 503 {
 		t.Fatalf("/healthz %d while the database is down", code)
 	}
@@ -337,7 +337,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	tUp := time.Now()
-	eventually.Wait(t, 30*time.Second, "/healthz 200", func() bool { return health() == 200 })
+	eventually.Wait(t, eventually.Long, "/healthz 200", func() bool { return health() == 200 })
 	tHealthy := time.Now()
 	got := s.waitRun(r.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) })
 	tDone := time.Now()
@@ -345,7 +345,7 @@ func TestFaultPostgresRestart(t *testing.T) {
 	if got.Status != "exited" || !slices.Equal(progressSeqs(evs), []int{1, 2}) || countTopic(evs, "run.finished") != 1 {
 		t.Fatalf("run %s; progress %v; events %v", got.Status, progressSeqs(evs), s.topics(r.ID))
 	}
-	eventually.Wait(t, 10*time.Second, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
+	eventually.Wait(t, eventually.Medium, "the spool to drain", func() bool { return len(w.spooled()) == 0 })
 	// Everything resumes: a new run goes through.
 	r2 := s.runShell(s.task().ID, "exit 0", ownCwd(t)) // the first may still hold the workspace in hold-open
 	if got := s.waitRun(r2.ID, "exited", 60*time.Second, func(r wire.Run) bool { return !isActive(r.Status) }); got.Status != "exited" {
@@ -366,7 +366,7 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 	r := s.runShell(s.task().ID, g.wait("go")+"; exit 0", nil)
 	s.waitRun(r.ID, "running", 60*time.Second, func(r wire.Run) bool { return r.Status == "running" })
 	dir := filepath.Join(w.opts.DataDir, "worker")
-	eventually.Wait(t, 30*time.Second, "runcache.json with the run", func() bool {
+	eventually.Wait(t, eventually.Long, "runcache.json with the run", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "runcache.json"))
 		return strings.Contains(string(b), r.ID)
 	})
@@ -384,8 +384,8 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 		}
 	}
 	w.start()
-	w.waitLog(30*time.Second, "uplink connected")
-	eventually.Wait(t, 30*time.Second, "three files set aside in worker.log", func() bool {
+	w.waitLog(eventually.Long, "uplink connected")
+	eventually.Wait(t, eventually.Long, "three files set aside in worker.log", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "worker.log"))
 		return strings.Count(string(b), "unreadable file set aside") == 3
 	})
@@ -406,7 +406,7 @@ func TestFaultCorruptWorkerFiles(t *testing.T) {
 		t.Errorf("set aside: %v", aside)
 	}
 	// Reconciliation ran against the orchestrator and rewrote the cache.
-	eventually.Wait(t, 30*time.Second, "a fresh runcache.json", func() bool {
+	eventually.Wait(t, eventually.Long, "a fresh runcache.json", func() bool {
 		b, _ := os.ReadFile(filepath.Join(dir, "runcache.json"))
 		return strings.Contains(string(b), r.ID) && strings.Contains(string(b), `"host_id"`)
 	})
@@ -479,7 +479,7 @@ func TestFaultTwoWorkersOneDataDir(t *testing.T) {
 			t.Fatalf("round %d: loser exited %d: %s", round, loser.code, msg)
 		}
 		// The winner runs: it holds the lock and wrote worker.json.
-		eventually.Wait(t, 10*time.Second, "the winner's worker.json", func() bool {
+		eventually.Wait(t, eventually.Medium, "the winner's worker.json", func() bool {
 			b, _ := os.ReadFile(filepath.Join(data, "worker", "worker.json"))
 			return strings.Contains(string(b), fmt.Sprintf(`"pid": %d,`, winner.Process.Pid))
 		})

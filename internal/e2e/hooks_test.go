@@ -96,7 +96,7 @@ func TestProviderHooks(t *testing.T) {
 		}
 		// Hold-open: the closing line says how and until when; then the
 		// session goes (PAM_HOLD_OPEN=3s).
-		eventually.Wait(t, 10*time.Second, "the closing line in the pane", func() bool {
+		eventually.Wait(t, eventually.Medium, "the closing line in the pane", func() bool {
 			var p wire.Pane
 			s.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
 			return strings.Contains(p.Capture, "finished with exit code 0 (exited) — this session stays open until")

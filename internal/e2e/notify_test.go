@@ -113,12 +113,12 @@ env = { DISABLE_AUTOUPDATER = "1", CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = "1
 	if code != 202 || json.Unmarshal(body, &kr) != nil {
 		t.Fatalf("POST the answer URL: %d %s", code, body)
 	}
-	a.modelRequest(model, r.ID, 30*time.Second, "the tool's result", `"tool_use_id":"toolu_e2e_notify"`, `"type":"tool_result"`)
+	a.modelRequest(model, r.ID, eventually.Long, "the tool's result", `"tool_use_id":"toolu_e2e_notify"`, `"type":"tool_result"`)
 	if b, err := os.ReadFile(filepath.Join(wt, "phone.txt")); err != nil || string(b) != "approved-from-phone\n" {
 		t.Errorf("the approved tool's file: %q %v", b, err)
 	}
 	if kr.Delivery == wire.DeliveryObserved {
-		eventually.Wait(t, 10*time.Second, "run.attention cleared by the answer, with the channel as actor", func() bool {
+		eventually.Wait(t, eventually.Medium, "run.attention cleared by the answer, with the channel as actor", func() bool {
 			for _, ev := range a.s.events(r.ID) {
 				if ev.Topic == string(wire.TopicRunAttention) && ev.Actor != nil && *ev.Actor == "phone" && strings.Contains(string(ev.Payload), `"source":"answer"`) {
 					return true

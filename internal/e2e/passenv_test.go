@@ -51,7 +51,7 @@ func TestPassEnvReachesCLI(t *testing.T) {
 	if got != want {
 		t.Fatalf("the CLI saw %q, want %q", got, want)
 	}
-	s.waitRun(r.ID, "running", 30*time.Second, func(r wire.Run) bool { return r.Status == "running" })
+	s.waitRun(r.ID, "running", eventually.Long, func(r wire.Run) bool { return r.Status == "running" })
 
 	// The dispatch file carries the values, readable by the worker's user
 	// alone.
@@ -66,7 +66,7 @@ func TestPassEnvReachesCLI(t *testing.T) {
 	wrapper := w.panePID(r.SessionName)
 	values := []string{catalogKey, extraKey, notListed}
 	var cli int
-	eventually.Wait(t, 10*time.Second, "the CLI under the wrapper", func() bool {
+	eventually.Wait(t, eventually.Medium, "the CLI under the wrapper", func() bool {
 		cli = childOf(wrapper)
 		return cli != 0
 	})

@@ -66,7 +66,7 @@ func TestPlacementWhileTheAPIIsBusy(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer watcher.Close(context.Background())
-	eventually.Wait(t, 30*time.Second, "every connection of the API's pool to wait on the row", func() bool {
+	eventually.Wait(t, eventually.Long, "every connection of the API's pool to wait on the row", func() bool {
 		var waiting int
 		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)

@@ -258,7 +258,7 @@ func TestPaneFanoutWithStalledViewer(t *testing.T) {
 		t.Errorf("%.0f pane viewers hold %.0f pending snapshots: at most one each", v, pending)
 	}
 	newest := f.paneSeq()
-	eventually.Wait(t, 30*time.Second, fmt.Sprintf("every reading viewer to read seq %d", newest), func() bool { return f.allReached(newest) })
+	eventually.Wait(t, eventually.Long, fmt.Sprintf("every reading viewer to read seq %d", newest), func() bool { return f.allReached(newest) })
 	f.stop()
 	for i, ds := range f.deliveries() {
 		// A slow viewer may skip to the newest snapshot (docs/api.md#websockets),

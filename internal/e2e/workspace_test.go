@@ -71,7 +71,7 @@ func TestWorkspaceE2E(t *testing.T) {
 	if !strings.HasPrefix(wa.Path, filepath.Join(w.opts.DataDir, "worktrees")+"/") {
 		t.Errorf("worktree %s is not under the worker's data dir", wa.Path)
 	}
-	eventually.Wait(t, 30*time.Second, "run a to make its changes", func() bool {
+	eventually.Wait(t, eventually.Long, "run a to make its changes", func() bool {
 		_, err := os.Stat(filepath.Join(wa.Path, "written"))
 		return err == nil
 	})
@@ -149,7 +149,7 @@ func TestWorkspaceE2E(t *testing.T) {
 	w.kill9()
 	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
 	w.start()
-	w.waitLog(30*time.Second, "session adopted", d.ID)
+	w.waitLog(eventually.Long, "session adopted", d.ID)
 	s.waitRun(b.ID, "worktree removed by the budget", 60*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
 	if _, err := os.Stat(wb.Path); !os.IsNotExist(err) {
 		t.Errorf("the clean finished run's worktree %s still there: %v", wb.Path, err)
@@ -244,7 +244,7 @@ func TestWorkspaceDeleteInHoldOpen(t *testing.T) {
 	if _, err := os.Stat(ws.Path); !os.IsNotExist(err) {
 		t.Errorf("the worktree is still there: %v", err)
 	}
-	s.waitRun(run.ID, "workspace cleared", 30*time.Second, func(r wire.Run) bool { return r.Workspace == nil })
+	s.waitRun(run.ID, "workspace cleared", eventually.Long, func(r wire.Run) bool { return r.Workspace == nil })
 	mirror := filepath.Join(w.opts.DataDir, "repos", p.ID+".git")
 	if got := gitE2E(t, mirror, nil, "rev-parse", "refs/heads/"+ws.Branch); got != head {
 		t.Errorf("the branch in the mirror is at %s, want the run's commit %s", got, head)
@@ -285,7 +285,7 @@ func TestWorkspaceHostAddedAgain(t *testing.T) {
 	w.opts.Token = created.WorkerToken
 	w.opts.Env = append(w.opts.Env, "PAM_WORKTREE_BUDGET=1")
 	w.start()
-	s.waitHost("again-host", "online", 30*time.Second)
+	s.waitHost("again-host", "online", eventually.Long)
 
 	// The budget takes the clean worktree; in the same pass it keeps the
 	// one with unsaved work.

@@ -42,7 +42,7 @@ func parentDir(t *testing.T) string {
 		for _, f := range pidFiles {
 			if pid := pidFromFile(f); pid > 0 && isPostgres(pid) {
 				_ = syscall.Kill(pid, syscall.SIGQUIT)
-				waitGone(t, pid, 30*time.Second)
+				waitGone(t, pid, eventually.Long)
 			}
 		}
 		if err := os.RemoveAll(p); err != nil {
@@ -293,9 +293,9 @@ func TestKilledServerIsAdoptedAndCrashIsRecovered(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	waitGone(t, pid, 30*time.Second)
+	waitGone(t, pid, eventually.Long)
 	for _, k := range kids {
-		waitGone(t, k, 30*time.Second)
+		waitGone(t, k, eventually.Long)
 	}
 
 	c3 := start(t, opts)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -55,8 +56,8 @@ func TestPaneSubLatestWins(t *testing.T) {
 		select {
 		case seq := <-seen:
 			got = append(got, seq)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("the live viewer did not take snapshot %d within 10s", i+2)
+		case <-time.After(eventually.Medium):
+			t.Fatalf("the live viewer did not take snapshot %d within %s", i+2, eventually.Medium)
 		}
 	}
 	wg.Wait()

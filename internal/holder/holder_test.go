@@ -89,7 +89,7 @@ func TestHolderServesAndFiles(t *testing.T) {
 		t.Fatalf("info = %+v, want pid %d, 50x220, %s", c.Info, pid, DefaultTerm)
 	}
 	k := collect(c)
-	eventually.Wait(t, 5*time.Second, "the program's first output (kept for the first reader)", func() bool {
+	eventually.Wait(t, eventually.Short, "the program's first output (kept for the first reader)", func() bool {
 		return strings.Contains(k.text(), "sleeping")
 	})
 
@@ -117,14 +117,14 @@ func TestHolderServesAndFiles(t *testing.T) {
 	if err := c.Control(ControlStop); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the exit frame", func() bool { return k.exited() != nil })
+	eventually.Wait(t, eventually.Medium, "the exit frame", func() bool { return k.exited() != nil })
 	if e := k.exited(); e.Reason != "exited" || e.Code != 7 {
 		t.Fatalf("exit = %+v, want exited with the program's code 7", e)
 	}
 	if !strings.Contains(k.text(), "unwinding") {
 		t.Fatalf("the program's last output did not reach the reader: %q", k.text())
 	}
-	eventually.Wait(t, 10*time.Second, "the holder to end", func() bool { return processGone(pid) })
+	eventually.Wait(t, eventually.Medium, "the holder to end", func() bool { return processGone(pid) })
 	for _, p := range []string{SocketPath(f.dir, "pam-0000000a"), NotePath(f.dir, "pam-0000000a")} {
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
 			t.Fatalf("%s left behind: %v", p, err)
@@ -148,7 +148,7 @@ func TestHolderLeavingIsNotStopping(t *testing.T) {
 		b.Close()
 	}
 	// Every close was seen by the holder before the program is checked.
-	eventually.Wait(t, 5*time.Second, "six reader_closed events", func() bool {
+	eventually.Wait(t, eventually.Short, "six reader_closed events", func() bool {
 		n := 0
 		for _, e := range f.events("pam-0000000b") {
 			if e.Event == "reader_closed" {
@@ -176,11 +176,11 @@ func TestHolderKill(t *testing.T) {
 	if err := c.Control(ControlKill); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the exit frame", func() bool { return k.exited() != nil })
+	eventually.Wait(t, eventually.Medium, "the exit frame", func() bool { return k.exited() != nil })
 	if e := k.exited(); e.Reason != "killed" {
 		t.Fatalf("exit = %+v", e)
 	}
-	eventually.Wait(t, 10*time.Second, "holder and program to end", func() bool { return processGone(pid) && processGone(child) })
+	eventually.Wait(t, eventually.Medium, "holder and program to end", func() bool { return processGone(pid) && processGone(child) })
 }
 
 // TestHolderKill9NoStaleSocket: a holder killed with SIGKILL leaves its
@@ -193,7 +193,7 @@ func TestHolderKill9NoStaleSocket(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return processGone(pid) && !listening(f.dir, "pam-0000000d") })
+	eventually.Wait(t, eventually.Medium, "the holder to die", func() bool { return processGone(pid) && !listening(f.dir, "pam-0000000d") })
 	if _, err := os.Stat(SocketPath(f.dir, "pam-0000000d")); err != nil {
 		t.Fatalf("a killed holder should leave its socket file (the case under test): %v", err)
 	}
@@ -211,8 +211,8 @@ func TestHolderKill9NoStaleSocket(t *testing.T) {
 	if err := syscall.Kill(pid2, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return processGone(pid2) && !listening(f.dir, "pam-0000000d") })
-	eventually.Wait(t, 10*time.Second, "List to sweep the dead holder", func() bool {
+	eventually.Wait(t, eventually.Medium, "the holder to die", func() bool { return processGone(pid2) && !listening(f.dir, "pam-0000000d") })
+	eventually.Wait(t, eventually.Medium, "List to sweep the dead holder", func() bool {
 		l, err := List(f.dir)
 		_, serr := os.Stat(SocketPath(f.dir, "pam-0000000d"))
 		return err == nil && len(l) == 0 && os.IsNotExist(serr)
@@ -283,7 +283,7 @@ func TestHolderRedrawOnAttach(t *testing.T) {
 	f.start(f.spec("pam-0000000e", f.ws, "__painter"))
 	first := f.dial("pam-0000000e", Hello{})
 	k1 := collect(first)
-	eventually.Wait(t, 5*time.Second, "the first paint, kept for the first reader", func() bool {
+	eventually.Wait(t, eventually.Short, "the first paint, kept for the first reader", func() bool {
 		return strings.Contains(k1.text(), "painted #0 at 50x220")
 	})
 	first.Close()
@@ -291,7 +291,7 @@ func TestHolderRedrawOnAttach(t *testing.T) {
 
 	late := f.dial("pam-0000000e", Hello{Rows: 40, Cols: 100})
 	k := collect(late)
-	eventually.Wait(t, 5*time.Second, "a repaint at the late reader's size", func() bool {
+	eventually.Wait(t, eventually.Short, "a repaint at the late reader's size", func() bool {
 		return strings.Contains(k.text(), "at 40x100") && strings.Contains(k.text(), "bottom line")
 	})
 	if strings.Contains(k.text(), "painted #0") {
@@ -305,7 +305,7 @@ func TestHolderRedrawOnAttach(t *testing.T) {
 	if err := late.Control(ControlRedraw); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 5*time.Second, "a whole repaint at 40x100 on redraw", func() bool {
+	eventually.Wait(t, eventually.Short, "a whole repaint at 40x100 on redraw", func() bool {
 		p := lastPaint(k.text())
 		return strings.Count(k.text(), "painted #") > before && strings.Contains(p, "at 40x100") && strings.HasSuffix(p, "bottom line")
 	})
@@ -356,7 +356,7 @@ func TestHolderPasteKeepsOutputFlowing(t *testing.T) {
 			}
 		}
 	}()
-	eventually.Wait(t, 5*time.Second, "ticks", func() bool { return true })
+	eventually.Wait(t, eventually.Short, "ticks", func() bool { return true })
 	typist := f.dial("pam-0000000f", Hello{Write: true})
 	measuring.Store(true)
 	start := time.Now()
@@ -368,7 +368,7 @@ func TestHolderPasteKeepsOutputFlowing(t *testing.T) {
 		t.Fatalf("a 1 MiB paste took %s to hand over: input is not queued", el)
 	}
 	base := ticks.Load()
-	eventually.Wait(t, 10*time.Second, "500 more ticks after the paste", func() bool { return ticks.Load() >= base+500 })
+	eventually.Wait(t, eventually.Medium, "500 more ticks after the paste", func() bool { return ticks.Load() >= base+500 })
 	w := time.Duration(worst.Load())
 	t.Logf("worst output latency to another reader during a 1 MiB paste: %s (%d ticks)", w, ticks.Load())
 	if w > time.Second {
@@ -476,7 +476,7 @@ func TestHolderSkipReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Neither reads until the program is done.
-	eventually.Wait(t, 30*time.Second, "the flood to end", func() bool { _, err := os.Stat(report); return err == nil })
+	eventually.Wait(t, eventually.Long, "the flood to end", func() bool { _, err := os.Stat(report); return err == nil })
 	var skips, skipped, out int
 	var sawSize, sawExit bool
 	for !sawExit {

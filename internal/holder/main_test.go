@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
 	"pam/internal/eventually"
@@ -27,14 +28,15 @@ import (
 // The test binary is every process these tests need: run with a first
 // argument naming a role, it is the holder command (as `pam exec hold`
 // is) or one of the programs a holder runs, all real processes on a real
-// PTY.
+// PTY. Run without one, it runs the tests and fails the package when a
+// goroutine outlives them.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		if role, ok := roles[os.Args[1]]; ok {
 			os.Exit(role(os.Args[2:]))
 		}
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 var roles = map[string]func(args []string) int{
@@ -328,7 +330,7 @@ func startReader(t *testing.T, dir, name string) *readerProc {
 		if line != "attached\n" {
 			t.Fatalf("reader: %q", line)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal("the reader process did not attach")
 	}
 	return p
@@ -339,7 +341,7 @@ func (p *readerProc) wait(t *testing.T) string {
 	t.Helper()
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(eventually.Long):
 		t.Fatal("the reader process did not end")
 	}
 	return p.out.String()
@@ -349,7 +351,7 @@ func (p *readerProc) wait(t *testing.T) string {
 // ready for its SIGUSR1.
 func waitReady(t testing.TB, report string) {
 	t.Helper()
-	if !eventually.Within(10*time.Second, func() bool {
+	if !eventually.Within(eventually.Medium, func() bool {
 		_, err := os.Stat(report + ".ready")
 		return err == nil
 	}) {

@@ -23,7 +23,7 @@ func TestPruneDeadHolderFiles(t *testing.T) {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		eventually.Wait(t, 10*time.Second, "the holder to die", func() bool { return processGone(pid) && !listening(f.dir, name) })
+		eventually.Wait(t, eventually.Medium, "the holder to die", func() bool { return processGone(pid) && !listening(f.dir, name) })
 		Sweep(f.dir, name)
 	}
 	killed("pam-000000b2", oldWS)

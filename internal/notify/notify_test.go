@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/eventually"
 	"pam/internal/notify"
 	"pam/internal/store"
@@ -20,7 +22,8 @@ import (
 	"pam/internal/wire"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // received is one request a test receiver got.
 type received struct {
@@ -122,7 +125,7 @@ func TestWebhookRetriedUntilDeliveredOnceSigned(t *testing.T) {
 
 	eventually.Wait(t, 20*time.Second, "the delivery after two failures", func() bool { return len(rc.delivered()) == 1 })
 	ds := deliveries(t, st, c.ID)
-	eventually.Wait(t, 10*time.Second, "three attempts recorded", func() bool {
+	eventually.Wait(t, eventually.Medium, "three attempts recorded", func() bool {
 		ds = deliveries(t, st, c.ID)
 		return len(ds) == 3 && ds[0].Status == wire.DeliveryDelivered
 	})
@@ -144,7 +147,7 @@ func TestWebhookRetriedUntilDeliveredOnceSigned(t *testing.T) {
 	}
 	// Nothing more comes: exactly once.
 	journal(t, st, "project.updated", 1)
-	eventually.Wait(t, 10*time.Second, "the next event", func() bool { return len(rc.delivered()) == 2 })
+	eventually.Wait(t, eventually.Medium, "the next event", func() bool { return len(rc.delivered()) == 2 })
 	if n := rc.hits.Load(); n != 4 {
 		t.Fatalf("%d requests, want 4 (two failures, two deliveries)", n)
 	}
@@ -237,7 +240,7 @@ func TestNtfyHeaders(t *testing.T) {
 	if err := st.EnqueueTest(context.Background(), c.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the test message", func() bool { return len(rc.delivered()) == 1 })
+	eventually.Wait(t, eventually.Medium, "the test message", func() bool { return len(rc.delivered()) == 1 })
 	got := rc.delivered()[0]
 	if got.header.Get("Title") != "pam: test" || got.header.Get("Click") != "https://pam.example/" || !strings.Contains(string(got.body), c.Name) {
 		t.Fatalf("ntfy request: %v %q", got.header, got.body)
@@ -256,7 +259,7 @@ func TestRedirectNotFollowed(t *testing.T) {
 	if err := st.EnqueueTest(context.Background(), c.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the failed attempt", func() bool {
+	eventually.Wait(t, eventually.Medium, "the failed attempt", func() bool {
 		ds := deliveries(t, st, c.ID)
 		return len(ds) == 2 && ds[1].Status == wire.DeliveryFailed
 	})
@@ -351,7 +354,7 @@ func TestQueueSurvivesRestart(t *testing.T) {
 		defer mu.Unlock()
 		return len(ok) == 1
 	})
-	eventually.Wait(t, 10*time.Second, "the attempt recorded", func() bool {
+	eventually.Wait(t, eventually.Medium, "the attempt recorded", func() bool {
 		ds := deliveries(t, st, c.ID)
 		return len(ds) == 1 && ds[0].Status == wire.DeliveryDelivered && ds[0].Attempt == 1
 	})
@@ -405,10 +408,10 @@ func TestChannelOfOneProject(t *testing.T) {
 		}
 	}
 	journal(t, st, "project.updated", 1) // no project
-	eventually.Wait(t, 10*time.Second, "alpha's event", func() bool { return len(rc.delivered()) >= 1 })
+	eventually.Wait(t, eventually.Medium, "alpha's event", func() bool { return len(rc.delivered()) >= 1 })
 	// Everything is enqueued by now: the last event (no project) is
 	// after alpha's, and enqueueing is in seq order.
-	eventually.Wait(t, 10*time.Second, "the cursor past every event", func() bool {
+	eventually.Wait(t, eventually.Medium, "the cursor past every event", func() bool {
 		var cur, top int64
 		_ = st.Pool.QueryRow(ctx, `SELECT (SELECT seq FROM notification_cursor), (SELECT max(seq) FROM events)`).Scan(&cur, &top)
 		return cur == top

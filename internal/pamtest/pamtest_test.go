@@ -10,12 +10,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
 )
 
-func TestMain(m *testing.M) { Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(M(m)) }
 
 // fakeTB records what Require, raceDir and ShortDir do to a test, so
 // that a failing or skipping path can be checked without failing this
@@ -183,7 +184,7 @@ func TestTmuxServersEndWithTheTest(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("no tmux server pid")
 	}
-	eventually.Wait(t, 10*time.Second, fmt.Sprintf("tmux server %d to end", pid), func() bool {
+	eventually.Wait(t, eventually.Medium, fmt.Sprintf("tmux server %d to end", pid), func() bool {
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 		// Gone, or a zombie waiting for its reaper.
 		return err != nil || strings.Contains(string(b), ") Z ")

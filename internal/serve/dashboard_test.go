@@ -11,6 +11,7 @@ import (
 	"github.com/creack/pty"
 
 	"pam/internal/datadir"
+	"pam/internal/eventually"
 	"pam/internal/store/storetest"
 )
 
@@ -35,8 +36,8 @@ func TestDashboardTokenOnlyToTerminal(t *testing.T) {
 			cancel()
 			select {
 			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Error("serve did not stop within 30s")
+			case <-time.After(eventually.Long):
+				t.Errorf("serve did not stop within %s", eventually.Long)
 			}
 		}()
 		lines := make(chan string, 4)

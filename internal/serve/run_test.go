@@ -60,8 +60,8 @@ func (p *inProcess) stop(t *testing.T) error {
 	select {
 	case err := <-p.done:
 		return err
-	case <-time.After(30 * time.Second):
-		t.Fatal("serve did not stop within 30s")
+	case <-time.After(eventually.Long):
+		t.Fatalf("serve did not stop within %s", eventually.Long)
 		return nil
 	}
 }
@@ -87,7 +87,7 @@ func lockHolder(t *testing.T, conn *pgx.Conn) int {
 // connection's backend lets go of it a moment later, a leaked one never.
 func waitUnlocked(t *testing.T, probe *pgx.Conn) {
 	t.Helper()
-	eventually.Wait(t, 10*time.Second, "the active-server lock released", func() bool { return lockHolder(t, probe) == 0 })
+	eventually.Wait(t, eventually.Medium, "the active-server lock released", func() bool { return lockHolder(t, probe) == 0 })
 }
 
 // Run returns only once all its parts have: no goroutine is left, and the
@@ -144,7 +144,7 @@ func TestRunRetakesLostLock(t *testing.T) {
 		if _, err := probe.Exec(context.Background(), "SELECT pg_terminate_backend($1)", old); err != nil {
 			t.Fatal(err)
 		}
-		eventually.Wait(t, 10*time.Second, "the lock retaken on a new connection", func() bool {
+		eventually.Wait(t, eventually.Medium, "the lock retaken on a new connection", func() bool {
 			pid := lockHolder(t, probe)
 			return pid != 0 && pid != old
 		})
@@ -207,7 +207,7 @@ func TestFailoverInProcess(t *testing.T) {
 	}
 	standbyURL := func(s *started) string {
 		var base string
-		eventually.Wait(t, 30*time.Second, "a standby", func() bool {
+		eventually.Wait(t, eventually.Long, "a standby", func() bool {
 			out := s.out.String()
 			if i := strings.Index(out, "pam serve standing by on "); i >= 0 {
 				base = strings.Fields(out[i+len("pam serve standing by on "):])[0]
@@ -221,8 +221,8 @@ func TestFailoverInProcess(t *testing.T) {
 		select {
 		case err := <-s.done:
 			return err
-		case <-time.After(30 * time.Second):
-			t.Fatal("serve did not stop within 30s")
+		case <-time.After(eventually.Long):
+			t.Fatalf("serve did not stop within %s", eventually.Long)
 			return nil
 		}
 	}
@@ -255,8 +255,8 @@ func TestFailoverInProcess(t *testing.T) {
 	case second = <-next.ready:
 	case err := <-next.done:
 		t.Fatalf("the standby ended instead of taking over: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the standby did not take over within 30s")
+	case <-time.After(eventually.Long):
+		t.Fatalf("the standby did not take over within %s", eventually.Long)
 	}
 	if second[0] != base || second[1] != first[1] {
 		t.Fatalf("took over at %s (stood by at %s); same token: %v", second[0], base, second[1] == first[1])

@@ -126,12 +126,12 @@ func TestServeStandbyTakesOver(t *testing.T) {
 	standby := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL, NoWait: true})
 	// The standby says it waits and does not claim to serve while the
 	// active runs.
-	standby.WaitStandby(30 * time.Second)
+	standby.WaitStandby(eventually.Long)
 	if out := standby.Stdout.String(); strings.Contains(out, "listening") {
 		t.Fatalf("standby printed %q while another server was active", out)
 	}
 	active.Stop(syscall.SIGTERM, stopWait)
-	standby.WaitListening(30 * time.Second)
+	standby.WaitListening(eventually.Long)
 	if code, _ := get(t, standby.URL+"/healthz", ""); code != 200 {
 		t.Fatalf("standby after takeover: healthz %d", code)
 	}
@@ -147,7 +147,7 @@ func TestStandbyHealthz503(t *testing.T) {
 	dbURL := storetest.URL(t)
 	active := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL})
 	standby := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: dbURL, NoWait: true})
-	base := standby.WaitStandby(30 * time.Second)
+	base := standby.WaitStandby(eventually.Long)
 
 	code, body := get(t, base+"/healthz", "")
 	var health struct {
@@ -356,7 +356,7 @@ func TestServeEmbeddedDatabase(t *testing.T) {
 	}
 	pid, _ := strconv.Atoi(strings.SplitN(string(pidFile), "\n", 2)[0])
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	eventually.Wait(t, 30*time.Second, "healthz 503", func() bool {
+	eventually.Wait(t, eventually.Long, "healthz 503", func() bool {
 		code, _ := get(t, p.URL+"/healthz", "")
 		return code == 503
 	})
@@ -364,7 +364,7 @@ func TestServeEmbeddedDatabase(t *testing.T) {
 	// connection a moment longer (it notices its postmaster's death on
 	// its own): until then 200 is right. What must never come is anything
 	// but 200 or the 503 unavailable envelope, and the 503 must come.
-	eventually.Wait(t, 30*time.Second, "the API answering 503 unavailable", func() bool {
+	eventually.Wait(t, eventually.Long, "the API answering 503 unavailable", func() bool {
 		code, body := get(t, p.URL+"/api/v1/projects", tok)
 		if code != 200 && (code != 503 || !strings.Contains(string(body), `"unavailable"`)) {
 			t.Fatalf("API with the database down: %d %s", code, body)

@@ -88,7 +88,7 @@ func TestServeRefusesPlainNonLoopback(t *testing.T) {
 		t.Fatalf("plain HTTP on 0.0.0.0: exit %d: %s", code, refused.Stderr)
 	}
 	p := pamtest.StartServe(t, pamtest.ServeOptions{DataDir: dataDir(t), DatabaseURL: storetest.URL(t), Env: []string{"PAM_BIND=0.0.0.0", "PAM_ALLOW_INSECURE=1"}})
-	eventually.Wait(t, 10*time.Second, "a warning for plain HTTP on 0.0.0.0", func() bool {
+	eventually.Wait(t, eventually.Medium, "a warning for plain HTTP on 0.0.0.0", func() bool {
 		return strings.Contains(p.Stderr.String(), "non-loopback")
 	})
 	p.Stop(syscall.SIGTERM, stopWait)

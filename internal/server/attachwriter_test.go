@@ -47,7 +47,7 @@ func TestAttachRoundTripPacerCountsDataFrames(t *testing.T) {
 
 	for range 2 * framesPerSecond {
 		signal(c.outReady)
-		eventually.Wait(t, 5*time.Second, "the writer to take the wake-up", func() bool { return len(c.outReady) == 0 })
+		eventually.Wait(t, eventually.Short, "the writer to take the wake-up", func() bool { return len(c.outReady) == 0 })
 	}
 	c.mu.Lock()
 	c.out = append(c.out, "v"...)

@@ -170,7 +170,7 @@ func TestAttentionFromWorkerAndCleared(t *testing.T) {
 	w.idle(d)
 	e.waitAttention(r.ID, wire.AttentionIdle)
 	c := e.dialAttach(r.ID)
-	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+	if f, err := readTerm(t, c, eventually.Short); err != nil || f.Type != wire.WSLeaseAcquired {
 		t.Fatalf("first attach frame %+v %v", f, err)
 	}
 	w.expect(wire.FrameAttachOpen)
@@ -335,7 +335,7 @@ func TestPaneChangesOffTheReadPath(t *testing.T) {
 	w.snapshot(d, "$ make\nok\n")
 	// Read from the cache itself: any GET would wait for the locking
 	// transaction (Pam-Event-Seq waits for transactions in flight).
-	eventually.Wait(t, 5*time.Second, "the second snapshot in the pane cache while the run's row is locked", func() bool {
+	eventually.Wait(t, eventually.Short, "the second snapshot in the pane cache while the run's row is locked", func() bool {
 		return e.fleet.Pane(r.ID).Capture == "$ make\nok\n"
 	})
 	if err := tx.Rollback(ctx); err != nil {
@@ -571,7 +571,7 @@ func TestAnswerClearsOnlyWhatLanded(t *testing.T) {
 	}
 	checked := e.srv.AnswersChecked(r.ID)
 	input("x")
-	eventually.Wait(t, 10*time.Second, "the attach input's answer checked", func() bool { return e.srv.AnswersChecked(r.ID) > checked })
+	eventually.Wait(t, eventually.Medium, "the attach input's answer checked", func() bool { return e.srv.AnswersChecked(r.ID) > checked })
 	if got := e.run(r.ID); got.Attention != wire.AttentionRateLimited {
 		t.Fatalf("attention %q after attach input the pane did not show", got.Attention)
 	}

@@ -291,7 +291,7 @@ func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
 		t.Fatalf("started: %d %s", code, body)
 	}
 	b.snapshot(db, "b's screen")
-	eventually.Wait(t, 10*time.Second, "b's pane change recorded", func() bool { return !e.lastOutputAt(r.ID).IsZero() })
+	eventually.Wait(t, eventually.Medium, "b's pane change recorded", func() bool { return !e.lastOutputAt(r.ID).IsZero() })
 	// The hang timer is moved far back, so that any write shows.
 	old := time.Now().Add(-time.Hour).UTC().Truncate(time.Millisecond)
 	if _, err := e.store.Pool.Exec(context.Background(), `UPDATE runs SET last_output_at = $2 WHERE id = $1`, r.ID, old); err != nil {

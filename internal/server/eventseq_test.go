@@ -274,7 +274,7 @@ func TestSSEWithoutCursorIsLiveOnly(t *testing.T) {
 	}
 	head := e.headSeq(t)
 	st := e.stream(t, "", "")
-	eventually.Wait(t, 10*time.Second, "the subscriber", func() bool { return hub.Subscribers() == 1 })
+	eventually.Wait(t, eventually.Medium, "the subscriber", func() bool { return hub.Subscribers() == 1 })
 	live := e.project("live")
 	got := st.next()
 	if got.topic != "project.created" || got.id <= head || got.ev.ProjectID == nil || *got.ev.ProjectID != live.ID {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -45,7 +44,7 @@ func (e *runEnv) metric(name string) (float64, float64) {
 // waitWaiting waits until n signals are queued for or in a commit.
 func (e *runEnv) waitWaiting(n int) {
 	e.t.Helper()
-	eventually.Wait(e.t, 10*time.Second, fmt.Sprintf("%d signals waiting for a commit", n), func() bool {
+	eventually.Wait(e.t, eventually.Medium, fmt.Sprintf("%d signals waiting for a commit", n), func() bool {
 		v, _ := e.metric("pam_signals_waiting")
 		return int(v) == n
 	})
@@ -57,7 +56,7 @@ func (e *runEnv) waitWaiting(n int) {
 func (e *runEnv) waitBlocked(what string, events ...string) int {
 	e.t.Helper()
 	var pid int
-	eventually.Wait(e.t, 10*time.Second, "a batch blocked on "+what, func() bool {
+	eventually.Wait(e.t, eventually.Medium, "a batch blocked on "+what, func() bool {
 		err := e.store.Pool.QueryRow(context.Background(), `SELECT pid FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type || '/' || wait_event = ANY($1) LIMIT 1`, events).Scan(&pid)
 		return err == nil
@@ -288,7 +287,7 @@ func TestSignalBatchIsolatesFailures(t *testing.T) {
 	// and then every run's window is passed (in the database), so that
 	// round two's first progress of each run is journaled at once and the
 	// poisoned one meets its trigger.
-	eventually.Wait(t, 10*time.Second, "round one's held progress journaled", func() bool {
+	eventually.Wait(t, eventually.Medium, "round one's held progress journaled", func() bool {
 		return e.countEvents(b.ID, wire.TopicRunProgress) == 2
 	})
 	if _, err := e.store.Pool.Exec(context.Background(), `UPDATE runs SET progress_journaled_at = NULL`); err != nil {
@@ -303,7 +302,7 @@ func TestSignalBatchIsolatesFailures(t *testing.T) {
 	// written: every applied seq journaled once, the poisoned one not.
 	// (The last of each round by the trailing flush.)
 	var seqs []int64
-	eventually.Wait(t, 10*time.Second, "round two's held progress journaled", func() bool {
+	eventually.Wait(t, eventually.Medium, "round two's held progress journaled", func() bool {
 		if err := e.store.Pool.QueryRow(context.Background(), `SELECT array_agg((payload->>'seq')::bigint ORDER BY seq)
 			FROM events WHERE run_id = $1 AND topic = 'run.progress'`, b.ID).Scan(&seqs); err != nil {
 			t.Fatal(err)
@@ -379,7 +378,7 @@ func TestSignalAckAfterCommit(t *testing.T) {
 			}
 		}
 		kill(pid)
-		eventually.Wait(t, 10*time.Second, "the second batch at its commit", func() bool {
+		eventually.Wait(t, eventually.Medium, "the second batch at its commit", func() bool {
 			var p int
 			err := e.store.Pool.QueryRow(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()
 				AND wait_event_type = 'Lock' AND wait_event = 'advisory' AND pid <> $1 LIMIT 1`, pid).Scan(&p)

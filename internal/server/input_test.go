@@ -55,7 +55,7 @@ func TestInputRecorded(t *testing.T) {
 	e.forgetInput(r.ID)
 	c := e.dialAttach(r.ID)
 	defer c.CloseNow()
-	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+	if f, err := readTerm(t, c, eventually.Short); err != nil || f.Type != wire.WSLeaseAcquired {
 		t.Fatalf("first attach frame %+v %v", f, err)
 	}
 	w.expect(wire.FrameAttachOpen)
@@ -66,6 +66,6 @@ func TestInputRecorded(t *testing.T) {
 	if err := c.Write(t.Context(), websocket.MessageText, b); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "attach input recorded", func() bool { return recent(e.lastInputAt(r.ID)) })
+	eventually.Wait(t, eventually.Medium, "attach input recorded", func() bool { return recent(e.lastInputAt(r.ID)) })
 	c.Close(websocket.StatusNormalClosure, "")
 }

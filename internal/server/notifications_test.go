@@ -99,7 +99,7 @@ func TestNotificationChannelRoutes(t *testing.T) {
 		t.Fatalf("test payload %+v", p)
 	}
 	var ds wire.DeliveryList
-	eventually.Wait(t, 10*time.Second, "the test attempt recorded", func() bool {
+	eventually.Wait(t, eventually.Medium, "the test attempt recorded", func() bool {
 		e.must(200, "GET", "/api/v1/notifications/"+created.Channel.ID+"/deliveries", nil, &ds)
 		return len(ds.Deliveries) == 1 && ds.Deliveries[0].Status == wire.DeliveryDelivered
 	})
@@ -320,7 +320,7 @@ func TestAnswerLinkKeptWhileTheHostIsAway(t *testing.T) {
 	w.screen(d, 1, wire.AttentionNeedsInput, "Go? (y/n)", wire.Choice{Key: "y", Label: "Yes"}, wire.Choice{Key: "n", Label: "No"})
 	url := hook.wait(t, 1).Answers[0].AnswerURL
 	w.ws.CloseNow()
-	eventually.Wait(t, 10*time.Second, "the host disconnected", func() bool { return !e.fleet.Connected(w.hostID) })
+	eventually.Wait(t, eventually.Medium, "the host disconnected", func() bool { return !e.fleet.Connected(w.hostID) })
 	if code, body := e.answer(url); code != 503 {
 		t.Fatalf("with the host away: %d %s", code, body)
 	}

@@ -38,7 +38,7 @@ func (w *fakeWorker) register(instance string) {
 // a run_dispatch means the connection was still served.
 func (w *fakeWorker) waitClosed(what string) {
 	w.t.Helper()
-	deadline := time.After(5 * time.Second)
+	deadline := time.After(eventually.Short)
 	for {
 		select {
 		case f := <-w.frames:
@@ -60,7 +60,7 @@ func (w *fakeWorker) waitClosed(what string) {
 				}
 			}
 		case <-deadline:
-			w.t.Fatalf("%s: the uplink of %s is still open 5s later", what, w.name)
+			w.t.Fatalf("%s: the uplink of %s is still open %s later", what, w.name, eventually.Short)
 		}
 	}
 }
@@ -71,8 +71,8 @@ func (w *fakeWorker) reconnect() {
 	w.t.Helper()
 	select {
 	case <-w.gone:
-	case <-time.After(5 * time.Second):
-		w.t.Fatalf("the uplink of %s is still open 5s later", w.name)
+	case <-time.After(eventually.Short):
+		w.t.Fatalf("the uplink of %s is still open %s later", w.name, eventually.Short)
 	}
 	w.register(instanceA)
 	w.connect()
@@ -97,7 +97,7 @@ func (e *runEnv) openRelay(w *fakeWorker) wire.Run {
 	e.t.Helper()
 	r := e.runningRun(w)
 	c := e.dialAttach(r.ID)
-	if f, err := readTerm(e.t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+	if f, err := readTerm(e.t, c, eventually.Short); err != nil || f.Type != wire.WSLeaseAcquired {
 		e.t.Fatalf("first attach frame %+v %v", f, err)
 	}
 	w.expect(wire.FrameAttachOpen)
@@ -110,7 +110,7 @@ func (e *runEnv) openRelay(w *fakeWorker) wire.Run {
 func (e *runEnv) waitCutOff(w *fakeWorker, what string) {
 	e.t.Helper()
 	w.waitClosed(what)
-	eventually.Wait(e.t, 5*time.Second, what+": host disconnected, relays closed", func() bool {
+	eventually.Wait(e.t, eventually.Short, what+": host disconnected, relays closed", func() bool {
 		return !e.fleet.Connected(w.hostID) && e.fleet.Attaches() == 0
 	})
 }

@@ -111,7 +111,7 @@ func TestRevokeClosesStreamsAndSockets(t *testing.T) {
 	}
 	defer attach.CloseNow()
 	attach.SetReadLimit(4 << 20)
-	f, err := readTerm(t, attach, 5*time.Second)
+	f, err := readTerm(t, attach, eventually.Short)
 	if err != nil || f.Type != wire.WSLeaseAcquired {
 		t.Fatalf("attach: %+v %v", f, err)
 	}
@@ -141,7 +141,7 @@ func TestRevokeClosesStreamsAndSockets(t *testing.T) {
 		t.Fatalf("run.lease_acquired %v", acq)
 	}
 	var rel []wire.Event
-	eventually.Wait(t, 10*time.Second, "run.lease_released", func() bool {
+	eventually.Wait(t, eventually.Medium, "run.lease_released", func() bool {
 		rel = e.events(string(wire.TopicRunLeaseReleased))
 		return len(rel) == 1
 	})

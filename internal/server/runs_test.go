@@ -92,7 +92,7 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 func (e *runEnv) waitPasses(n int64) {
 	e.t.Helper()
 	from := e.passes.Load()
-	eventually.Wait(e.t, 10*time.Second, "dispatcher passes", func() bool { return e.passes.Load() >= from+n })
+	eventually.Wait(e.t, eventually.Medium, "dispatcher passes", func() bool { return e.passes.Load() >= from+n })
 }
 
 type fakeWorker struct {
@@ -173,7 +173,7 @@ func (w *fakeWorker) send(f wire.Frame) {
 // expect returns the next frame of type typ, skipping heartbeat acks.
 func (w *fakeWorker) expect(typ string) wire.Frame {
 	w.t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(eventually.Medium)
 	for {
 		select {
 		case f := <-w.frames:
@@ -184,7 +184,7 @@ func (w *fakeWorker) expect(typ string) wire.Frame {
 				w.t.Fatalf("%s: got %s frame %+v while waiting for %s", w.name, f.Type, f, typ)
 			}
 		case <-deadline:
-			w.t.Fatalf("%s: no %s frame within 10s", w.name, typ)
+			w.t.Fatalf("%s: no %s frame within %s", w.name, typ, eventually.Medium)
 		}
 	}
 }
@@ -280,7 +280,7 @@ func TestRunLifecycleWithSimulatedWorker(t *testing.T) {
 	}
 	now := time.Now()
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: d.Attempt, Capture: "hello\n", Timestamp: &now})
-	eventually.Wait(t, 5*time.Second, "the pane to show the snapshot", func() bool {
+	eventually.Wait(t, eventually.Short, "the pane to show the snapshot", func() bool {
 		var p wire.Pane
 		e.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
 		return p.Capture == "hello\n" && p.Seq == 1

@@ -139,7 +139,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 	// it is journaled for host B (run id and attempt in the payload),
 	// never against the run, whose journal stays as it was.
 	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: long})
-	eventually.Wait(t, 10*time.Second, "host B's orphan report", func() bool {
+	eventually.Wait(t, eventually.Medium, "host B's orphan report", func() bool {
 		for _, ev := range e.events("run.orphan_detected") {
 			if ev.HostID != nil && *ev.HostID == b.hostID && ev.RunID == nil && strings.Contains(string(ev.Payload), r.ID) {
 				return true
@@ -177,7 +177,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 
 	// The host it was offered to is heard.
 	a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "old session"})
-	eventually.Wait(t, 10*time.Second, "run.stale_session from the offered host", func() bool {
+	eventually.Wait(t, eventually.Medium, "run.stale_session from the offered host", func() bool {
 		return strings.Contains(e.topics(r.ID), "run.stale_session")
 	})
 

@@ -56,7 +56,7 @@ func (e *runEnv) attached(w *fakeWorker, runID string) (*websocket.Conn, wire.Fr
 	e.t.Helper()
 	c := e.dialAttach(runID)
 	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
-		if f, err := readTerm(e.t, c, 5*time.Second); err != nil || f.Type != typ {
+		if f, err := readTerm(e.t, c, eventually.Short); err != nil || f.Type != typ {
 			e.t.Fatalf("want %s, got %+v %v", typ, f, err)
 		}
 	}
@@ -89,10 +89,10 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	other := e.worker("host-other", 4, "shell")
 	r := e.runningRun(w)
 	c := e.dialAttach(r.ID)
-	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+	if f, err := readTerm(t, c, eventually.Short); err != nil || f.Type != wire.WSLeaseAcquired {
 		t.Fatalf("first frame %+v %v", f, err)
 	}
-	if f, _ := readTerm(t, c, 5*time.Second); f.Type != wire.WSResize || f.Rows != 24 || f.Cols != 80 {
+	if f, _ := readTerm(t, c, eventually.Short); f.Type != wire.WSResize || f.Rows != 24 || f.Cols != 80 {
 		t.Fatalf("second frame %+v", f)
 	}
 	open := w.expect(wire.FrameAttachOpen)
@@ -118,7 +118,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	var got bytes.Buffer
 	var times []time.Time
 	for got.Len() < want.Len() {
-		f, err := readTerm(t, c, 5*time.Second)
+		f, err := readTerm(t, c, eventually.Short)
 		if err != nil {
 			t.Fatalf("after %d of %d bytes: %v", got.Len(), want.Len(), err)
 		}
@@ -183,7 +183,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: open.AttachID, Reason: "the tmux client exited"})
 	var last wire.TermFrame
 	for {
-		f, err := readTerm(t, c, 5*time.Second)
+		f, err := readTerm(t, c, eventually.Short)
 		if err != nil {
 			break
 		}
@@ -193,7 +193,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 		t.Fatalf("last frame %+v", last)
 	}
 	waitEvents := func() string { return e.topics(r.ID) }
-	if !eventually.Within(5*time.Second, func() bool { return strings.Contains(waitEvents(), "run.lease_released") }) {
+	if !eventually.Within(eventually.Short, func() bool { return strings.Contains(waitEvents(), "run.lease_released") }) {
 		t.Fatalf("no lease_released: %s", waitEvents())
 	}
 	if !strings.Contains(waitEvents(), "run.started run.lease_acquired run.lease_released") {
@@ -262,7 +262,7 @@ func TestAttachOutputNotBehindDatabase(t *testing.T) {
 	now := time.Now().UTC()
 	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Capture: "screen\n", Timestamp: &now})
 	w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("echo")})
-	f, err := readTerm(t, c, 10*time.Second)
+	f, err := readTerm(t, c, eventually.Medium)
 	if err != nil || f.Type != wire.WSData || string(f.Bytes) != "echo" {
 		t.Fatalf("attach output while the snapshot waits for the database: %+v %v", f, err)
 	}
@@ -276,7 +276,7 @@ func TestAttachOutputNotBehindDatabase(t *testing.T) {
 	if err := tx.Rollback(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the snapshot's write once the lock is gone", func() bool { return lastOutput().After(before) })
+	eventually.Wait(t, eventually.Medium, "the snapshot's write once the lock is gone", func() bool { return lastOutput().After(before) })
 }
 
 // Tokens and tickets in a socket URL never reach the log, whether the
@@ -304,7 +304,7 @@ func TestSocketCredentialsNotLogged(t *testing.T) {
 		}
 	}
 	// The accepted sockets' log lines are written when their handlers end.
-	if !eventually.Within(5*time.Second, func() bool { return strings.Count(logs.String(), "/pane/ws") >= 4 }) {
+	if !eventually.Within(eventually.Short, func() bool { return strings.Count(logs.String(), "/pane/ws") >= 4 }) {
 		t.Fatalf("socket requests were not logged: %s", logs.String())
 	}
 	out := logs.String()
@@ -374,7 +374,7 @@ func TestShutdownWaitsForSockets(t *testing.T) {
 	w := e.worker("host-stop", 4, "shell")
 	r := e.runningRun(w)
 	c := e.dialAttach(r.ID)
-	if f, err := readTerm(t, c, 5*time.Second); err != nil || f.Type != wire.WSLeaseAcquired {
+	if f, err := readTerm(t, c, eventually.Short); err != nil || f.Type != wire.WSLeaseAcquired {
 		t.Fatalf("first frame %+v %v", f, err)
 	}
 	w.expect(wire.FrameAttachOpen)
@@ -384,7 +384,7 @@ func TestShutdownWaitsForSockets(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { viewer.CloseNow() })
-	eventually.Wait(t, 5*time.Second, "the pane viewer", func() bool { return e.fleet.PaneViewers() == 1 })
+	eventually.Wait(t, eventually.Short, "the pane viewer", func() bool { return e.fleet.PaneViewers() == 1 })
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()

@@ -4,11 +4,14 @@ import (
 	"math"
 	"testing"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 )
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 func TestJournalAppendAndRead(t *testing.T) {
 	t.Parallel()

@@ -60,7 +60,7 @@ func TestItemEditsDoNotWaitForTheProject(t *testing.T) {
 		moved <- err
 	}()
 	// The move waits on a lock (the project's) while the holder is open.
-	eventually.Wait(t, 10*time.Second, "the move to wait on the project's lock", func() bool {
+	eventually.Wait(t, eventually.Medium, "the move to wait on the project's lock", func() bool {
 		var waiting int
 		err := s.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM projects%'`).Scan(&waiting)
@@ -79,7 +79,7 @@ func TestItemEditsDoNotWaitForTheProject(t *testing.T) {
 		if err != nil {
 			t.Fatalf("move: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal(errors.New("the move did not finish once the project's lock was released"))
 	}
 	after, err := s.GetWorkItem(ctx, task.ID)

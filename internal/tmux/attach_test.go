@@ -42,7 +42,7 @@ func TestSendKeysBracketedPaste(t *testing.T) {
 	// after Enter: wait for both, then check there are exactly two, both
 	// bracketed. (Counting right after the first showed up raced cat.)
 	var got string
-	eventually.Wait(t, 10*time.Second, "the echo and cat's copy of the paste and the text", func() bool {
+	eventually.Wait(t, eventually.Medium, "the echo and cat's copy of the paste and the text", func() bool {
 		got, _ = s.tm.Capture(c, on)
 		return strings.Count(got, "-hello world") >= 2 && strings.Count(got, "-typed") >= 2
 	})
@@ -102,12 +102,12 @@ func TestAttachCommandInPTY(t *testing.T) {
 		o, _ := s.raw("display-message", "-p", "-t", "=pam-0123abcd:", "#{window_width}")
 		return strings.TrimSpace(o)
 	}
-	eventually.Wait(t, 10*time.Second, "the window to take the client's size", func() bool { return width() == "100" })
+	eventually.Wait(t, eventually.Medium, "the window to take the client's size", func() bool { return width() == "100" })
 	if _, err := f.Write([]byte("typed-through\r")); err != nil {
 		t.Fatal(err)
 	}
 	waitCapture(t, s.tm, name, "typed-through\ntyped-through")
-	eventually.Wait(t, 10*time.Second, "the echo on the client", func() bool {
+	eventually.Wait(t, eventually.Medium, "the echo on the client", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Contains(out.String(), "typed-through")
@@ -115,14 +115,14 @@ func TestAttachCommandInPTY(t *testing.T) {
 	if err := pty.Setsize(f, &pty.Winsize{Rows: 40, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the window to follow a resize", func() bool { return width() == "120" })
+	eventually.Wait(t, eventually.Medium, "the window to follow a resize", func() bool { return width() == "120" })
 	_ = cmd.Process.Signal(syscall.SIGHUP) // the terminal hangs up
 	f.Close()
 	waitErr := make(chan error, 1)
 	go func() { waitErr <- cmd.Wait() }()
 	select {
 	case <-waitErr:
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		_ = cmd.Process.Kill()
 		t.Fatal("the attach client did not exit on a hangup")
 	}
@@ -157,13 +157,13 @@ func (s *server) attachPTY(name SessionName) (*os.File, *exec.Cmd) {
 		f.Close()
 		select {
 		case <-waitErr:
-		case <-time.After(10 * time.Second):
+		case <-time.After(eventually.Medium):
 			_ = cmd.Process.Kill()
 			<-waitErr
 		}
 		<-readDone
 	})
-	eventually.Wait(s.t, 10*time.Second, "the attach client to be attached", func() bool {
+	eventually.Wait(s.t, eventually.Medium, "the attach client to be attached", func() bool {
 		out, _ := s.raw("list-clients", "-F", "#{client_session}")
 		return strings.Contains(out, name.String())
 	})
@@ -202,7 +202,7 @@ func TestAttachCannotDriveTmux(t *testing.T) {
 	// cat -v prints each line after the terminal's echo: twice means cat
 	// read everything typed before it.
 	var got string
-	if !eventually.Within(10*time.Second, func() bool {
+	if !eventually.Within(eventually.Medium, func() bool {
 		got, _ = s.tm.Capture(t.Context(), a)
 		return strings.Count(got, "end-of-input") >= 2
 	}) {

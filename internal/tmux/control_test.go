@@ -134,7 +134,7 @@ func TestControlLeavesServerAsIs(t *testing.T) {
 		t.Errorf("ListSessions = %+v, %v", ss, err)
 	}
 	cp.Close()
-	eventually.Wait(t, 5*time.Second, "the helper session to go", func() bool {
+	eventually.Wait(t, eventually.Short, "the helper session to go", func() bool {
 		out, _ := s.raw("list-sessions", "-F", "#{session_name}")
 		return out == name.String()+"\n"
 	})
@@ -195,7 +195,7 @@ func TestCapturerSkipsUnchangedPanes(t *testing.T) {
 	}
 	// Within two seconds of its last output, the idle pane stops being
 	// captured (window_activity has whole seconds).
-	if !eventually.Within(5*time.Second, func() bool {
+	if !eventually.Within(eventually.Short, func() bool {
 		time.Sleep(100 * time.Millisecond) // rounds are a tick apart in the worker
 		return !round()[idle]
 	}) {
@@ -222,7 +222,7 @@ func TestCapturerSkipsUnchangedPanes(t *testing.T) {
 		}
 		// The keys reach the pane and cat echoes them; give tmux the time
 		// to read the echo before looking.
-		if !eventually.Within(5*time.Second, func() bool {
+		if !eventually.Within(eventually.Short, func() bool {
 			out, _ := s.tm.Capture(t.Context(), busy)
 			return strings.Contains(out, marker)
 		}) {
@@ -264,7 +264,7 @@ func TestCapturerFallbackAndRestart(t *testing.T) {
 	// The server holds the client's pipes and may answer a command or two
 	// before it notices the client went; every capture succeeds anyway,
 	// and once the loss shows, captures go by exec.
-	eventually.Wait(t, 5*time.Second, "a capture by exec", func() bool {
+	eventually.Wait(t, eventually.Short, "a capture by exec", func() bool {
 		out, err := cp.Capture(ctx(t), a)
 		if err != nil || !strings.Contains(out, "a-ready") {
 			t.Fatalf("capture with the control client killed = %q, %v", out, err)
@@ -280,7 +280,7 @@ func TestCapturerFallbackAndRestart(t *testing.T) {
 		t.Fatal("a new client started before the backoff")
 	}
 	var again int
-	eventually.Wait(t, 5*time.Second, "a new control client", func() bool {
+	eventually.Wait(t, eventually.Short, "a new control client", func() bool {
 		cp.Refresh(ctx(t), live)
 		again = cp.ControlPID()
 		return again != 0
@@ -300,7 +300,7 @@ func TestCapturerFallbackAndRestart(t *testing.T) {
 	if _, err := s.raw("kill-session", "-t", "="+HelperSession(instA)+":"); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 5*time.Second, "the client to leave with its helper", func() bool {
+	eventually.Wait(t, eventually.Short, "the client to leave with its helper", func() bool {
 		cp.mu.Lock()
 		defer cp.mu.Unlock()
 		select {
@@ -342,7 +342,7 @@ func TestCapturerSweepsLeftoverClient(t *testing.T) {
 	}
 	select {
 	case <-old.Done():
-	case <-time.After(5 * time.Second):
+	case <-time.After(eventually.Short):
 		t.Fatal("the leftover control client is still there")
 	}
 	if out, _ := s.raw("list-clients", "-F", "#{client_pid}"); out != strconv.Itoa(cp.ControlPID())+"\n" {

@@ -55,7 +55,7 @@ func waitCapture(t *testing.T, tm *Tmux, name SessionName, want string) string {
 	t.Helper()
 	var last string
 	var err error
-	if !eventually.Within(10*time.Second, func() bool {
+	if !eventually.Within(eventually.Medium, func() bool {
 		var out string
 		if out, err = tm.Capture(t.Context(), name); err != nil {
 			return true

@@ -245,7 +245,7 @@ func TestNoServer(t *testing.T) {
 	}
 	// A server that started and then lost its last session: same answer.
 	s.spawn(name, runA, "/bin/sh", "-c", "exit 0")
-	eventually.Wait(t, 10*time.Second, "the session to end", func() bool {
+	eventually.Wait(t, eventually.Medium, "the session to end", func() bool {
 		list, err := s.tm.ListSessions(c)
 		return err == nil && len(list) == 0
 	})
@@ -270,7 +270,7 @@ func TestSendKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out string
-	eventually.Wait(t, 10*time.Second, "cat to print the last line", func() bool {
+	eventually.Wait(t, eventually.Medium, "cat to print the last line", func() bool {
 		out, _ = s.tm.Capture(c, name)
 		return strings.Count(out, "end\n") == 2
 	})
@@ -300,7 +300,7 @@ func TestSendKeys(t *testing.T) {
 	if err := s.tm.SendKeys(c, name, []wire.Key{{Key: "C-c"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "cat to end on C-c", func() bool {
+	eventually.Wait(t, eventually.Medium, "cat to end on C-c", func() bool {
 		alive, err := s.tm.Alive(c, name)
 		return err == nil && !alive
 	})
@@ -362,7 +362,7 @@ func TestStopEscalatesToKill(t *testing.T) {
 	if alive, _ := s.tm.Alive(c, name); alive {
 		t.Error("session still alive")
 	}
-	eventually.Wait(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
+	eventually.Wait(t, eventually.Short, "the group to die", func() bool { return !groupAlive(g) })
 }
 
 func TestStopForce(t *testing.T) {
@@ -383,7 +383,7 @@ func TestStopForce(t *testing.T) {
 	if alive, _ := s.tm.Alive(c, name); alive {
 		t.Error("session still alive")
 	}
-	eventually.Wait(t, 5*time.Second, "the group to die", func() bool { return !groupAlive(g) })
+	eventually.Wait(t, eventually.Short, "the group to die", func() bool { return !groupAlive(g) })
 	// Stopping a stopped session is fine.
 	if err := s.tm.Stop(c, name, time.Second, false); err != nil {
 		t.Errorf("second Stop: %v", err)
@@ -401,7 +401,7 @@ func TestStopForegroundGroup(t *testing.T) {
 	// sh -m (job control) runs sleep in its own foreground group.
 	s.spawn(name, runA, "/bin/sh", "-mc", "sleep 300; echo after")
 	var fg int
-	eventually.Wait(t, 10*time.Second, "a separate foreground group", func() bool {
+	eventually.Wait(t, eventually.Medium, "a separate foreground group", func() bool {
 		p, err := s.tm.Pane(c, name)
 		if err != nil {
 			t.Fatal(err)
@@ -413,5 +413,5 @@ func TestStopForegroundGroup(t *testing.T) {
 	if err := s.tm.Stop(c, name, 20*time.Second, false); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 5*time.Second, "the foreground group to die", func() bool { return !groupAlive(fg) })
+	eventually.Wait(t, eventually.Short, "the foreground group to die", func() bool { return !groupAlive(fg) })
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
 )
@@ -75,7 +76,7 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 
 	d.open(d.ctx, "/inbox")
 	card := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, r.ID)
-	d.waitJS(d.ctx, 10*time.Second, "the question and its three choices in the card",
+	d.waitJS(d.ctx, eventually.Medium, "the question and its three choices in the card",
 		card+` && `+card+`.querySelector('[data-testid=question]').textContent.startsWith('Do you want to apply the migration?') && `+
 			card+`.querySelectorAll('[data-testid=choice]').length === 3`)
 	var choices []struct{ Key, Text, HTML string }
@@ -90,19 +91,19 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 		t.Errorf("a choice label ran as HTML: title %q", title)
 	}
 	lim := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, limited.ID)
-	d.waitJS(d.ctx, 10*time.Second, "the usage limit's reset in its card", lim+` && `+lim+`.dataset.why === 'rate_limited' && `+
+	d.waitJS(d.ctx, eventually.Medium, "the usage limit's reset in its card", lim+` && `+lim+`.dataset.why === 'rate_limited' && `+
 		lim+`.querySelector('[data-testid=resets]').textContent.startsWith('Waiting for the usage limit, resets at ') && !`+lim+`.querySelector('[data-testid=choice]')`)
 	// The countdown to the reset, ticking: 3 h from when the limit was
 	// set, to the minute.
 	countdown := lim + `.querySelector('[data-testid=countdown]').textContent`
-	d.waitJS(d.ctx, 10*time.Second, "the countdown to the reset", `/^in (2 h 5\d|3 h 00) min$/.test(`+countdown+`) && `+
+	d.waitJS(d.ctx, eventually.Medium, "the countdown to the reset", `/^in (2 h 5\d|3 h 00) min$/.test(`+countdown+`) && `+
 		lim+`.querySelector('[data-testid=resets]').textContent.endsWith(' (' + `+countdown+` + ').')`)
-	d.waitJS(d.ctx, 10*time.Second, "the cards' live panes", card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
+	d.waitJS(d.ctx, eventually.Medium, "the cards' live panes", card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
 	d.shot(d.ctx, "desktop-inbox-question")
 
 	phone := d.phoneTab()
 	d.open(phone, "/inbox")
-	d.waitJS(phone, 10*time.Second, "the question and the panes on the phone", card+` && `+card+`.querySelectorAll('[data-testid=choice]').length === 3 && `+
+	d.waitJS(phone, eventually.Medium, "the question and the panes on the phone", card+` && `+card+`.querySelectorAll('[data-testid=choice]').length === 3 && `+
 		card+`.querySelector('.thumb').textContent.includes('2. No') && `+lim+` && `+lim+`.querySelector('.thumb').textContent.includes('usage limit')`)
 	d.noOverflow(phone, "/inbox with a question")
 	if w := eval[float64](d, phone, card+`.querySelector('[data-testid=choice]').getBoundingClientRect().width`); w < 200 {
@@ -114,10 +115,10 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 
 	// A choice presses its key.
 	d.click(d.ctx, fmt.Sprintf(`[data-testid=inbox-card][data-run=%q] [data-testid=choice][data-key="1"]`, r.ID))
-	d.waitJS(d.ctx, 10*time.Second, "the delivery of the choice", `[...document.querySelectorAll('.toast')].some((t) => t.textContent.startsWith('Pressed 1 “Yes”: Delivered'))`)
+	d.waitJS(d.ctx, eventually.Medium, "the delivery of the choice", `[...document.querySelectorAll('.toast')].some((t) => t.textContent.startsWith('Pressed 1 “Yes”: Delivered'))`)
 	d.waitPane(r.ID, "picked 1")
 	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
-	d.waitJS(d.ctx, 10*time.Second, "the answered run out of the inbox", `!`+card+` && `+lim)
+	d.waitJS(d.ctx, eventually.Medium, "the answered run out of the inbox", `!`+card+` && `+lim)
 	var ev wire.EventList
 	d.api(200, "GET", "/runs/"+r.ID+"/events", nil, &ev)
 	var sources []string
@@ -140,23 +141,23 @@ func answerWithoutTerminal(t *testing.T, d *dash) {
 	d.setAttention(r.ID, wire.AttentionNeedsInput, map[string]any{"source": "screen", "text": "What should the commit message say?",
 		"choices": []any{}, "resets_at": nil})
 	d.open(d.ctx, "/runs/"+r.ID)
-	d.waitJS(d.ctx, 10*time.Second, "the question on the run page", `document.querySelector('[data-testid=answer] [data-testid=question]').textContent === 'What should the commit message say?' && !document.querySelector('[data-testid=answer] [data-testid=choice]')`)
+	d.waitJS(d.ctx, eventually.Medium, "the question on the run page", `document.querySelector('[data-testid=answer] [data-testid=question]').textContent === 'What should the commit message say?' && !document.querySelector('[data-testid=answer] [data-testid=choice]')`)
 	d.setField(d.ctx, `[data-testid=answer] [data-testid=reply]`, "fix: keys; typed")
-	d.waitJS(d.ctx, 10*time.Second, "the pane in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('picked 1')`)
+	d.waitJS(d.ctx, eventually.Medium, "the pane in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('picked 1')`)
 	d.shot(d.ctx, "desktop-run-question")
 	d.click(d.ctx, `[data-testid=answer] [data-testid=reply-send]`)
-	d.waitJS(d.ctx, 10*time.Second, "the reply's delivery on the run page", `(() => { const e = document.querySelector('[data-testid=delivery]'); return e && e.dataset.delivery === 'confirmed' && e.textContent.startsWith('Reply: Delivered'); })()`)
+	d.waitJS(d.ctx, eventually.Medium, "the reply's delivery on the run page", `(() => { const e = document.querySelector('[data-testid=delivery]'); return e && e.dataset.delivery === 'confirmed' && e.textContent.startsWith('Reply: Delivered'); })()`)
 	d.waitPane(r.ID, "reply: fix: keys; typed")
 	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
-	d.waitJS(d.ctx, 10*time.Second, "the reply box gone with the question, the delivery still shown",
+	d.waitJS(d.ctx, eventually.Medium, "the reply box gone with the question, the delivery still shown",
 		`!document.querySelector('[data-testid=reply]') && document.querySelector('[data-testid=delivery]')`)
 
 	// Asked nothing: the live run's message box.
-	d.waitJS(d.ctx, 10*time.Second, "the message box of a live run", `!!document.querySelector('[data-testid=message-box] [data-testid=message]')`)
+	d.waitJS(d.ctx, eventually.Medium, "the message box of a live run", `!!document.querySelector('[data-testid=message-box] [data-testid=message]')`)
 	d.setField(d.ctx, `[data-testid=message-box] [data-testid=message]`, "and one more thing")
 	d.click(d.ctx, `[data-testid=message-box] [data-testid=message-send]`)
 	d.waitJS(d.ctx, 15*time.Second, "the message's delivery", `(() => { const e = document.querySelector('[data-testid=message-delivery]'); return e && e.dataset.delivery === 'confirmed' && e.textContent.startsWith('Message: Delivered'); })()`)
-	d.waitJS(d.ctx, 10*time.Second, "the message box emptied", `document.querySelector('[data-testid=message-box] [data-testid=message]').value === ''`)
+	d.waitJS(d.ctx, eventually.Medium, "the message box emptied", `document.querySelector('[data-testid=message-box] [data-testid=message]').value === ''`)
 	d.waitPane(r.ID, "and one more thing")
 	var msgs []string
 	d.api(200, "GET", "/runs/"+r.ID+"/events", nil, &ev)

@@ -71,7 +71,7 @@ func continueFromRunPage(t *testing.T, d *dash) {
 	}
 	d.shot(tab, "desktop-run-continued")
 	d.goTo(tab, "/runs/"+r.ID)
-	d.waitJS(tab, 10*time.Second, "the chain on the old run's page, and no second Continue",
+	d.waitJS(tab, eventually.Medium, "the chain on the old run's page, and no second Continue",
 		fmt.Sprintf(`document.querySelectorAll('[data-testid=chain] li').length === 2 && document.querySelector('[data-testid=chain] a[href="/runs/%s"]') &&
 			document.querySelector('[data-testid=events]').textContent.includes('run.continued') && !document.querySelector('[data-testid=continue]')`, next))
 
@@ -79,7 +79,7 @@ func continueFromRunPage(t *testing.T, d *dash) {
 	var live wire.Run
 	d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell", "host_id": created.Host.ID, "cwd": cwd, "prompt": "exec cat"}, &live)
 	d.goTo(tab, "/runs/"+live.ID)
-	d.waitJS(tab, 30*time.Second, "the live run's page", `!!document.querySelector('.run-meta .badge.st-running')`)
+	d.waitJS(tab, eventually.Long, "the live run's page", `!!document.querySelector('.run-meta .badge.st-running')`)
 	if eval[bool](d, tab, `!!document.querySelector('[data-testid=continue]')`) {
 		t.Error("a live run offers Continue")
 	}

@@ -66,29 +66,29 @@ func fleetActions(t *testing.T, d *dash) {
 	old := created.WorkerToken
 	card := fmt.Sprintf(`document.querySelector('[data-testid=host-card][data-host=%q]')`, name)
 	d.goTo(d.ctx, "/fleet")
-	d.waitJS(d.ctx, 10*time.Second, "the new host's card (live)", card)
+	d.waitJS(d.ctx, eventually.Medium, "the new host's card (live)", card)
 	// The confirm dialogs of rotate and remove are answered yes.
 	_ = eval[bool](d, d.ctx, `(window.__confirm = window.confirm, window.confirm = () => true, true)`)
 	defer eval[bool](d, d.ctx, `(window.confirm = window.__confirm || window.confirm, true)`)
 
 	d.menuItem(d.ctx, name, "Disable")
-	eventually.Wait(t, 10*time.Second, "the host disabled in the API", func() bool {
+	eventually.Wait(t, eventually.Medium, "the host disabled in the API", func() bool {
 		var h wire.Host
 		d.api(200, "GET", "/hosts/"+name, nil, &h)
 		return h.Disabled && h.Status == "disabled"
 	})
-	d.waitJS(d.ctx, 5*time.Second, "the card showing disabled", card+`.dataset.status === 'disabled' && `+card+`.querySelector('.host-head .badge.st-disabled')`)
+	d.waitJS(d.ctx, eventually.Short, "the card showing disabled", card+`.dataset.status === 'disabled' && `+card+`.querySelector('.host-head .badge.st-disabled')`)
 	d.shot(d.ctx, "desktop-fleet-disabled")
 	d.menuItem(d.ctx, name, "Enable")
-	eventually.Wait(t, 10*time.Second, "the host enabled in the API", func() bool {
+	eventually.Wait(t, eventually.Medium, "the host enabled in the API", func() bool {
 		var h wire.Host
 		d.api(200, "GET", "/hosts/"+name, nil, &h)
 		return !h.Disabled && h.Status != "disabled"
 	})
-	d.waitJS(d.ctx, 5*time.Second, "the card enabled again", card+`.dataset.status !== 'disabled' && !`+card+`.querySelector('.badge.st-disabled')`)
+	d.waitJS(d.ctx, eventually.Short, "the card enabled again", card+`.dataset.status !== 'disabled' && !`+card+`.querySelector('.badge.st-disabled')`)
 
 	d.menuItem(d.ctx, name, "Rotate token")
-	d.waitJS(d.ctx, 10*time.Second, "the new token, shown once", `document.querySelector('dialog [data-testid=worker-token]')`)
+	d.waitJS(d.ctx, eventually.Medium, "the new token, shown once", `document.querySelector('dialog [data-testid=worker-token]')`)
 	tok := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-token]').textContent`)
 	if !hex64.MatchString(tok) || tok == old {
 		t.Errorf("rotated token %q (the old one %q)", tok, old)
@@ -103,10 +103,10 @@ func fleetActions(t *testing.T, d *dash) {
 		t.Errorf("register with the rotated token: %d, want 200", code)
 	}
 	d.do(d.ctx, press(kb.Escape))
-	d.waitJS(d.ctx, 5*time.Second, "the token gone from the page", `!document.querySelector('[data-testid=worker-token]') && !document.body.textContent.includes('`+tok+`')`)
+	d.waitJS(d.ctx, eventually.Short, "the token gone from the page", `!document.querySelector('[data-testid=worker-token]') && !document.body.textContent.includes('`+tok+`')`)
 
 	d.menuItem(d.ctx, name, "Remove")
-	d.waitJS(d.ctx, 10*time.Second, "the card gone", `!`+card)
+	d.waitJS(d.ctx, eventually.Medium, "the card gone", `!`+card)
 	d.api(404, "GET", "/hosts/"+name, nil, nil)
 	d.do(d.ctx, chromedp.Reload())
 	d.waitJS(d.ctx, 15*time.Second, "the fleet after a reload", `document.querySelector('[data-testid=host-card]')`)
@@ -139,41 +139,41 @@ func keyboard(t *testing.T, d *dash) {
 		t.Fatalf("%d runs, want 3 to move among", len(l.Runs))
 	}
 	d.goTo(d.ctx, "/fleet")
-	d.waitJS(d.ctx, 5*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
+	d.waitJS(d.ctx, eventually.Short, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 	d.do(d.ctx, press("?"))
-	d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
+	d.waitJS(d.ctx, eventually.Short, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
 		&& [...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('j / k'))`)
 	d.do(d.ctx, press(kb.Escape))
-	d.waitJS(d.ctx, 5*time.Second, "the shortcuts closed", `!document.querySelector('dialog .shortcuts')`)
+	d.waitJS(d.ctx, eventually.Short, "the shortcuts closed", `!document.querySelector('dialog .shortcuts')`)
 
 	// / then a task's title: Enter opens it on its board.
 	d.do(d.ctx, press("/"))
-	d.waitJS(d.ctx, 5*time.Second, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
+	d.waitJS(d.ctx, eventually.Short, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
 	d.insertText(d.ctx, "Polish the keyboard")
-	d.waitJS(d.ctx, 10*time.Second, "the task among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').textContent.includes('Polish the keyboard')`)
+	d.waitJS(d.ctx, eventually.Medium, "the task among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').textContent.includes('Polish the keyboard')`)
 	d.do(d.ctx, press(kb.Enter))
-	d.waitJS(d.ctx, 5*time.Second, "its board with the task open", fmt.Sprintf(`location.pathname === '/projects/browser-test' && location.search === '?item=%s'`, w.ID))
+	d.waitJS(d.ctx, eventually.Short, "its board with the task open", fmt.Sprintf(`location.pathname === '/projects/browser-test' && location.search === '?item=%s'`, w.ID))
 	d.do(d.ctx, press(kb.Escape))
 
 	// / then a run's short id: Enter opens the run.
 	target := l.Runs[len(l.Runs)-1]
 	d.goTo(d.ctx, "/inbox")
-	d.waitJS(d.ctx, 5*time.Second, "no dialog", `!document.querySelector('dialog')`)
+	d.waitJS(d.ctx, eventually.Short, "no dialog", `!document.querySelector('dialog')`)
 	d.do(d.ctx, press("/"))
-	d.waitJS(d.ctx, 5*time.Second, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
+	d.waitJS(d.ctx, eventually.Short, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
 	d.insertText(d.ctx, target.ID[:8])
-	d.waitJS(d.ctx, 10*time.Second, "the run first among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').getAttribute('href') === '/runs/`+target.ID+`'`)
+	d.waitJS(d.ctx, eventually.Medium, "the run first among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').getAttribute('href') === '/runs/`+target.ID+`'`)
 	d.do(d.ctx, press(kb.Enter))
-	d.waitJS(d.ctx, 5*time.Second, "the run page", `location.pathname === '/runs/`+target.ID+`' && !document.querySelector('dialog')`)
+	d.waitJS(d.ctx, eventually.Short, "the run page", `location.pathname === '/runs/`+target.ID+`' && !document.querySelector('dialog')`)
 
 	// g i from the run page.
 	_ = eval[bool](d, d.ctx, `(document.activeElement && document.activeElement.blur(), true)`)
 	d.do(d.ctx, press("g"), press("i"))
-	d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
+	d.waitJS(d.ctx, eventually.Short, "g i to the inbox", `location.pathname === '/inbox'`)
 
 	// j/k on the runs list, Enter opens the selected one.
 	d.goTo(d.ctx, "/runs")
-	d.waitJS(d.ctx, 5*time.Second, "the runs list", `document.querySelectorAll('[data-testid=run-row]').length >= 3`)
+	d.waitJS(d.ctx, eventually.Short, "the runs list", `document.querySelectorAll('[data-testid=run-row]').length >= 3`)
 	rows := `[...document.querySelectorAll('[data-testid=run-row]')]`
 	selected := `` + rows + `.indexOf(document.activeElement)`
 	for i, step := range []struct {
@@ -181,7 +181,7 @@ func keyboard(t *testing.T, d *dash) {
 		want int
 	}{{"j", 0}, {"j", 1}, {"j", 2}, {"k", 1}} {
 		d.do(d.ctx, press(step.key))
-		d.waitJS(d.ctx, 5*time.Second, fmt.Sprintf("key %d (%s) to select row %d", i+1, step.key, step.want), fmt.Sprintf(`%s === %d`, selected, step.want))
+		d.waitJS(d.ctx, eventually.Short, fmt.Sprintf("key %d (%s) to select row %d", i+1, step.key, step.want), fmt.Sprintf(`%s === %d`, selected, step.want))
 	}
 	href := eval[string](d, d.ctx, `document.activeElement.querySelector('a').getAttribute('href')`)
 	if href != "/runs/"+l.Runs[1].ID {
@@ -189,7 +189,7 @@ func keyboard(t *testing.T, d *dash) {
 		t.Errorf("the second row opens %s, want the API's second run %s", href, l.Runs[1].ID)
 	}
 	d.do(d.ctx, press(kb.Enter))
-	d.waitJS(d.ctx, 5*time.Second, "Enter to open the selected run", `location.pathname === '`+href+`'`)
+	d.waitJS(d.ctx, eventually.Short, "Enter to open the selected run", `location.pathname === '`+href+`'`)
 }
 
 // notifyCapture stands in for window.Notification before the page's
@@ -227,16 +227,16 @@ func notifications(t *testing.T, d *dash) {
 		t.Fatalf("permission and capture: %s", got)
 	}
 	d.click(tab, `button[aria-label=Settings]`)
-	d.waitJS(tab, 5*time.Second, "the opt-in entry", `[...document.querySelectorAll('.menu [role=menuitem]')].some((b) => b.textContent.includes('Notify me'))`)
+	d.waitJS(tab, eventually.Short, "the opt-in entry", `[...document.querySelectorAll('.menu [role=menuitem]')].some((b) => b.textContent.includes('Notify me'))`)
 	_ = eval[bool](d, tab, `(() => { const b = [...document.querySelectorAll('.menu [role=menuitem]')].find((b) => b.textContent.includes('Notify me')); b.setAttribute('data-pick', ''); return true; })()`)
 	d.click(tab, `[data-pick]`)
-	d.waitJS(tab, 5*time.Second, "notifications on", `localStorage.getItem('pam.notify') === '1' && [...document.querySelectorAll('.toast')].some((e) => e.textContent.includes('Notifications on'))`)
+	d.waitJS(tab, eventually.Short, "notifications on", `localStorage.getItem('pam.notify') === '1' && [...document.querySelectorAll('.toast')].some((e) => e.textContent.includes('Notifications on'))`)
 
 	gate := pamtest.ShortDir(t, "pamn-") + "/fail"
 	r := d.shellRun("Ship the notifier", fmt.Sprintf(`echo working; while [ ! -e %s ]; do sleep 0.05; done; exit 4`, gate))
 	// The page must have seen the run running: it notifies on a change.
 	d.goTo(tab, "/runs")
-	d.waitJS(tab, 10*time.Second, "the running run listed", `[...document.querySelectorAll('[data-testid=run-row]')].some((row) => row.querySelector('a').getAttribute('href') === '/runs/`+r.ID+`' && row.querySelector('.badge.st-running'))`)
+	d.waitJS(tab, eventually.Medium, "the running run listed", `[...document.querySelectorAll('[data-testid=run-row]')].some((row) => row.querySelector('a').getAttribute('href') === '/runs/`+r.ID+`' && row.querySelector('.badge.st-running'))`)
 	before := eval[int](d, tab, `(document.title.match(/^\((\d+)\)/) || [0, 0])[1] * 1`)
 	if n := eval[int](d, tab, `window.__notes.length`); n != 0 {
 		t.Errorf("%d notifications before the run failed", n)
@@ -245,7 +245,7 @@ func notifications(t *testing.T, d *dash) {
 		t.Fatal(err)
 	}
 	d.waitRun(r.ID, "to fail", func(r wire.Run) bool { return r.Status == wire.RunFailed })
-	d.waitJS(tab, 10*time.Second, "a notification", `window.__notes.length > 0`)
+	d.waitJS(tab, eventually.Medium, "a notification", `window.__notes.length > 0`)
 	var notes []struct {
 		Title string
 		Body  string
@@ -259,8 +259,8 @@ func notifications(t *testing.T, d *dash) {
 		t.Errorf("notifications %+v, want one naming the failed run %s", notes, r.ID)
 	}
 	want := fmt.Sprintf("(%d)", before+1)
-	d.waitJS(tab, 5*time.Second, "the tab title counting the failed run", `document.title.startsWith('`+want+`')`)
+	d.waitJS(tab, eventually.Short, "the tab title counting the failed run", `document.title.startsWith('`+want+`')`)
 	// Its click opens the run's page.
 	_ = eval[bool](d, tab, `(window.__notes[0].onclick(), true)`)
-	d.waitJS(tab, 5*time.Second, "the notification's click to open the run", `location.pathname === '/runs/`+r.ID+`' && window.__notes[0].closed`)
+	d.waitJS(tab, eventually.Short, "the notification's click to open the run", `location.pathname === '/runs/`+r.ID+`' && window.__notes[0].closed`)
 }

@@ -51,7 +51,7 @@ func (d *dash) shellRun(title, script string) wire.Run {
 func (d *dash) waitRun(id, what string, ok func(wire.Run) bool) wire.Run {
 	d.t.Helper()
 	var r wire.Run
-	eventually.Wait(d.t, 30*time.Second, "run "+id[:8]+" "+what, func() bool {
+	eventually.Wait(d.t, eventually.Long, "run "+id[:8]+" "+what, func() bool {
 		r = wire.Run{}
 		d.api(200, "GET", "/runs/"+id, nil, &r)
 		return ok(r)
@@ -100,11 +100,11 @@ const inboxState = `JSON.stringify({cards: [...document.querySelectorAll('[data-
 // clears its attention and it leaves the Inbox, live.
 func needsInputLeavesInbox(t *testing.T, d *dash) {
 	d.goTo(d.ctx, "/inbox")
-	d.waitJS(d.ctx, 10*time.Second, "the inbox", `document.querySelector('.inbox')`)
+	d.waitJS(d.ctx, eventually.Medium, "the inbox", `document.querySelector('.inbox')`)
 	before := eval[int](d, d.ctx, `document.querySelectorAll('[data-testid=inbox-card]').length`)
 	r := d.askingRun(t, "Migrate the schema")
 	card := fmt.Sprintf(`document.querySelector('[data-testid=inbox-card][data-run=%q]')`, r.ID)
-	d.waitJS(d.ctx, 10*time.Second, "the asking run in the inbox (live, from run.attention)", card+` && `+card+`.dataset.why === 'needs_input' && `+card+`.querySelector('.badge.st-needs_input')`)
+	d.waitJS(d.ctx, eventually.Medium, "the asking run in the inbox (live, from run.attention)", card+` && `+card+`.dataset.why === 'needs_input' && `+card+`.querySelector('.badge.st-needs_input')`)
 	var st struct {
 		Cards []string
 		Count string
@@ -117,23 +117,23 @@ func needsInputLeavesInbox(t *testing.T, d *dash) {
 	if len(st.Cards) != before+1 || st.Cards[0] != r.ID+":needs_input" || st.Count != n || !strings.HasPrefix(st.Title, "("+n+")") {
 		t.Errorf("inbox %+v, want the asking run first of %s, the badge and the title counting %s", st, n, n)
 	}
-	d.waitJS(d.ctx, 10*time.Second, "its pane in the card", card+`.querySelector('.thumb').textContent.includes('Apply the migration?')`)
+	d.waitJS(d.ctx, eventually.Medium, "its pane in the card", card+`.querySelector('.thumb').textContent.includes('Apply the migration?')`)
 	d.shot(d.ctx, "desktop-inbox-needs-input")
 
 	// One click to the run; the answer typed under control.
 	d.click(d.ctx, fmt.Sprintf(`[data-testid=inbox-card][data-run=%q] .inbox-link`, r.ID))
-	d.waitJS(d.ctx, 10*time.Second, "the run page with its question", `location.pathname === '/runs/`+r.ID+`' && window.__pamTerm && window.__pamTerm.buffer.includes('Apply the migration?') && document.querySelector('.run-meta .badge.st-needs_input')`)
+	d.waitJS(d.ctx, eventually.Medium, "the run page with its question", `location.pathname === '/runs/`+r.ID+`' && window.__pamTerm && window.__pamTerm.buffer.includes('Apply the migration?') && document.querySelector('.run-meta .badge.st-needs_input')`)
 	d.click(d.ctx, d.sel("take-control"))
-	d.waitJS(d.ctx, 10*time.Second, "control of the asking run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
+	d.waitJS(d.ctx, eventually.Medium, "control of the asking run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
 	d.insertText(d.ctx, "yes")
 	d.do(d.ctx, press(kb.Enter))
-	d.waitJS(d.ctx, 10*time.Second, "the answer read by the run", `window.__pamTerm.buffer.includes('got yes')`)
+	d.waitJS(d.ctx, eventually.Medium, "the answer read by the run", `window.__pamTerm.buffer.includes('got yes')`)
 	d.waitRun(r.ID, "to need nothing", func(r wire.Run) bool { return r.Attention == wire.AttentionNone })
-	d.waitJS(d.ctx, 10*time.Second, "the attention badge gone", `!document.querySelector('.run-meta .badge.st-needs_input')`)
+	d.waitJS(d.ctx, eventually.Medium, "the attention badge gone", `!document.querySelector('.run-meta .badge.st-needs_input')`)
 	d.click(d.ctx, d.sel("release"))
-	d.waitJS(d.ctx, 10*time.Second, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+	d.waitJS(d.ctx, eventually.Medium, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 	d.goTo(d.ctx, "/inbox")
-	d.waitJS(d.ctx, 10*time.Second, "the answered run out of the inbox, the counts down", `!`+card+` && document.querySelectorAll('[data-testid=inbox-card]').length === `+fmt.Sprint(before)+
+	d.waitJS(d.ctx, eventually.Medium, "the answered run out of the inbox, the counts down", `!`+card+` && document.querySelectorAll('[data-testid=inbox-card]').length === `+fmt.Sprint(before)+
 		` && (document.querySelector('[data-testid=inbox-count]') || {textContent: '0'}).textContent === '`+fmt.Sprint(before)+`'`)
 }
 
@@ -144,9 +144,9 @@ func hostGoesOffline(t *testing.T, d *dash, workerToken string) {
 	w := pamtest.StartWorker(t, pamtest.WorkerOptions{URL: d.url, Token: workerToken, Name: "gpu-box", Env: workerEnv})
 	d.goTo(d.ctx, "/fleet")
 	card := `document.querySelector('[data-testid=host-card][data-host=gpu-box]')`
-	d.waitJS(d.ctx, 30*time.Second, "gpu-box online on the fleet page", card+`.dataset.status === 'online' && `+card+`.querySelector('.badge.st-online')`)
+	d.waitJS(d.ctx, eventually.Long, "gpu-box online on the fleet page", card+`.dataset.status === 'online' && `+card+`.querySelector('.badge.st-online')`)
 	w.Stop(syscall.SIGTERM, 10*time.Second)
-	d.waitJS(d.ctx, 30*time.Second, "gpu-box offline on the fleet page (live)", card+`.dataset.status === 'offline' && `+card+`.querySelector('.badge.st-offline')`)
+	d.waitJS(d.ctx, eventually.Long, "gpu-box offline on the fleet page (live)", card+`.dataset.status === 'offline' && `+card+`.querySelector('.badge.st-offline')`)
 	var h wire.Host
 	d.api(200, "GET", "/hosts/gpu-box", nil, &h)
 	if h.Status != "offline" {
@@ -180,14 +180,14 @@ func serveRestartMissesNothing(t *testing.T, d *dash) {
 	mark := d.logMark()
 	defer d.excuse(mark)
 	d.serve.Kill9()
-	d.waitJS(tab, 10*time.Second, "the reconnecting state and banner", `document.querySelector('[data-testid=conn]').dataset.state === 'reconnecting' && document.querySelector('.banner')`)
+	d.waitJS(tab, eventually.Medium, "the reconnecting state and banner", `document.querySelector('[data-testid=conn]').dataset.state === 'reconnecting' && document.querySelector('.banner')`)
 	d.serve = pamtest.StartServe(d.root, d.serveOpts)
 	if d.serve.URL != d.url {
 		t.Fatalf("serve came back on %s, not %s", d.serve.URL, d.url)
 	}
 	// Events the page has not seen: the worker back, the run's progress
 	// journaled by the new serve.
-	eventually.Wait(t, 30*time.Second, "progress journaled after the restart", func() bool { return runEventCount(t, d, r.ID) >= shown+4 })
+	eventually.Wait(t, eventually.Long, "progress journaled after the restart", func() bool { return runEventCount(t, d, r.ID) >= shown+4 })
 	if got := eval[string](d, tab, `document.querySelector('[data-testid=conn]').dataset.state`); got != "reconnecting" {
 		t.Fatalf("the page reconnected while its stream was blocked (%s): the scenario tests nothing", got)
 	}
@@ -304,7 +304,7 @@ func phoneTouch(t *testing.T, d *dash, runID string) {
 	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Drag me by touch"}, &w)
 	d.open(phone, "/projects/browser-test")
 	card := fmt.Sprintf(`[data-testid=col-todo] [data-item=%q]`, w.ID)
-	d.waitJS(phone, 10*time.Second, "the new card in To do", `document.querySelector('`+card+`')`)
+	d.waitJS(phone, eventually.Medium, "the new card in To do", `document.querySelector('`+card+`')`)
 	d.noOverflow(phone, "the board")
 
 	// The grip's centre, in the viewport once scrolled into it.
@@ -316,33 +316,33 @@ func phoneTouch(t *testing.T, d *dash, runID string) {
 	x, y := at[0], at[1]
 	d.touch(phone, input.DispatchTouchEventTypeTouchStart, x, y)
 	d.touch(phone, input.DispatchTouchEventTypeTouchMove, x-10, y+6)
-	d.waitJS(phone, 5*time.Second, "the drag to start", `document.body.classList.contains('is-dragging')`)
+	d.waitJS(phone, eventually.Short, "the drag to start", `document.body.classList.contains('is-dragging')`)
 	// Held at the right edge, the board scrolls one column.
 	for _, px := range []float64{x + 20, 372} {
 		d.touch(phone, input.DispatchTouchEventTypeTouchMove, px, y+10)
 	}
-	d.waitJS(phone, 5*time.Second, "the board scrolled to Doing", `(() => { const b = document.querySelector('.board'), c = b.querySelector('[data-col=doing]').getBoundingClientRect();
+	d.waitJS(phone, eventually.Short, "the board scrolled to Doing", `(() => { const b = document.querySelector('.board'), c = b.querySelector('[data-col=doing]').getBoundingClientRect();
 		return c.left >= 0 && c.right <= innerWidth + 1 && Math.abs(c.left - 12) < 30; })()`)
 	d.touch(phone, input.DispatchTouchEventTypeTouchMove, 180, y+10)
-	d.waitJS(phone, 5*time.Second, "Doing under the finger", `document.querySelector('[data-col=doing].drop')`)
+	d.waitJS(phone, eventually.Short, "Doing under the finger", `document.querySelector('[data-col=doing].drop')`)
 	d.touch(phone, input.DispatchTouchEventTypeTouchEnd, 0, 0)
-	eventually.Wait(t, 10*time.Second, "the card dragged by touch to be doing in the API", func() bool { return d.item(w.ID).Status == "doing" })
-	d.waitJS(phone, 5*time.Second, "the card in Doing", `document.querySelector('[data-testid=col-doing] [data-item="`+w.ID+`"]') && !document.querySelector('.drag-ghost')`)
+	eventually.Wait(t, eventually.Medium, "the card dragged by touch to be doing in the API", func() bool { return d.item(w.ID).Status == "doing" })
+	d.waitJS(phone, eventually.Short, "the card in Doing", `document.querySelector('[data-testid=col-doing] [data-item="`+w.ID+`"]') && !document.querySelector('.drag-ghost')`)
 	d.noOverflow(phone, "the board after the drag")
 
 	// The run page: it fits, and under control the key bar shows, fits
 	// and types: ↑ reaches cat as ESC [ A, which the tty echoes as ^[[A.
 	d.open(phone, "/runs/"+runID)
-	d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+	d.waitJS(phone, eventually.Medium, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
 	d.noOverflow(phone, "the run page")
 	d.click(phone, d.sel("take-control"))
-	d.waitJS(phone, 10*time.Second, "control and the key bar on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)
-	d.waitJS(phone, 5*time.Second, "the key bar inside the screen's width, every key in it", `(() => { const b = document.querySelector('.keybar').getBoundingClientRect();
+	d.waitJS(phone, eventually.Medium, "control and the key bar on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)
+	d.waitJS(phone, eventually.Short, "the key bar inside the screen's width, every key in it", `(() => { const b = document.querySelector('.keybar').getBoundingClientRect();
 		return b.height > 0 && b.left >= 0 && b.right <= innerWidth && [...document.querySelectorAll('.keybar .key')].every((k) => { const r = k.getBoundingClientRect(); return r.width >= 28 && r.right <= innerWidth; }); })()`)
 	d.noOverflow(phone, "the run page under control")
 	d.do(phone, chromedp.Tap(chromedp.CSS(`.keybar .key:nth-child(5)`)))
-	d.waitJS(phone, 5*time.Second, "the key bar's arrow echoed", `window.__pamTerm.buffer.includes('^[[A')`)
+	d.waitJS(phone, eventually.Short, "the key bar's arrow echoed", `window.__pamTerm.buffer.includes('^[[A')`)
 	d.shot(phone, "phone-run-control")
 	d.click(phone, d.sel("release"))
-	d.waitJS(phone, 10*time.Second, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+	d.waitJS(phone, eventually.Medium, "released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 }

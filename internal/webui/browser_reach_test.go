@@ -11,6 +11,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -26,7 +27,7 @@ func archivedRestore(t *testing.T, d *dash) {
 	tab, closeTab := d.tab(d.ctx)
 	defer closeTab()
 	d.open(tab, "/projects")
-	d.waitJS(tab, 10*time.Second, "the projects page", `document.querySelector('[data-testid=show-archived]')`)
+	d.waitJS(tab, eventually.Medium, "the projects page", `document.querySelector('[data-testid=show-archived]')`)
 	named := func(sel string) string {
 		return fmt.Sprintf(`[...document.querySelectorAll('[data-testid=%s]')].some((c) => c.textContent.includes('Old times'))`, sel)
 	}
@@ -34,25 +35,25 @@ func archivedRestore(t *testing.T, d *dash) {
 		t.Fatal("an archived project is listed before Show archived")
 	}
 	d.click(tab, d.sel("show-archived")+" input")
-	d.waitJS(tab, 10*time.Second, "the archived project with Restore", named("archived-project")+` && location.search === '?archived=1'`)
+	d.waitJS(tab, eventually.Medium, "the archived project with Restore", named("archived-project")+` && location.search === '?archived=1'`)
 	d.shot(tab, "desktop-projects-archived")
 
 	phone := d.phoneTab()
 	d.open(phone, "/projects?archived=1")
-	d.waitJS(phone, 10*time.Second, "the archived project on the phone", named("archived-project"))
+	d.waitJS(phone, eventually.Medium, "the archived project on the phone", named("archived-project"))
 	d.noOverflow(phone, "/projects?archived=1")
 	d.do(phone, chromedp.ScrollIntoView(`[data-testid=archived-project]`))
 	d.shot(phone, "phone-projects-archived")
 
 	d.click(tab, `[data-testid=archived-project] [data-testid=restore-project]`)
-	d.waitJS(tab, 10*time.Second, "the project back among the active ones", named("project-card")+` && !`+named("archived-project"))
+	d.waitJS(tab, eventually.Medium, "the project back among the active ones", named("project-card")+` && !`+named("archived-project"))
 	var back wire.Project
 	d.api(200, "GET", "/projects/"+p.ID, nil, &back)
 	if back.Status != wire.ProjectActive {
 		t.Fatalf("after Restore: %+v", back)
 	}
 	// The phone hears it too (the stream), and its board has the items.
-	d.waitJS(phone, 10*time.Second, "the restore on the phone, live", named("project-card"))
+	d.waitJS(phone, eventually.Medium, "the restore on the phone, live", named("project-card"))
 	d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "New again"}, nil)
 }
 
@@ -111,7 +112,7 @@ func runsLoadMore(t *testing.T, d *dash) {
 	// The oldest run of all is there, and opens.
 	oldest := all.Runs[len(all.Runs)-1]
 	d.click(tab, fmt.Sprintf(`[data-testid=run-row] a[href="/runs/%s"]`, oldest.ID))
-	d.waitJS(tab, 10*time.Second, "the oldest run's page", fmt.Sprintf(`location.pathname === '/runs/%s'`, oldest.ID))
+	d.waitJS(tab, eventually.Medium, "the oldest run's page", fmt.Sprintf(`location.pathname === '/runs/%s'`, oldest.ID))
 }
 
 // viewShot saves what the tab's screen shows (not the whole page: a list

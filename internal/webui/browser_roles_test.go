@@ -8,6 +8,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"pam/internal/eventually"
 	"pam/internal/wire"
 )
 
@@ -25,22 +26,22 @@ func TestDashboardSettings(t *testing.T) {
 	t.Run("AdminManagesTokens", func(t *testing.T) {
 		d.t = t
 		d.open(d.ctx, "/inbox#token="+d.token)
-		d.waitJS(d.ctx, 10*time.Second, "the Settings nav entry", `[...document.querySelectorAll('.nav-link')].some((a) => a.getAttribute('href') === '/settings')`)
+		d.waitJS(d.ctx, eventually.Medium, "the Settings nav entry", `[...document.querySelectorAll('.nav-link')].some((a) => a.getAttribute('href') === '/settings')`)
 		d.click(d.ctx, `.nav-link[href="/settings"]`)
-		d.waitJS(d.ctx, 10*time.Second, "the admin token listed", `document.querySelector('[data-testid=token-row][data-name=admin][data-role=admin]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the admin token listed", `document.querySelector('[data-testid=token-row][data-name=admin][data-role=admin]')`)
 
 		// Create a viewer token through the form: its secret is shown once.
 		d.click(d.ctx, d.sel("new-token"))
 		d.setField(d.ctx, `[data-testid=new-token-form] input[name=name]`, "dana (viewer)")
 		d.click(d.ctx, `[data-testid=new-token-form] button[type=submit]`)
-		d.waitJS(d.ctx, 10*time.Second, "the secret shown", `document.querySelector('[data-testid=token-secret]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the secret shown", `document.querySelector('[data-testid=token-secret]')`)
 		viewerSecret = eval[string](d, d.ctx, `document.querySelector('[data-testid=token-secret]').textContent`)
 		if !hex32.MatchString(viewerSecret) {
 			t.Fatalf("secret %q", viewerSecret)
 		}
 		d.shot(d.ctx, "desktop-settings-secret")
 		d.click(d.ctx, `dialog .form-actions .btn.primary`)
-		d.waitJS(d.ctx, 10*time.Second, "the new row", `document.querySelector('[data-testid=token-row][data-name="dana (viewer)"][data-role=viewer]') && !document.querySelector('dialog[open]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the new row", `document.querySelector('[data-testid=token-row][data-name="dana (viewer)"][data-role=viewer]') && !document.querySelector('dialog[open]')`)
 		if eval[bool](d, d.ctx, fmt.Sprintf(`document.body.textContent.includes(%q)`, viewerSecret)) {
 			t.Error("the secret stays on the page after Done")
 		}
@@ -49,18 +50,18 @@ func TestDashboardSettings(t *testing.T) {
 		var op wire.TokenSecret
 		d.api(201, "POST", "/tokens", wire.CreateToken{Name: "ci-bot", Role: wire.RoleOperator}, &op)
 		d.do(d.ctx, chromedp.Reload())
-		d.waitJS(d.ctx, 10*time.Second, "three tokens", `document.querySelectorAll('[data-testid=token-row]').length === 3`)
+		d.waitJS(d.ctx, eventually.Medium, "three tokens", `document.querySelectorAll('[data-testid=token-row]').length === 3`)
 		d.shot(d.ctx, "desktop-settings")
 		phone := d.phoneTab()
 		d.open(phone, "/settings")
-		d.waitJS(phone, 10*time.Second, "three tokens on the phone", `document.querySelectorAll('[data-testid=token-row]').length === 3`)
+		d.waitJS(phone, eventually.Medium, "three tokens on the phone", `document.querySelectorAll('[data-testid=token-row]').length === 3`)
 		d.noOverflow(phone, "/settings")
 		d.shot(phone, "phone-settings")
 
 		// Rotate ci-bot: a new secret, the old one refused at once.
 		_ = eval[bool](d, d.ctx, `(window.confirm = () => true, true)`)
 		d.click(d.ctx, `[data-testid=token-row][data-name=ci-bot] [data-testid=rotate-token]`)
-		d.waitJS(d.ctx, 10*time.Second, "the new secret", `document.querySelector('[data-testid=token-secret]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the new secret", `document.querySelector('[data-testid=token-secret]')`)
 		newSecret := eval[string](d, d.ctx, `document.querySelector('[data-testid=token-secret]').textContent`)
 		if !hex32.MatchString(newSecret) || newSecret == op.Secret {
 			t.Fatalf("rotated secret %q (old %q)", newSecret, op.Secret)
@@ -72,7 +73,7 @@ func TestDashboardSettings(t *testing.T) {
 
 		// Revoke ci-bot.
 		d.click(d.ctx, `[data-testid=token-row][data-name=ci-bot] [data-testid=revoke-token]`)
-		d.waitJS(d.ctx, 10*time.Second, "ci-bot gone", `!document.querySelector('[data-testid=token-row][data-name=ci-bot]')`)
+		d.waitJS(d.ctx, eventually.Medium, "ci-bot gone", `!document.querySelector('[data-testid=token-row][data-name=ci-bot]')`)
 		d.apiAs(newSecret, 401, "GET", "/projects")
 	})
 
@@ -103,20 +104,20 @@ func TestDashboardSettings(t *testing.T) {
 			t.Error("a viewer sees Settings in the nav")
 		}
 		// The journal names who started the run.
-		d.waitJS(viewer, 10*time.Second, "run.created by admin in the events", `[...document.querySelectorAll('.ev-sum')].some((e) => e.textContent.includes('by admin'))`)
+		d.waitJS(viewer, eventually.Medium, "run.created by admin in the events", `[...document.querySelectorAll('.ev-sum')].some((e) => e.textContent.includes('by admin'))`)
 		d.shot(viewer, "desktop-viewer-run")
 		d.goTo(viewer, "/fleet")
-		d.waitJS(viewer, 10*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
+		d.waitJS(viewer, eventually.Medium, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 		if eval[bool](d, viewer, `!!document.querySelector('[data-testid=add-host]') || !!document.querySelector('.host-card .menu-wrap')`) {
 			t.Error("a viewer sees the fleet's admin actions")
 		}
 		d.goTo(viewer, "/projects")
-		d.waitJS(viewer, 10*time.Second, "the projects", `document.querySelector('h1')`)
+		d.waitJS(viewer, eventually.Medium, "the projects", `document.querySelector('h1')`)
 		if eval[bool](d, viewer, `!!document.querySelector('[data-testid=new-project]')`) {
 			t.Error("a viewer sees New project")
 		}
 		d.goTo(viewer, "/settings")
-		d.waitJS(viewer, 10*time.Second, "settings refused", `document.body.textContent.includes('Settings are for admin tokens')`)
+		d.waitJS(viewer, eventually.Medium, "settings refused", `document.body.textContent.includes('Settings are for admin tokens')`)
 		if errs := d.errors("403"); len(errs) > 0 {
 			t.Errorf("console errors: %v", errs)
 		}

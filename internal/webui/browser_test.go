@@ -25,6 +25,7 @@ import (
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"go.uber.org/goleak"
 
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
@@ -38,7 +39,8 @@ import (
 // every page, desktop and phone, go to $TEST_ARTIFACTS (or a temporary
 // folder the test logs).
 
-func TestMain(m *testing.M) { storetest.Main(m) }
+// TestMain fails the package when a goroutine outlives its tests.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
 
 // The dashboard's budgets (docs/architecture.md#web-dashboard), in bytes on the wire (gzip).
 const (
@@ -95,7 +97,7 @@ func newDash(t *testing.T) *dash {
 	d.host = created.Host.ID
 	pamtest.StartWorker(t, pamtest.WorkerOptions{URL: d.url, Token: created.WorkerToken, Name: "web-host",
 		Env: workerEnv})
-	eventually.Wait(t, 30*time.Second, "the worker to come online", func() bool {
+	eventually.Wait(t, eventually.Long, "the worker to come online", func() bool {
 		var h wire.Host
 		d.api(200, "GET", "/hosts/web-host", nil, &h)
 		return h.Status == "online"
@@ -376,7 +378,7 @@ func TestDashboard(t *testing.T) {
 		if got := eval[string](d, d.ctx, `localStorage.getItem('pam.token')`); got != d.token {
 			t.Errorf("localStorage token %q", got)
 		}
-		d.waitJS(d.ctx, 10*time.Second, "the stream to be live", `document.querySelector('[data-testid=conn]').dataset.state === 'live'`)
+		d.waitJS(d.ctx, eventually.Medium, "the stream to be live", `document.querySelector('[data-testid=conn]').dataset.state === 'live'`)
 		res, err := http.Get(d.url + "/inbox")
 		if err != nil {
 			t.Fatal(err)
@@ -392,21 +394,21 @@ func TestDashboard(t *testing.T) {
 		d.t = t
 		d.click(d.ctx, `button[aria-label=Settings]`)
 		d.click(d.ctx, `.menu button.danger`)
-		d.waitJS(d.ctx, 5*time.Second, "the sign-in form", `document.querySelector('#token')`)
+		d.waitJS(d.ctx, eventually.Short, "the sign-in form", `document.querySelector('#token')`)
 		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
 			t.Error("the token stays in localStorage after sign-out")
 		}
 		d.shot(d.ctx, "desktop-signin")
 		d.setField(d.ctx, "#token", strings.Repeat("0", 32))
 		d.click(d.ctx, `.signin-card button[type=submit]`)
-		d.waitJS(d.ctx, 5*time.Second, "a refused token's message", `document.querySelector('.form-error')`)
+		d.waitJS(d.ctx, eventually.Short, "a refused token's message", `document.querySelector('.form-error')`)
 		d.setField(d.ctx, "#token", d.token)
 		d.click(d.ctx, `.signin-card button[type=submit]`)
-		d.waitJS(d.ctx, 10*time.Second, "the shell after the form", `document.querySelector('[data-testid=conn]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the shell after the form", `document.querySelector('[data-testid=conn]')`)
 		// A token the server refuses later (rotated, say) returns to the form.
 		_ = eval[bool](d, d.ctx, `(localStorage.setItem('pam.token', '`+strings.Repeat("1", 32)+`'), true)`)
 		d.do(d.ctx, chromedp.Reload())
-		d.waitJS(d.ctx, 10*time.Second, "the form after a 401", `document.querySelector('#token') && document.querySelector('.notice')`)
+		d.waitJS(d.ctx, eventually.Medium, "the form after a 401", `document.querySelector('#token') && document.querySelector('.notice')`)
 		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
 			t.Error("a refused token stays in localStorage")
 		}
@@ -419,13 +421,13 @@ func TestDashboard(t *testing.T) {
 		d.click(d.ctx, d.sel("new-project"))
 		d.setField(d.ctx, `#new-project-form input[name=name]`, "Browser Test")
 		d.click(d.ctx, `#new-project-form button[type=submit]`)
-		d.waitJS(d.ctx, 10*time.Second, "the new project's board", `location.pathname === '/projects/browser-test' && document.querySelector('[data-testid=board]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the new project's board", `location.pathname === '/projects/browser-test' && document.querySelector('[data-testid=board]')`)
 		d.api(200, "GET", "/projects/browser-test", nil, &project)
 		for _, title := range []string{"Wire the pane", "Say hello"} {
 			d.click(d.ctx, d.sel("new-item"))
 			d.setField(d.ctx, `#item-form input[name=title]`, title)
 			d.click(d.ctx, `#item-form button[type=submit]`)
-			d.waitJS(d.ctx, 10*time.Second, "the card "+title, fmt.Sprintf(`[...document.querySelectorAll('[data-testid=col-todo] [data-testid=item-card]')].some((c) => c.textContent.includes(%q))`, title))
+			d.waitJS(d.ctx, eventually.Medium, "the card "+title, fmt.Sprintf(`[...document.querySelectorAll('[data-testid=col-todo] [data-testid=item-card]')].some((c) => c.textContent.includes(%q))`, title))
 		}
 		var l wire.WorkItemList
 		d.api(200, "GET", "/projects/browser-test/work-items", nil, &l)
@@ -440,21 +442,21 @@ func TestDashboard(t *testing.T) {
 		}
 		card := fmt.Sprintf(`[data-item=%q]`, first.ID)
 		d.do(d.ctx, chromedp.DragAndDrop(chromedp.CSS(card), chromedp.CSS(`[data-testid=col-doing] .column-body`)))
-		eventually.Wait(t, 10*time.Second, "the dragged card to be doing in the API", func() bool { return d.item(first.ID).Status == "doing" })
-		d.waitJS(d.ctx, 5*time.Second, "the card in the doing column", `document.querySelector('[data-testid=col-doing] `+card+`')`)
+		eventually.Wait(t, eventually.Medium, "the dragged card to be doing in the API", func() bool { return d.item(first.ID).Status == "doing" })
+		d.waitJS(d.ctx, eventually.Short, "the card in the doing column", `document.querySelector('[data-testid=col-doing] `+card+`')`)
 		// Keyboard: Shift+→ moves the focused card one column right.
 		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
-		eventually.Wait(t, 10*time.Second, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
+		eventually.Wait(t, eventually.Medium, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
 		// The page may show the move a moment after the API has it: a
 		// Shift+← on the card still drawn in doing would send it to todo.
-		d.waitJS(d.ctx, 5*time.Second, "the card in the done column", `document.querySelector('[data-testid=col-done] `+card+`')`)
+		d.waitJS(d.ctx, eventually.Short, "the card in the done column", `document.querySelector('[data-testid=col-done] `+card+`')`)
 		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
-		eventually.Wait(t, 10*time.Second, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
+		eventually.Wait(t, eventually.Medium, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
 		// An epic groups its tasks.
 		var epic wire.WorkItem
 		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "epic", "title": "Terminal epic"}, &epic)
 		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Key bar", "parent_id": epic.ID}, nil)
-		d.waitJS(d.ctx, 10*time.Second, "the epic's group on the board (live, from the stream)", `[...document.querySelectorAll('.group-label')].some((g) => g.textContent === 'Terminal epic')`)
+		d.waitJS(d.ctx, eventually.Medium, "the epic's group on the board (live, from the stream)", `[...document.querySelectorAll('.group-label')].some((g) => g.textContent === 'Terminal epic')`)
 		d.shot(d.ctx, "desktop-board")
 	})
 
@@ -473,21 +475,21 @@ func TestDashboard(t *testing.T) {
 		d.setField(d.ctx, `#start-run-form select[name=provider]`, "shell")
 		d.setField(d.ctx, `#start-run-form textarea[name=prompt]`, `echo ui-$((6*7))-ready; exec cat`)
 		d.click(d.ctx, `#start-run-form button[type=submit]`)
-		d.waitJS(d.ctx, 10*time.Second, "the run page", `/^\/runs\/[0-9a-f-]{36}$/.test(location.pathname)`)
+		d.waitJS(d.ctx, eventually.Medium, "the run page", `/^\/runs\/[0-9a-f-]{36}$/.test(location.pathname)`)
 		runID = strings.TrimPrefix(eval[string](d, d.ctx, `location.pathname`), "/runs/")
-		eventually.Wait(t, 30*time.Second, "the run to be running", func() bool {
+		eventually.Wait(t, eventually.Long, "the run to be running", func() bool {
 			var r wire.Run
 			d.api(200, "GET", "/runs/"+runID, nil, &r)
 			return r.Status == "running"
 		})
 		start := time.Now()
-		d.waitJS(d.ctx, 10*time.Second, "the run's output in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		d.waitJS(d.ctx, eventually.Medium, "the run's output in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
 		if took := time.Since(start); took > 2*time.Second {
 			t.Errorf("the output reached the terminal %s after the run was running, want ≤ 2s", took.Round(time.Millisecond))
 		} else {
 			t.Logf("output in the terminal %s after the run was running", took.Round(time.Millisecond))
 		}
-		d.waitJS(d.ctx, 10*time.Second, "the run's status badge live", `document.querySelector('.run-meta .badge.st-running')`)
+		d.waitJS(d.ctx, eventually.Medium, "the run's status badge live", `document.querySelector('.run-meta .badge.st-running')`)
 		d.shot(d.ctx, "desktop-run")
 	})
 
@@ -497,10 +499,10 @@ func TestDashboard(t *testing.T) {
 			t.Skip("no run")
 		}
 		d.click(d.ctx, d.sel("take-control"))
-		d.waitJS(d.ctx, 10*time.Second, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
+		d.waitJS(d.ctx, eventually.Medium, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
 		d.insertText(d.ctx, "hello-attach")
 		d.do(d.ctx, press(kb.Enter))
-		d.waitJS(d.ctx, 5*time.Second, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
+		d.waitJS(d.ctx, eventually.Short, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
 		d.shot(d.ctx, "desktop-run-control")
 
 		// Another browser (a profile of its own: its own localStorage,
@@ -509,11 +511,11 @@ func TestDashboard(t *testing.T) {
 		other, closeOther := d.tab(d.ctx, chromedp.WithNewBrowserContext())
 		defer closeOther()
 		d.do(other, chromedp.Navigate(d.url+"/runs/"+runID))
-		d.waitJS(other, 10*time.Second, "the sign-in form: the other browser has no token", `document.querySelector('#token')`)
+		d.waitJS(other, eventually.Medium, "the sign-in form: the other browser has no token", `document.querySelector('#token')`)
 		d.open(other, "/runs/"+runID+"#token="+d.token)
-		d.waitJS(other, 10*time.Second, "the other browser's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.waitJS(other, eventually.Medium, "the other browser's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 		d.click(other, d.sel("take-control"))
-		d.waitJS(other, 10*time.Second, "the lease held elsewhere", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'held'`)
+		d.waitJS(other, eventually.Medium, "the lease held elsewhere", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'held'`)
 		holder := eval[string](d, other, `document.querySelector('[data-testid=holder]').textContent`)
 		if !strings.Contains(holder, "Chrome") || !strings.Contains(holder, "127.0.0.1") {
 			t.Errorf("holder shown as %q", holder)
@@ -526,18 +528,18 @@ func TestDashboard(t *testing.T) {
 		d.do(other, press(kb.Enter))
 		d.insertText(d.ctx, "marker-after")
 		d.do(d.ctx, press(kb.Enter))
-		d.waitJS(d.ctx, 5*time.Second, "the holder's marker echoed", `window.__pamTerm.buffer.split('marker-after').length >= 3`)
+		d.waitJS(d.ctx, eventually.Short, "the holder's marker echoed", `window.__pamTerm.buffer.split('marker-after').length >= 3`)
 		if buf := eval[string](d, d.ctx, `window.__pamTerm.buffer`); strings.Contains(buf, "intruder") {
 			t.Errorf("keys typed without the lease reached the run:\n%s", buf)
 		}
 		d.click(other, d.sel("revoke"))
-		d.waitJS(other, 10*time.Second, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
-		d.waitJS(d.ctx, 10*time.Second, "the first browser back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
+		d.waitJS(other, eventually.Medium, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
+		d.waitJS(d.ctx, eventually.Medium, "the first browser back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
 		d.insertText(other, "typed-by-the-other")
 		d.do(other, press(kb.Enter))
-		d.waitJS(other, 5*time.Second, "the other browser's typing echoed", `window.__pamTerm.buffer.split('typed-by-the-other').length >= 3`)
+		d.waitJS(other, eventually.Short, "the other browser's typing echoed", `window.__pamTerm.buffer.split('typed-by-the-other').length >= 3`)
 		d.click(other, d.sel("release"))
-		d.waitJS(other, 10*time.Second, "the other browser released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
+		d.waitJS(other, eventually.Medium, "the other browser released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
 	})
 
 	t.Run("NeedsInputInInbox", func(t *testing.T) {
@@ -554,11 +556,11 @@ func TestDashboard(t *testing.T) {
 	t.Run("FleetAddHost", func(t *testing.T) {
 		d.t = t
 		d.goTo(d.ctx, "/fleet")
-		d.waitJS(d.ctx, 5*time.Second, "the fleet", `document.querySelector('[data-testid=host-card]')`)
+		d.waitJS(d.ctx, eventually.Short, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 		d.click(d.ctx, d.sel("add-host"))
 		d.setField(d.ctx, `.dialog input[name=name]`, "gpu-box")
 		d.click(d.ctx, `.dialog button[type=submit]`)
-		d.waitJS(d.ctx, 10*time.Second, "the worker token, shown once", `document.querySelector('[data-testid=worker-token]')`)
+		d.waitJS(d.ctx, eventually.Medium, "the worker token, shown once", `document.querySelector('[data-testid=worker-token]')`)
 		tok := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-token]').textContent`)
 		cmd := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-cmd]').textContent`)
 		if len(tok) != 64 || strings.Contains(cmd, tok) || !strings.Contains(cmd, "PAM_HOST_NAME=gpu-box") || !strings.Contains(cmd, d.url) {
@@ -568,7 +570,7 @@ func TestDashboard(t *testing.T) {
 		d.api(200, "GET", "/hosts/gpu-box", nil, &h)
 		d.shot(d.ctx, "desktop-fleet-add-host")
 		d.do(d.ctx, press(kb.Escape))
-		d.waitJS(d.ctx, 5*time.Second, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
+		d.waitJS(d.ctx, eventually.Short, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
 		gpuToken = tok
 	})
 
@@ -642,7 +644,7 @@ func TestDashboard(t *testing.T) {
 				mu.Unlock()
 			}
 			d.open(tab, "/inbox")
-			d.waitJS(tab, 10*time.Second, "the first render mark", `performance.getEntriesByName('pam-first-render').length`)
+			d.waitJS(tab, eventually.Medium, "the first render mark", `performance.getEntriesByName('pam-first-render').length`)
 			r := eval[float64](d, tab, `performance.getEntriesByName('pam-first-render')[0].startTime`)
 			t.Logf("load %d: first render %.0f ms; timings: %s", i+1, r, eval[string](d, tab, `JSON.stringify(performance.getEntriesByType('resource').map((e) => [e.name.replace(location.origin, ''), Math.round(e.startTime), Math.round(e.responseEnd)]).concat([['document', 0, Math.round(performance.getEntriesByType('navigation')[0].responseEnd)]]))`))
 			if i == 0 || r < render {
@@ -663,7 +665,7 @@ func TestDashboard(t *testing.T) {
 		urls, sizes, gz = map[network.RequestID]string{}, map[network.RequestID]float64{}, map[network.RequestID]bool{}
 		mu.Unlock()
 		d.open(tab, "/runs/"+runID)
-		d.waitJS(tab, 10*time.Second, "the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+		d.waitJS(tab, eventually.Medium, "the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
 		total, files = measure()
 		t.Logf("run page with the terminal: %.1f KiB on the wire: %s", total/1024, strings.Join(files, ", "))
 		if total > terminalBudget {
@@ -695,12 +697,12 @@ func TestDashboard(t *testing.T) {
 		asking := d.askingRun(t, "Approve the release notes")
 		d.goTo(d.ctx, "/inbox")
 		want := asking.ID + ":needs_input," + r.ID + ":failed"
-		if !eventually.Within(10*time.Second, func() bool {
+		if !eventually.Within(eventually.Medium, func() bool {
 			return eval[string](d, d.ctx, `[...document.querySelectorAll('[data-testid=inbox-card]')].map((c) => c.dataset.run + ':' + c.dataset.why).join()`) == want
 		}) {
 			t.Fatalf("the inbox %s, want the asking and the failed run, newest first: %s", eval[string](d, d.ctx, inboxState), want)
 		}
-		d.waitJS(d.ctx, 10*time.Second, "the inbox thumbnails", `document.querySelectorAll('.thumb:not(.thumb-empty)').length === 2`)
+		d.waitJS(d.ctx, eventually.Medium, "the inbox thumbnails", `document.querySelectorAll('.thumb:not(.thumb-empty)').length === 2`)
 		if title := eval[string](d, d.ctx, `document.title`); !strings.HasPrefix(title, "(2)") {
 			t.Errorf("tab title %q, want the inbox count", title)
 		}
@@ -715,7 +717,7 @@ func TestDashboard(t *testing.T) {
 		}
 		for _, p := range pages {
 			d.goTo(d.ctx, p.path)
-			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			d.waitJS(d.ctx, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
 			d.shot(d.ctx, "desktop-"+p.name)
 		}
 		// Dark, as a system set to dark gets it.
@@ -725,7 +727,7 @@ func TestDashboard(t *testing.T) {
 		}
 		for _, p := range pages {
 			d.goTo(d.ctx, p.path)
-			d.waitJS(d.ctx, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			d.waitJS(d.ctx, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
 			if bg := eval[string](d, d.ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(14, 15, 18)" {
 				t.Errorf("dark %s: body background %s", p.name, bg)
 			}
@@ -737,23 +739,23 @@ func TestDashboard(t *testing.T) {
 		d.goTo(d.ctx, "/fleet")
 		// Shortcuts: ? opens the list, g i goes to the inbox.
 		d.do(d.ctx, press("?"))
-		d.waitJS(d.ctx, 5*time.Second, "the shortcuts dialog", `document.querySelector('dialog[open] .shortcuts')`)
+		d.waitJS(d.ctx, eventually.Short, "the shortcuts dialog", `document.querySelector('dialog[open] .shortcuts')`)
 		d.shot(d.ctx, "desktop-shortcuts")
 		d.do(d.ctx, press(kb.Escape), press("gi"))
-		d.waitJS(d.ctx, 5*time.Second, "g i to the inbox", `location.pathname === '/inbox'`)
+		d.waitJS(d.ctx, eventually.Short, "g i to the inbox", `location.pathname === '/inbox'`)
 
 		phone := d.phoneTab()
 		for _, p := range pages {
 			d.open(phone, p.path)
-			d.waitJS(phone, 10*time.Second, p.name, `document.querySelector('`+p.ready+`')`)
+			d.waitJS(phone, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
 			if p.name == "run" {
-				d.waitJS(phone, 10*time.Second, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
+				d.waitJS(phone, eventually.Medium, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
 			}
 			d.noOverflow(phone, p.path)
 			d.shot(phone, "phone-"+p.name)
 		}
 		d.click(phone, `.nav-toggle`)
-		d.waitJS(phone, 5*time.Second, "the collapsed nav open", `document.querySelector('.nav.open')`)
+		d.waitJS(phone, eventually.Short, "the collapsed nav open", `document.querySelector('.nav.open')`)
 		d.shot(phone, "phone-nav")
 	})
 
@@ -774,12 +776,12 @@ func TestDashboard(t *testing.T) {
 		}
 		d.goTo(d.ctx, "/runs/"+runID)
 		d.click(d.ctx, d.sel("stop"))
-		eventually.Wait(t, 10*time.Second, "the run stopped in the API", func() bool {
+		eventually.Wait(t, eventually.Medium, "the run stopped in the API", func() bool {
 			var r wire.Run
 			d.api(200, "GET", "/runs/"+runID, nil, &r)
 			return r.Status == "stopped"
 		})
-		d.waitJS(d.ctx, 10*time.Second, "the stopped badge and run.stopped in Events, live",
+		d.waitJS(d.ctx, eventually.Medium, "the stopped badge and run.stopped in Events, live",
 			`document.querySelector('.run-meta .badge.st-stopped') && document.querySelector('[data-testid=events]').textContent.includes('run.stopped') && !document.querySelector('[data-testid=stop]')`)
 	})
 
@@ -871,7 +873,7 @@ func changesTab(t *testing.T, d *dash) {
 	d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell",
 		"prompt": `echo shipped > secret.txt; git add secret.txt; git -c user.name=agent -c user.email=agent@example.com commit -qm secret; rm secret.txt; ` +
 			`printf 'one\nTWO\n' > tracked.txt; echo new > added.txt; git add added.txt; echo edited; exec cat`}, &r)
-	eventually.Wait(t, 30*time.Second, "the run running in its worktree", func() bool {
+	eventually.Wait(t, eventually.Long, "the run running in its worktree", func() bool {
 		d.api(200, "GET", "/runs/"+r.ID, nil, &r)
 		return r.Status == "running" && r.Workspace != nil
 	})
@@ -888,12 +890,12 @@ func changesTab(t *testing.T, d *dash) {
 	if got := eval[string](d, tab, `document.querySelector('[data-testid=push]').dataset.commit`); got != head {
 		t.Errorf("the tab shows head %q, the branch is at %s", got, head)
 	}
-	d.waitJS(tab, 5*time.Second, "each part's diff", `[...document.querySelectorAll('[data-part=committed] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+shipped') &&
+	d.waitJS(tab, eventually.Short, "each part's diff", `[...document.querySelectorAll('[data-part=committed] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+shipped') &&
 		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.del')].some((e) => e.textContent === '-shipped') &&
 		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+TWO')`)
 	d.shot(tab, "desktop-run-changes")
 	d.click(tab, d.sel("diff-mode"))
-	d.waitJS(tab, 5*time.Second, "the side-by-side diff: the old line beside the new",
+	d.waitJS(tab, eventually.Short, "the side-by-side diff: the old line beside the new",
 		`[...document.querySelectorAll('[data-testid=diff-row]')].some((row) => { const c = row.querySelectorAll('.code'); return c[0].classList.contains('del') && c[0].textContent === 'two' && c[1].classList.contains('add') && c[1].textContent === 'TWO'; })`)
 	d.shot(tab, "desktop-run-changes-split")
 	d.click(tab, d.sel("diff-mode"))
@@ -922,7 +924,7 @@ func changesTab(t *testing.T, d *dash) {
 	moved := pamtest.Git(t, r.Workspace.Path, "rev-parse", "HEAD")
 	mark := d.logMark()
 	d.click(tab, d.sel("push"))
-	d.waitJS(tab, 30*time.Second, "the push refused: the branch moved on", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'false' && e.textContent.includes('moved on'); })()`)
+	d.waitJS(tab, eventually.Long, "the push refused: the branch moved on", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'false' && e.textContent.includes('moved on'); })()`)
 	d.mu.Lock() // the refusal is the browser's one expected error
 	kept := d.logs[:mark:mark]
 	for _, l := range d.logs[mark:] {
@@ -938,7 +940,7 @@ func changesTab(t *testing.T, d *dash) {
 	d.waitJS(tab, 15*time.Second, "the tab reads the new head", `document.querySelector('[data-testid=push]').dataset.commit === '`+moved+`' &&
 		[...document.querySelectorAll('[data-part=committed] [data-testid=changes-file]')].some((e) => e.dataset.path === 'sneaked-in.txt')`)
 	d.click(tab, d.sel("push"))
-	d.waitJS(tab, 30*time.Second, "the push done", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'true'; })()`)
+	d.waitJS(tab, eventually.Long, "the push done", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'true'; })()`)
 	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+r.Workspace.Branch); got != moved {
 		t.Errorf("the repository's branch is at %s, want the head shown %s", got, moved)
 	}

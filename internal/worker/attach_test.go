@@ -5,7 +5,6 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
-	"time"
 
 	"pam/internal/eventually"
 	"pam/internal/tmux"
@@ -91,20 +90,20 @@ func TestRelays(t *testing.T) {
 	}
 	for _, id := range []string{relay1, relay2} {
 		// The status line names the window (the task's slug).
-		eventually.Wait(t, 10*time.Second, "the screen on "+id, func() bool { return strings.Contains(output(id), "fix-the-login-bug") })
+		eventually.Wait(t, eventually.Medium, "the screen on "+id, func() bool { return strings.Contains(output(id), "fix-the-login-bug") })
 	}
-	eventually.Wait(t, 10*time.Second, "the window to take the relay's size", func() bool { return h.windowWidth("pam-0a0a0a0a") == "100" })
+	eventually.Wait(t, eventually.Medium, "the window to take the relay's size", func() bool { return h.windowWidth("pam-0a0a0a0a") == "100" })
 	orch.send(wire.Frame{Type: wire.FrameAttachInput, AttachID: relay1, Bytes: []byte("typed-into-a")})
-	eventually.Wait(t, 10*time.Second, "the typing in pane A", func() bool {
+	eventually.Wait(t, eventually.Medium, "the typing in pane A", func() bool {
 		out, _ := h.tm.Capture(t.Context(), mustSession(t, "pam-0a0a0a0a"))
 		return strings.Contains(out, "typed-into-a")
 	})
-	eventually.Wait(t, 10*time.Second, "the echo on relay 1", func() bool { return strings.Contains(output(relay1), "typed-into-a") })
+	eventually.Wait(t, eventually.Medium, "the echo on relay 1", func() bool { return strings.Contains(output(relay1), "typed-into-a") })
 	if out, _ := h.tm.Capture(t.Context(), mustSession(t, "pam-0b0b0b0b")); strings.Contains(out, "typed-into-a") {
 		t.Fatal("relay 1's input reached run B")
 	}
 	orch.send(wire.Frame{Type: wire.FrameAttachResize, AttachID: relay1, Rows: 40, Cols: 120})
-	eventually.Wait(t, 10*time.Second, "the window to follow a resize", func() bool { return h.windowWidth("pam-0a0a0a0a") == "120" })
+	eventually.Wait(t, eventually.Medium, "the window to follow a resize", func() bool { return h.windowWidth("pam-0a0a0a0a") == "120" })
 
 	// attach_close tears down that relay only.
 	from = orch.mark()
@@ -113,11 +112,11 @@ func TestRelays(t *testing.T) {
 	if !strings.Contains(f.Reason, "orchestrator") {
 		t.Errorf("close reason %q", f.Reason)
 	}
-	eventually.Wait(t, 10*time.Second, "one client left", func() bool { return h.tmuxClients() == "pam-0b0b0b0b" })
+	eventually.Wait(t, eventually.Medium, "one client left", func() bool { return h.tmuxClients() == "pam-0b0b0b0b" })
 
 	// The uplink drops: relay 2 goes with it; both sessions stay.
 	orch.drop()
-	eventually.Wait(t, 10*time.Second, "no clients left", func() bool { return h.tmuxClients() == "" })
+	eventually.Wait(t, eventually.Medium, "no clients left", func() bool { return h.tmuxClients() == "" })
 	for _, id := range []string{runA, runB} {
 		if _, ok := h.session(id); !ok {
 			t.Fatalf("session of %s ended with its relay", id)

@@ -38,7 +38,7 @@ func TestCapacityCountsOnlySpawningRunning(t *testing.T) {
 	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
-	eventually.Wait(t, 10*time.Second, "the reconciliation at connect", func() bool { return passes.Load() >= 1 })
+	eventually.Wait(t, eventually.Medium, "the reconciliation at connect", func() bool { return passes.Load() >= 1 })
 
 	running := func(ids ...string) {
 		orch.setRuns(func(r *fakeRuns) {

@@ -90,7 +90,7 @@ func TestIdleReportedOncePerSpell(t *testing.T) {
 	}
 	// The spell goes on (the pane does not change): five heartbeats later
 	// (a second, many captures) it was still reported once.
-	eventually.Wait(t, 10*time.Second, "five heartbeats after the idle report", func() bool {
+	eventually.Wait(t, eventually.Medium, "five heartbeats after the idle report", func() bool {
 		return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
 	})
 	if n := orch.count(ackAt, isIdle); n != 1 {
@@ -130,7 +130,7 @@ func TestCaptureControlClientKilled(t *testing.T) {
 	h.start()
 	h.spawnRun(runA, 1)
 	var pid int
-	eventually.Wait(t, 10*time.Second, "the control client", func() bool { pid = h.controlClient(); return pid != 0 })
+	eventually.Wait(t, eventually.Medium, "the control client", func() bool { pid = h.controlClient(); return pid != 0 })
 	if n := strings.Count(strings.Join(h.tmuxCalls(), "\n"), "capture-pane"); n != 0 {
 		t.Fatalf("%d capture-pane execs with the control client up", n)
 	}
@@ -148,7 +148,7 @@ func TestCaptureControlClientKilled(t *testing.T) {
 	}
 	typed("after-the-kill")
 	var again int
-	eventually.Wait(t, 10*time.Second, "a new control client", func() bool {
+	eventually.Wait(t, eventually.Medium, "a new control client", func() bool {
 		again = h.controlClient()
 		return again != 0 && again != pid
 	})
@@ -192,7 +192,7 @@ func TestWatchedPaneRefreshed(t *testing.T) {
 		}
 	}
 	// pane_watch is for a live session: sent again until the session is.
-	eventually.Wait(t, 10*time.Second, "a snapshot of the watched run", func() bool {
+	eventually.Wait(t, eventually.Medium, "a snapshot of the watched run", func() bool {
 		orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: runA, Attempt: wire.IntPtr(1)})
 		return orch.count(from, snapshotOf(runA, "fake pam:")) > 0
 	})

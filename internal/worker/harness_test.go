@@ -196,7 +196,7 @@ func (o *fakeOrch) sendRaw(c *websocket.Conn, b []byte) error {
 func (o *fakeOrch) current() *websocket.Conn {
 	o.t.Helper()
 	var c *websocket.Conn
-	eventually.Wait(o.t, 10*time.Second, "an uplink", func() bool {
+	eventually.Wait(o.t, eventually.Medium, "an uplink", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		c = o.conn
@@ -382,7 +382,7 @@ func (h *harness) stop() error {
 	select {
 	case err := <-h.done:
 		return err
-	case <-time.After(30 * time.Second):
+	case <-time.After(eventually.Long):
 		h.t.Fatal("worker did not stop")
 		return nil
 	}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
@@ -57,7 +56,7 @@ func TestExecutorsSendTheSameBytes(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = x.ex.KillSession(t.Context(), name) })
-				eventually.Wait(t, 10*time.Second, "the program ready", func() bool {
+				eventually.Wait(t, eventually.Medium, "the program ready", func() bool {
 					s, _ := x.ex.Capture(t.Context(), name)
 					return bytes.Contains([]byte(s), []byte("ready"))
 				})
@@ -65,7 +64,7 @@ func TestExecutorsSendTheSameBytes(t *testing.T) {
 					t.Fatal(err)
 				}
 				var got []byte
-				if !eventually.Within(10*time.Second, func() bool {
+				if !eventually.Within(eventually.Medium, func() bool {
 					got, _ = os.ReadFile(out)
 					return len(got) >= len(m.want)
 				}) || string(got) != m.want {

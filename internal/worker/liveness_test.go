@@ -45,7 +45,7 @@ func TestLivenessIgnoresRunsSpawnedDuringTheList(t *testing.T) {
 	armed.Store(true)
 	select {
 	case <-listed:
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal("the liveness check never listed the sessions")
 	}
 	from := orch.mark()
@@ -55,7 +55,7 @@ func TestLivenessIgnoresRunsSpawnedDuringTheList(t *testing.T) {
 	// Two whole passes after the held one: the run must still be ours and
 	// nothing reported about it.
 	after := passes.Load()
-	eventually.Wait(t, 10*time.Second, "two more liveness passes", func() bool { return passes.Load() >= after+3 })
+	eventually.Wait(t, eventually.Medium, "two more liveness passes", func() bool { return passes.Load() >= after+3 })
 	if n := orch.count(from, isType(wire.FrameRunState, runA)); n != 0 {
 		t.Errorf("a run spawned during the list was reported %d times", n)
 	}

@@ -48,14 +48,14 @@ func TestPTYExecutor(t *testing.T) {
 		t.Fatalf("sessions = %+v, %v", list, err)
 	}
 	capture := func() string { s, _ := e.Capture(t.Context(), name); return s }
-	eventually.Wait(t, 10*time.Second, "the coloured text in the capture", func() bool {
+	eventually.Wait(t, eventually.Medium, "the coloured text in the capture", func() bool {
 		c := capture()
 		return strings.Contains(c, "red-text") && strings.Contains(c, "31m")
 	})
 	if err := e.SendKeys(t.Context(), name, []wire.Key{{Text: "typed-keys"}, {Key: "Enter"}}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the typed keys echoed", func() bool { return strings.Count(capture(), "typed-keys") >= 2 })
+	eventually.Wait(t, eventually.Medium, "the typed keys echoed", func() bool { return strings.Count(capture(), "typed-keys") >= 2 })
 
 	a, err := e.Attach(name, 30, 100)
 	if err != nil {
@@ -82,11 +82,11 @@ func TestPTYExecutor(t *testing.T) {
 		if !strings.Contains(s, "from-attach") {
 			t.Fatalf("attach output: %q", s)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal("no echo through the attach")
 	}
 	a.Close()
-	eventually.Wait(t, 10*time.Second, "the model to follow the attach's size", func() bool {
+	eventually.Wait(t, eventually.Medium, "the model to follow the attach's size", func() bool {
 		sc, err := e.screen(name.String(), true)
 		if err != nil {
 			return false
@@ -105,13 +105,13 @@ func TestPTYExecutor(t *testing.T) {
 	if _, err := e.Capture(t.Context(), name); err == nil || !isGone(err) {
 		t.Fatalf("capture after stop: %v, want ErrNoSession", err)
 	}
-	eventually.Wait(t, 10*time.Second, "the screen readers to end", func() bool {
+	eventually.Wait(t, eventually.Medium, "the screen readers to end", func() bool {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return len(e.screens) == 0
 	})
 	// The holder ends after its socket closes; holder.Start reaps it.
-	eventually.Wait(t, 10*time.Second, "the holder to be reaped", func() bool { return goleak.Find() == nil })
+	eventually.Wait(t, eventually.Medium, "the holder to be reaped", func() bool { return goleak.Find() == nil })
 }
 
 // A name a live holder has is tmux.ErrSessionExists, as with tmux: the
@@ -141,7 +141,7 @@ func TestPTYExecutorNameTaken(t *testing.T) {
 	if err := e.Stop(t.Context(), name, time.Second, true); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the holders to be reaped", func() bool { return goleak.Find() == nil })
+	eventually.Wait(t, eventually.Medium, "the holders to be reaped", func() bool { return goleak.Find() == nil })
 }
 
 // TestPTYScreenFloodSkips: a session that floods (≈ 24 MiB of scrolling

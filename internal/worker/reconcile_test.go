@@ -209,9 +209,9 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	orch.wait(0, "spawn_failed of the missing spawning run", isState(wire.StateSpawnFailed, runMissSpwn))
 	orch.wait(0, "a snapshot of the re-adopted session", isType(wire.FrameSnapshot, runDesired))
 	for _, id := range []string{runPastHold, runStopped, runElse, runOlder} {
-		eventually.Wait(t, 10*time.Second, "the session of "+id+" to be stopped", func() bool { return !h.alive(names[id]) })
+		eventually.Wait(t, eventually.Medium, "the session of "+id+" to be stopped", func() bool { return !h.alive(names[id]) })
 	}
-	eventually.Wait(t, 10*time.Second, "the orphan to be killed after its hold", func() bool { return !h.alive(names[runOrphan]) })
+	eventually.Wait(t, eventually.Medium, "the orphan to be killed after its hold", func() bool { return !h.alive(names[runOrphan]) })
 	// Several passes later: what is kept is still there, reported once.
 	if !h.alive(names[runHostLost]) || !h.alive(names[runHold]) || !h.alive(names[runDesired]) {
 		t.Errorf("a session that must be kept is gone: %+v", h.sessions())
@@ -236,7 +236,7 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	}
 	// The session is gone a moment before the worker has written why.
 	var log []byte
-	if !eventually.Within(10*time.Second, func() bool {
+	if !eventually.Within(eventually.Medium, func() bool {
 		log, _ = os.ReadFile(filepath.Join(h.opts.DataDir, "worker", "worker.log"))
 		return strings.Contains(string(log), "orphan session killed after its hold") && strings.Contains(string(log), "stale session flagged")
 	}) {
@@ -265,7 +265,7 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	lost := h.oldSession(runMissing, 1)
 	h.start()
 	cache := filepath.Join(h.opts.DataDir, "worker", "runcache.json")
-	eventually.Wait(t, 10*time.Second, "runcache.json with the desired runs", func() bool {
+	eventually.Wait(t, eventually.Medium, "runcache.json with the desired runs", func() bool {
 		b, _ := os.ReadFile(cache)
 		var c runCache
 		return json.Unmarshal(b, &c) == nil && len(c.Runs) == 2 && c.HostID == testHostID
@@ -283,7 +283,7 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	orch.wait(from, "a snapshot of the cached desired run", isType(wire.FrameSnapshot, runDesired))
 	// Several whole passes with the orchestrator down.
 	after := passes.Load()
-	eventually.Wait(t, 10*time.Second, "three reconciliation passes", func() bool { return passes.Load() >= after+3 })
+	eventually.Wait(t, eventually.Medium, "three reconciliation passes", func() bool { return passes.Load() >= after+3 })
 	if n := orch.count(from, isType(wire.FrameRunState, "")); n != 0 {
 		t.Errorf("%d run_state frames during the partition", n)
 	}
@@ -323,7 +323,7 @@ func TestLivenessConfirmsLoss(t *testing.T) {
 		if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 			t.Fatal(err)
 		}
-		eventually.Wait(t, 10*time.Second, "the run forgotten", func() bool {
+		eventually.Wait(t, eventually.Medium, "the run forgotten", func() bool {
 			_, err := os.Stat(filepath.Join(h.opts.DataDir, "worker", "dispatch", id+".json"))
 			return err != nil
 		})
@@ -332,7 +332,7 @@ func TestLivenessConfirmsLoss(t *testing.T) {
 	if f.Attempt == nil || *f.Attempt != 1 {
 		t.Errorf("report %+v", f)
 	}
-	eventually.Wait(t, 10*time.Second, "both runs forgotten", func() bool { return h.dispatchFiles() == 0 })
+	eventually.Wait(t, eventually.Medium, "both runs forgotten", func() bool { return h.dispatchFiles() == 0 })
 	if n := orch.count(from, isType(wire.FrameRunState, runB)); n != 0 {
 		t.Errorf("the ended run was reported %d times", n)
 	}
@@ -393,7 +393,7 @@ func TestZombieReported(t *testing.T) {
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	name := h.oldSession(runDesired, 1, "/bin/sh", "-c", "sleep 0.3")
 	orch.wait(0, "wrapper_died", isState(wire.StateWrapperDied, runDesired))
-	eventually.Wait(t, 10*time.Second, "the dead session removed", func() bool { return !h.alive(name) })
+	eventually.Wait(t, eventually.Medium, "the dead session removed", func() bool { return !h.alive(name) })
 	if _, err := exec_(h, "has-session", "-t", "=keeper"); err != nil {
 		t.Error("a session that is not pam's was touched")
 	}
@@ -483,7 +483,7 @@ func TestReplaySpool(t *testing.T) {
 		}
 	})
 	h.start()
-	eventually.Wait(t, 10*time.Second, "two tries", func() bool {
+	eventually.Wait(t, eventually.Medium, "two tries", func() bool {
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		return len(orch.signals) >= 2
@@ -502,7 +502,7 @@ func TestReplaySpool(t *testing.T) {
 			t.Errorf("%s deleted on a 503", p)
 		}
 	}
-	eventually.Wait(t, 10*time.Second, "A's signals replayed and deleted", func() bool {
+	eventually.Wait(t, eventually.Medium, "A's signals replayed and deleted", func() bool {
 		for _, i := range []int{0, 2, 4, 5} {
 			if _, err := os.Stat(paths[i]); err == nil {
 				return false
@@ -544,7 +544,7 @@ func TestReplaySpool(t *testing.T) {
 		}
 	}
 	orch.mu.Unlock()
-	eventually.Wait(t, 5*time.Second, "the corrupt file set aside", func() bool {
+	eventually.Wait(t, eventually.Short, "the corrupt file set aside", func() bool {
 		entries, _ := os.ReadDir(filepath.Join(dir, "bad"))
 		_, err := os.Stat(corrupt)
 		return len(entries) == 1 && strings.HasPrefix(entries[0].Name(), filepath.Base(corrupt)) && err != nil

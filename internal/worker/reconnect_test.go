@@ -34,7 +34,7 @@ func TestSpoolReplayedBeforeHeartbeats(t *testing.T) {
 	orch.failRegister = 1 << 30
 	orch.mu.Unlock()
 	orch.drop()
-	eventually.Wait(t, 10*time.Second, "a refused registration after the drop", func() bool { return len(orch.regs()) >= 2 })
+	eventually.Wait(t, eventually.Medium, "a refused registration after the drop", func() bool { return len(orch.regs()) >= 2 })
 
 	// Meanwhile the wrapper of runA spools what it could not deliver.
 	dir := spool.Dir(filepath.Join(h.opts.DataDir, "worker"))
@@ -64,7 +64,7 @@ func TestSpoolReplayedBeforeHeartbeats(t *testing.T) {
 	orch.mu.Unlock()
 
 	orch.wait(heartbeatsFrom, "a heartbeat on the new uplink", isType(wire.FrameHeartbeat, ""))
-	eventually.Wait(t, 10*time.Second, "the spool replayed", func() bool {
+	eventually.Wait(t, eventually.Medium, "the spool replayed", func() bool {
 		files, _, _ := spool.List(dir)
 		return len(files) == 0
 	})

@@ -44,7 +44,7 @@ func TestResumeDispatch(t *testing.T) {
 	h.opts.Resumable = func() []string { return []string{"shell", "claude", "fake"} }
 	h.opts.ContinueMessages = func() map[string]string { return map[string]string{"shell": "go on", "claude": "continue"} }
 	h.start()
-	eventually.Wait(t, 10*time.Second, "the registration", func() bool { return len(orch.regs()) > 0 })
+	eventually.Wait(t, eventually.Medium, "the registration", func() bool { return len(orch.regs()) > 0 })
 	if got := orch.regs()[0].Resumable; !slices.Equal(got, []string{"fake", "shell"}) {
 		t.Errorf("registered resumable %q", got)
 	}

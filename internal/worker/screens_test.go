@@ -33,7 +33,7 @@ func TestScreenQuestionUplinkedOnChange(t *testing.T) {
 			if q.Attention != wire.AttentionNeedsInput || q.Text != "Continue? (y/n)" || !slices.Equal(q.Choices, yn) || *q.Attempt != 1 || q.Working {
 				t.Fatalf("screen frame %+v", q)
 			}
-			eventually.Wait(t, 10*time.Second, "five heartbeats after the question", func() bool {
+			eventually.Wait(t, eventually.Medium, "five heartbeats after the question", func() bool {
 				return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
 			})
 			if n := orch.count(ackAt, isScreen); n != 1 {
@@ -56,7 +56,7 @@ func TestScreenQuestionUplinkedOnChange(t *testing.T) {
 			if gone.Attention != wire.AttentionNone || gone.Text != "" || len(gone.Choices) != 0 || gone.Working {
 				t.Fatalf("screen frame after the answer %+v", gone)
 			}
-			eventually.Wait(t, 10*time.Second, "five heartbeats after the answer", func() bool {
+			eventually.Wait(t, eventually.Medium, "five heartbeats after the answer", func() bool {
 				return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
 			})
 			if n := orch.count(keysAt, isScreen); n != 1 {
@@ -97,7 +97,7 @@ func TestWorkingScreenNeverIdle(t *testing.T) {
 	if !f.Working || f.Attention != wire.AttentionNone {
 		t.Fatalf("screen frame %+v", f)
 	}
-	eventually.Wait(t, 10*time.Second, "five heartbeats after the working screen", func() bool {
+	eventually.Wait(t, eventually.Medium, "five heartbeats after the working screen", func() bool {
 		return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
 	})
 	if n := orch.count(ackAt, func(f wire.Frame) bool { return f.Type == wire.FrameRunState && f.State == wire.StateIdle }); n != 0 {

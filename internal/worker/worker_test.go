@@ -71,7 +71,7 @@ func TestRegisterHeartbeatAndFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start()
-	eventually.Wait(t, 10*time.Second, "a second registration", func() bool { return len(orch.regs()) == 2 })
+	eventually.Wait(t, eventually.Medium, "a second registration", func() bool { return len(orch.regs()) == 2 })
 	if got := orch.regs()[1].InstanceID; got != r.InstanceID {
 		t.Errorf("instance id changed across restarts: %s then %s", r.InstanceID, got)
 	}
@@ -154,7 +154,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 
 	// The run log: a timestamp line, then the pane text; 0600.
 	logPath := filepath.Join(h.opts.DataDir, "runs", runA+".log")
-	eventually.Wait(t, 5*time.Second, "the run log", func() bool {
+	eventually.Wait(t, eventually.Short, "the run log", func() bool {
 		b, _ := os.ReadFile(logPath)
 		return strings.Contains(string(b), wantCmd)
 	})
@@ -306,13 +306,13 @@ func TestStop(t *testing.T) {
 
 	// Graceful: SIGTERM ends the fake pam well within the grace.
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
-	eventually.Wait(t, 10*time.Second, "run A's session to go", func() bool { _, ok := h.session(runA); return !ok })
-	eventually.Wait(t, 5*time.Second, "run A's dispatch file to go", func() bool { _, err := os.Stat(dispatch(runA)); return err != nil })
+	eventually.Wait(t, eventually.Medium, "run A's session to go", func() bool { _, ok := h.session(runA); return !ok })
+	eventually.Wait(t, eventually.Short, "run A's dispatch file to go", func() bool { _, err := os.Stat(dispatch(runA)); return err != nil })
 
 	// Forced: a process ignoring SIGTERM is killed at once.
 	start := time.Now()
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runStubborn, Attempt: wire.IntPtr(1), Force: true})
-	eventually.Wait(t, 10*time.Second, "the stubborn session to go", func() bool { _, ok := h.session(runStubborn); return !ok })
+	eventually.Wait(t, eventually.Medium, "the stubborn session to go", func() bool { _, ok := h.session(runStubborn); return !ok })
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("forced stop took %s", d)
 	}
@@ -325,7 +325,7 @@ func TestStop(t *testing.T) {
 		t.Error("a stop of attempt 2 ended attempt 3")
 	}
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runB, Attempt: wire.IntPtr(3), Force: true})
-	eventually.Wait(t, 10*time.Second, "run B's session to go", func() bool { _, ok := h.session(runB); return !ok })
+	eventually.Wait(t, eventually.Medium, "run B's session to go", func() bool { _, ok := h.session(runB); return !ok })
 
 	// After the stops, capacity is free again: a new dispatch is taken.
 	h.spawnRun(runC, 1)
@@ -391,7 +391,7 @@ func TestRespawnNewerAttemptPTY(t *testing.T) {
 	}
 	// The process that starts a holder exits late under the race
 	// detector; the package's leak check must not find it waited for.
-	eventually.Wait(t, 10*time.Second, "the holders' starters to be reaped", func() bool {
+	eventually.Wait(t, eventually.Medium, "the holders' starters to be reaped", func() bool {
 		buf := make([]byte, 1<<20)
 		return !strings.Contains(string(buf[:runtime.Stack(buf, true)]), "pam/internal/holder.Start")
 	})
@@ -581,7 +581,7 @@ func TestVanishedSessionForgotten(t *testing.T) {
 	if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 		t.Fatal(err)
 	}
-	eventually.Wait(t, 10*time.Second, "the dispatch file to go", func() bool {
+	eventually.Wait(t, eventually.Medium, "the dispatch file to go", func() bool {
 		_, err := os.Stat(filepath.Join(h.opts.DataDir, "worker", "dispatch", runA+".json"))
 		return err != nil
 	})
@@ -730,7 +730,7 @@ func TestReconcileRequest(t *testing.T) {
 	orch.send(h.dispatchFrame(runA, 1))
 	orch.wait(from, "the ack", isType(wire.FrameRunDispatchAck, runA))
 	dispatch := filepath.Join(h.opts.DataDir, "worker", "dispatch", runA+".json")
-	eventually.Wait(t, 10*time.Second, "the session", func() bool { _, ok := h.session(runA); return ok })
+	eventually.Wait(t, eventually.Medium, "the session", func() bool { _, ok := h.session(runA); return ok })
 	s, _ := h.session(runA)
 	if err := h.tm.KillSession(t.Context(), s.Name); err != nil {
 		t.Fatal(err)
@@ -739,7 +739,7 @@ func TestReconcileRequest(t *testing.T) {
 		t.Fatalf("dispatch file gone before the reconcile: %v", err)
 	}
 	reconcile <- struct{}{}
-	eventually.Wait(t, 10*time.Second, "the run to be forgotten", func() bool { _, err := os.Stat(dispatch); return err != nil })
+	eventually.Wait(t, eventually.Medium, "the run to be forgotten", func() bool { _, err := os.Stat(dispatch); return err != nil })
 }
 
 // When Run returns, every goroutine it started has ended, down to the

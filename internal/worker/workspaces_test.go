@@ -635,7 +635,7 @@ func TestWorkspaceBudgetCountsMirrors(t *testing.T) {
 	if _, err := os.Stat(m.Path(run)); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the finished run's worktree is still there with the mirror past the budget: %v", err)
 	}
-	eventually.Wait(t, 30*time.Second, "the mirror pruned beside the clean-up pass", func() bool {
+	eventually.Wait(t, eventually.Long, "the mirror pruned beside the clean-up pass", func() bool {
 		_, err := os.Stat(filepath.Join(mirror, "pam-pruned"))
 		return err == nil
 	})

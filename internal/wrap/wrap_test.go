@@ -520,12 +520,12 @@ func TestCancelStopsCLI(t *testing.T) {
 	defer cancel()
 	done := make(chan int, 1)
 	go func() { done <- Run(ctx, o) }()
-	eventually.Wait(t, 10*time.Second, "started", func() bool { return len(orch.signals()) == 1 })
+	eventually.Wait(t, eventually.Medium, "started", func() bool { return len(orch.signals()) == 1 })
 	cancel()
 	var code int
 	select {
 	case code = <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(eventually.Medium):
 		t.Fatal("Run did not end after cancel")
 	}
 	if code != 128+int(syscall.SIGTERM) {
@@ -556,19 +556,19 @@ func TestSignals(t *testing.T) {
 		o.Logger = slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		done := make(chan int, 1)
 		go func() { done <- Run(t.Context(), o) }()
-		eventually.Wait(t, 10*time.Second, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
+		eventually.Wait(t, eventually.Medium, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 		// The SIGINT must be seen while the CLI runs, not queue for hold-open.
-		eventually.Wait(t, 10*time.Second, "the SIGINT", func() bool { return strings.Contains(log.String(), "signal=interrupt") })
+		eventually.Wait(t, eventually.Medium, "the SIGINT", func() bool { return strings.Contains(log.String(), "signal=interrupt") })
 		os.WriteFile(gate, nil, 0o600)
-		eventually.Wait(t, 10*time.Second, "hold-open", func() bool { return strings.Contains(f.stderr.String(), "stays open until") })
+		eventually.Wait(t, eventually.Medium, "hold-open", func() bool { return strings.Contains(f.stderr.String(), "stays open until") })
 		syscall.Kill(os.Getpid(), syscall.SIGINT)
 		select {
 		case code := <-done:
 			if code != 5 {
 				t.Errorf("exit %d", code)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(eventually.Medium):
 			t.Fatal("SIGINT did not end hold-open")
 		}
 	})
@@ -580,14 +580,14 @@ func TestSignals(t *testing.T) {
 		o.HoldOpen = time.Hour
 		done := make(chan int, 1)
 		go func() { done <- Run(t.Context(), o) }()
-		eventually.Wait(t, 10*time.Second, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
+		eventually.Wait(t, eventually.Medium, "started", func() bool { return strings.Contains(fmt.Sprint(orch.signals()), f.runID) })
 		syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		select {
 		case code := <-done:
 			if code != 143 {
 				t.Errorf("exit %d", code)
 			}
-		case <-time.After(10 * time.Second):
+		case <-time.After(eventually.Medium):
 			t.Fatal("SIGTERM did not stop the run")
 		}
 		if !strings.Contains(f.stderr.String(), "closes now (the run was stopped)") {

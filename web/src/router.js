@@ -7,6 +7,7 @@ import { signal } from '@preact/signals';
  * @typedef {{name: string, params: Record<string, string>, query: URLSearchParams, path: string}} Route
  */
 
+/** @type {[RegExp, string, string[]][]} the pattern, the route's name, the names of its groups */
 const table = [
   [/^\/(?:inbox)?$/, 'inbox', []],
   [/^\/projects$/, 'projects', []],
@@ -17,11 +18,17 @@ const table = [
   [/^\/settings$/, 'settings', []],
 ];
 
-/** parse maps a path and query to a Route. */
+/**
+ * parse maps a path and query to a Route.
+ * @param {string} path
+ * @param {string} [search]
+ * @returns {Route}
+ */
 export function parse(path, search = '') {
   for (const [re, name, keys] of table) {
     const m = re.exec(path);
     if (m) {
+      /** @type {Record<string, string>} */
       const params = {};
       keys.forEach((k, i) => { params[k] = decodeURIComponent(m[i + 1]); });
       return { name, params, query: new URLSearchParams(search), path };
@@ -50,6 +57,7 @@ window.addEventListener('popstate', () => {
 // Same-origin links are routed here rather than reloaded.
 document.addEventListener('click', (e) => {
   if (e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  /** @type {HTMLAnchorElement | null} */
   const a = e.target instanceof Element ? e.target.closest('a[href]') : null;
   if (!a || a.target || a.hasAttribute('download')) return;
   const u = new URL(a.href, location.href);

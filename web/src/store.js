@@ -11,7 +11,7 @@ import { token } from './auth.js';
 
 /** @typedef {{id: string, name: string, slug: string, description: string, status: string, auto_done: boolean, repo: any, created_at: string, updated_at: string}} Project */
 /** @typedef {{id: string, project_id: string, parent_id: string|null, kind: string, title: string, body: string, status: string, path: string, position: number, created_at: string, updated_at: string}} WorkItem */
-/** @typedef {{id: string, task_id: string, project_id: string, provider: string, host_id: string|null, target_host_id: string|null, status: string, attempt: number, max_attempts: number, failure_reason: string|null, exit_code: number|null, session_name: string, cwd: string, prompt: string, args: string[], attention?: string, attention_since?: string|null, workspace?: any, pending_since: string|null, next_attempt_at: string|null, started_at: string|null, finished_at: string|null, completed_at: string|null, completion_source: string|null, created_at: string, updated_at: string}} Run */
+/** @typedef {{id: string, task_id: string, project_id: string, provider: string, host_id: string|null, target_host_id: string|null, status: string, attempt: number, max_attempts: number, failure_reason: string|null, exit_code: number|null, session_name: string, cwd: string, prompt: string, args: string[], attention?: string, attention_since?: string|null, workspace?: any, agent_session_id?: string|null, continues_run_id?: string|null, pending_since: string|null, next_attempt_at: string|null, started_at: string|null, finished_at: string|null, completed_at: string|null, completion_source: string|null, created_at: string, updated_at: string}} Run */
 /** @typedef {{id: string, name: string, platform: string, status: string, disabled: boolean, instance_id: string|null, instance_suspect: boolean, last_seen_at: string|null, providers: string[], max_runs: number, executor: string, active_runs: number, created_at: string, updated_at: string}} Host */
 
 /** @type {import('@preact/signals').Signal<Map<string, Project>>} */
@@ -162,6 +162,7 @@ export const hooks = { runChanged: null };
  * the position the first load ended at, the seq of every event in
  * arrival order (the last 10 000), and how many times it reconnected.
  */
+/** @type {PamStreamRecord} */
 const record = { after: null, seqs: [], reconnects: 0 };
 window.__pamStream = record;
 
@@ -235,6 +236,7 @@ export function stop() {
   });
 }
 
+/** @type {(ms: number, signal: AbortSignal) => Promise<void>} */
 const sleep = (ms, signal) => new Promise((resolve) => {
   const t = setTimeout(resolve, ms);
   signal.addEventListener('abort', () => { clearTimeout(t); resolve(); }, { once: true });
@@ -422,6 +424,7 @@ export function put(kind, id, obj) {
 }
 
 function store(kind, id, obj) {
+  /** @type {import('@preact/signals').Signal<Map<string, any>>} one of the four maps, by kind */
   const sig = kind === 'run' ? runs : kind === 'host' ? hosts : kind === 'item' ? items : projects;
   const before = sig.value.get(id);
   const m = new Map(sig.value);

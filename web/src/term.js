@@ -43,7 +43,13 @@ function bufferText(term) {
 }
 
 /**
- * @typedef {{mode: 'connecting'|'view'|'waiting'|'control'|'held'|'ended', holder?: any, message?: string, renderer?: string}} TermState
+ * @typedef {object} TermState
+ * @property {'connecting'|'view'|'waiting'|'control'|'held'|'ended'} mode
+ * @property {any} [holder] who holds the control lease, when another does
+ * @property {string} [message] why the mode changed (an error, a notice)
+ * @property {boolean} [notice] the message is a notice that stays across reconnects
+ * @property {boolean} [ctrl] the key bar's Ctrl is armed for the next key
+ * @property {string} [renderer] 'webgl' or 'dom'
  */
 
 /**
@@ -80,6 +86,7 @@ export function createTerminal(el, runId, onState) {
   } catch {
     renderer = 'dom';
   }
+  /** @type {TermState} */
   let state = { mode: 'connecting' };
   const emit = (patch) => { state = { ...state, ...patch, renderer }; onState(state); };
   let disposed = false;

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pam/internal/eventually"
 )
 
 // post sends body to url and returns the status, the headers and the
@@ -269,7 +271,7 @@ func TestWaitAndDelay(t *testing.T) {
 		post(t, s.URL()+"/v1/messages", anthropicAgentBody)
 		done <- time.Since(start)
 	}()
-	r, ok := s.Wait(5*time.Second, func(r Request) bool { return r.Agent && r.Contains("PROMPT-1") })
+	r, ok := s.Wait(eventually.Short, func(r Request) bool { return r.Agent && r.Contains("PROMPT-1") })
 	if !ok || r.Header.Get("Content-Type") != "application/json" {
 		t.Fatalf("Wait: %v %+v", ok, r)
 	}

@@ -224,10 +224,10 @@ function useShortcuts() {
       if (e.key === '?') { e.preventDefault(); helpOpen.value = true; return; }
       if (e.key === '/') { e.preventDefault(); searchOpen.value = true; return; }
       if (e.key === 'j' || e.key === 'k') {
-        const all = [...document.querySelectorAll('#main [data-nav]')].filter((el) => el.offsetParent !== null);
+        const all = [.../** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll('#main [data-nav]'))].filter((el) => el.offsetParent !== null);
         if (!all.length) return;
         e.preventDefault();
-        const i = all.indexOf(document.activeElement);
+        const i = all.findIndex((el) => el === document.activeElement);
         const next = i < 0 ? 0 : Math.max(0, Math.min(all.length - 1, i + (e.key === 'j' ? 1 : -1)));
         all[next].focus();
         all[next].scrollIntoView({ block: 'nearest' });

@@ -185,6 +185,7 @@ function Card({ w, byId, onOpen }) {
       const i = COLUMNS.findIndex((c) => c.status === w.status) + (e.key === 'ArrowRight' ? 1 : -1);
       if (i >= 0 && i < COLUMNS.length) {
         moveItem(w, COLUMNS[i].status).then(() => {
+          /** @type {HTMLElement | null} */
           const el = document.querySelector(`[data-item="${w.id}"]`);
           if (el) el.focus();
         });
@@ -328,6 +329,10 @@ function startDrag(e, card, w) {
 
 // ---- Create and edit ----
 
+/**
+ * ItemDialog creates a work item (in the status given) or edits item.
+ * @param {{project: import('../store.js').Project, all: import('../store.js').WorkItem[], item?: import('../store.js').WorkItem, status?: string, onClose: () => void, onRun?: () => void}} props
+ */
 function ItemDialog({ project, all, item, status, onClose, onRun }) {
   const editing = !!item;
   const [kind, setKind] = useState(item ? item.kind : 'task');

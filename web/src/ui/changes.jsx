@@ -100,7 +100,18 @@ async function diffText(runID, part) {
  * head shown (the server refuses it head_moved when the branch moved on).
  */
 export function Changes({ run }) {
-  const [state, setState] = useState({ loading: true });
+  /**
+   * @typedef {object} ChangesState
+   * @property {boolean} [loading]
+   * @property {boolean} [none] the run has no workspace
+   * @property {string} [head] the branch head the diffs are of
+   * @property {any[]} [files] the diffstat
+   * @property {ReturnType<typeof parseDiff>} [committed] the diff of the commits
+   * @property {ReturnType<typeof parseDiff>} [uncommitted] the diff of the worktree
+   * @property {Date} [at] when it was read
+   * @property {string} [error]
+   */
+  const [state, setState] = useState(/** @type {ChangesState} */ ({ loading: true }));
   const [split, setSplit] = useState(() => localStorage.getItem('pam.diff') === 'split');
   const [push, setPush] = useState(null);
   const body = useRef(null);

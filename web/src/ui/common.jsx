@@ -4,7 +4,10 @@ import { useLayoutEffect, useRef } from 'preact/hooks';
 import { now } from '../store.js';
 import { Icon } from './icons.jsx';
 
-/** StatusBadge shows a run, host or item status with its colour. */
+/**
+ * StatusBadge shows a run, host or item status with its colour.
+ * @param {{status: string, label?: string}} props
+ */
 export function StatusBadge({ status, label }) {
   return <span class={'badge st-' + status}><span class="dot" />{label || status.replace('_', ' ')}</span>;
 }
@@ -125,7 +128,10 @@ export function Dialog({ title, onClose, children, wide, footer }) {
   );
 }
 
-/** Field is a labelled form control. */
+/**
+ * Field is a labelled form control.
+ * @param {{label: string, hint?: any, children: any}} props
+ */
 export function Field({ label, hint, children }) {
   return (
     <label class="field">
@@ -136,7 +142,10 @@ export function Field({ label, hint, children }) {
   );
 }
 
-/** Empty is the placeholder of an empty list. */
+/**
+ * Empty is the placeholder of an empty list.
+ * @param {{icon?: string, title: string, children?: any}} props
+ */
 export function Empty({ icon = 'inbox', title, children }) {
   return (
     <div class="empty">

@@ -96,7 +96,7 @@ function holderText(h) {
 function TerminalPanel({ run }) {
   const el = useRef(null);
   const ctl = useRef(null);
-  const [st, setSt] = useState({ mode: 'connecting' });
+  const [st, setSt] = useState(/** @type {import('../term.js').TermState} */ ({ mode: 'connecting' }));
   const [failed, setFailed] = useState('');
   useEffect(() => {
     let gone = false;
