@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/uuid"
 
@@ -57,7 +56,7 @@ func TestFailedQueriesNameWhatWasBeingDone(t *testing.T) {
 		_, _, err := s.StopRun(stopCtx, r.ID, false)
 		stopped <- err
 	}()
-	eventually.Wait(t, 30*time.Second, "StopRun to wait for the run's row lock", func() bool {
+	eventually.Wait(t, eventually.Long, "StopRun to wait for the run's row lock", func() bool {
 		var waiting bool
 		err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
 			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%FROM runs WHERE id = $1 FOR NO KEY UPDATE%')`).Scan(&waiting)
