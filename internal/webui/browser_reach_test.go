@@ -92,7 +92,7 @@ func runsLoadMore(t *testing.T, d *dash) {
 	defer closeTab()
 	d.open(tab, "/runs")
 	rows := `document.querySelectorAll('[data-testid=run-row]').length`
-	d.waitJS(tab, 15*time.Second, "the first runs and Load older runs", rows+` >= 500 && !!document.querySelector('[data-testid=runs-more]')`)
+	d.waitJS(tab, eventually.Long, "the first runs and Load older runs", rows+` >= 500 && !!document.querySelector('[data-testid=runs-more]')`)
 	if got := eval[int](d, tab, rows); got >= total {
 		t.Fatalf("%d rows of %d before loading more", got, total)
 	}
@@ -101,13 +101,13 @@ func runsLoadMore(t *testing.T, d *dash) {
 
 	phone := d.phoneTab()
 	d.open(phone, "/runs")
-	d.waitJS(phone, 15*time.Second, "Load older runs on the phone", `!!document.querySelector('[data-testid=runs-more]')`)
+	d.waitJS(phone, eventually.Long, "Load older runs on the phone", `!!document.querySelector('[data-testid=runs-more]')`)
 	d.noOverflow(phone, "/runs")
 	d.do(phone, chromedp.ScrollIntoView(d.sel("runs-more")))
 	d.shot(phone, "phone-runs-load-more")
 
 	d.click(tab, d.sel("runs-more"))
-	d.waitJS(tab, 15*time.Second, "every run listed and no more to load",
+	d.waitJS(tab, eventually.Long, "every run listed and no more to load",
 		fmt.Sprintf(`%s === %d && !document.querySelector('[data-testid=runs-more]')`, rows, total))
 	// The oldest run of all is there, and opens.
 	oldest := all.Runs[len(all.Runs)-1]
