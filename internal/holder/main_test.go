@@ -210,7 +210,10 @@ func (f *fixture) spec(name, cwd, role string, args ...string) Spec {
 	bin := testBin(f.t)
 	return Spec{
 		Argv: []string{bin, "__hold"},
-		Env:  []string{"PATH=/usr/bin:/bin", "HOME=" + cwd, "LANG=C.UTF-8"},
+		// GORACE: a race build sleeps a second before it exits, and
+		// Start's goroutine that reaps the starting process lives as long:
+		// longer than goleak waits when a test starts a holder last.
+		Env: []string{"PATH=/usr/bin:/bin", "HOME=" + cwd, "LANG=C.UTF-8", "GORACE=atexit_sleep_ms=0"},
 		Options: Options{
 			Dir: f.dir, Name: name, Cwd: cwd, RunID: "6f1c2a3b-0000-4000-8000-000000000001", Attempt: 1,
 			Command: append([]string{bin, role}, args...),
