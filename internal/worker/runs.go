@@ -213,22 +213,51 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 			resume = false
 		}
 	}
+	cwd, detail := resolveCwd(cwd)
+	if detail == "" {
+		detail = w.writeDispatch(r, f, attempt, binary, cwd, worktree, resume)
+	}
+	if detail == "" {
+		detail = w.startSession(ctx, r, f, attempt, cwd)
+	}
+	if detail != "" {
+		fail(detail)
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	if r.gen == gen && r.state == stateSpawning {
+		r.state = stateLive
+		r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
+	}
+	w.mu.Unlock()
+	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+}
+
+// resolveCwd is the directory the run's session starts in: the one given
+// (absolute or empty, Validate), else the worker's home; or why there is
+// none on this host.
+func resolveCwd(cwd string) (string, string) {
 	if cwd == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			fail("no cwd given and no home directory: " + err.Error())
-			return
+			return "", "no cwd given and no home directory: " + err.Error()
 		}
 		cwd = home
 	}
 	if !filepath.IsAbs(cwd) {
-		fail(fmt.Sprintf("the home directory %q is not an absolute path", cwd))
-		return
+		return "", fmt.Sprintf("the home directory %q is not an absolute path", cwd)
 	}
 	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
-		fail(fmt.Sprintf("cwd %s is not a directory on this host", cwd))
-		return
+		return "", fmt.Sprintf("cwd %s is not a directory on this host", cwd)
 	}
+	return cwd, ""
+}
+
+// writeDispatch writes the dispatch file pam exec run reads in the
+// session (0600: it holds the run's signal token); it returns why it
+// could not, or "".
+func (w *agent) writeDispatch(r *run, f wire.Frame, attempt int, binary, cwd, worktree string, resume bool) string {
 	d := wire.Dispatch{
 		RunID: r.id, Attempt: attempt, APIURL: w.o.URL, SignalToken: f.SignalToken,
 		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
@@ -243,39 +272,33 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 	}
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
-		fail("encode dispatch: " + err.Error())
-		return
+		return "encode dispatch: " + err.Error()
 	}
 	if err := datadir.ReplaceFile(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
-		fail("write dispatch file: " + err.Error())
-		return
+		return "write dispatch file: " + err.Error()
 	}
-	// One tmux call when the name is free, as it is for almost every run;
-	// a session holding it is replaced (replaceSession), then created again.
+	return ""
+}
+
+// startSession creates the run's session: one tmux call when the name is
+// free, as it is for almost every run; a session holding it is replaced
+// (replaceSession), then created again. It returns why it could not, or "".
+func (w *agent) startSession(ctx context.Context, r *run, f wire.Frame, attempt int, cwd string) string {
 	sp := tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
 		Instance: w.instanceID, Command: w.command(r.id),
 	}
-	err = w.tm.NewSession(ctx, sp)
+	err := w.tm.NewSession(ctx, sp)
 	if errors.Is(err, tmux.ErrSessionExists) {
 		if detail := w.replaceSession(ctx, r.name); detail != "" {
-			fail(detail)
-			return
+			return detail
 		}
 		err = w.tm.NewSession(ctx, sp)
 	}
 	if err != nil {
-		fail(err.Error())
-		return
+		return err.Error()
 	}
-	now := time.Now()
-	w.mu.Lock()
-	if r.gen == gen && r.state == stateSpawning {
-		r.state = stateLive
-		r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
-	}
-	w.mu.Unlock()
-	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+	return ""
 }
 
 // replaceSession is kill-before-respawn, for a spawn that found its
