@@ -43,12 +43,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	conn, err := s.admitUplink(ctx, ws, host, &cred)
 	if err != nil {
-		s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
-		var we *wire.Error
-		if errors.As(err, &we) {
-			s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
-		}
-		_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
+		s.refuseUplink(ctx, ws, host, err)
 		return
 	}
 	defer s.opts.Fleet.Detach(conn)
@@ -65,52 +60,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
 	s.opts.Dispatcher.Wake()
-	// Attach output goes to its socket from the reader itself, so that a
-	// keystroke's echo never waits behind a frame whose handling writes to
-	// the database (a snapshot, a signal, a heartbeat). Every other frame,
-	// and every answer to a bad one, is handled in arrival order by one
-	// goroutine, which takes no frame once the connection has ended.
-	jobs := make(chan func(), uplinkHandleQueue)
-	handlerDone := make(chan struct{})
-	go func() {
-		defer close(handlerDone)
-		for job := range jobs {
-			if !u.ended() {
-				job()
-			}
-		}
-	}()
-	for {
-		_, data, err := ws.Read(ctx)
-		if err != nil || u.ended() {
-			break
-		}
-		f, err := wire.DecodeFrame(data)
-		switch {
-		case err != nil:
-			jobs <- func() {
-				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
-			}
-		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
-			if err := f.Validate(); err != nil {
-				jobs <- func() { u.refuseInvalid(f, err) }
-				continue
-			}
-			// To the attach socket whose relay this host opened; anything
-			// else (a relay already let go, or another host's) is dropped.
-			s.opts.Fleet.DeliverAttach(u.host.ID, f)
-		default:
-			jobs <- func() {
-				if err := f.Validate(); err != nil {
-					u.refuseInvalid(f, err)
-					return
-				}
-				u.handle(ctx, f)
-			}
-		}
-	}
-	close(jobs)
-	<-handlerDone
+	u.readFrames(ctx, ws)
 	u.signals.Wait() // their acks go nowhere now, but they are applied before the handler ends
 	conn.Close()
 	cancel()
@@ -203,6 +153,69 @@ func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fle
 			}
 		}
 	}
+}
+
+// refuseUplink logs why a connection was not admitted, tells the worker
+// when it is something the worker can act on (an API error), and closes.
+func (s *Server) refuseUplink(ctx context.Context, ws *websocket.Conn, host wire.Host, err error) {
+	s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
+	var we *wire.Error
+	if errors.As(err, &we) {
+		s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
+	}
+	_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
+}
+
+// readFrames reads the worker's frames until the connection ends, and
+// returns once every frame read is handled.
+func (u *uplinkSession) readFrames(ctx context.Context, ws *websocket.Conn) {
+	s := u.s
+	// Attach output goes to its socket from the reader itself, so that a
+	// keystroke's echo never waits behind a frame whose handling writes to
+	// the database (a snapshot, a signal, a heartbeat). Every other frame,
+	// and every answer to a bad one, is handled in arrival order by one
+	// goroutine, which takes no frame once the connection has ended.
+	jobs := make(chan func(), uplinkHandleQueue)
+	handlerDone := make(chan struct{})
+	go func() {
+		defer close(handlerDone)
+		for job := range jobs {
+			if !u.ended() {
+				job()
+			}
+		}
+	}()
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil || u.ended() {
+			break
+		}
+		f, err := wire.DecodeFrame(data)
+		switch {
+		case err != nil:
+			jobs <- func() {
+				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
+			}
+		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
+			if err := f.Validate(); err != nil {
+				jobs <- func() { u.refuseInvalid(f, err) }
+				continue
+			}
+			// To the attach socket whose relay this host opened; anything
+			// else (a relay already let go, or another host's) is dropped.
+			s.opts.Fleet.DeliverAttach(u.host.ID, f)
+		default:
+			jobs <- func() {
+				if err := f.Validate(); err != nil {
+					u.refuseInvalid(f, err)
+					return
+				}
+				u.handle(ctx, f)
+			}
+		}
+	}
+	close(jobs)
+	<-handlerDone
 }
 
 // uplinkSignalWindow bounds the signals of one uplink waiting for their
