@@ -119,48 +119,19 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 		w.settleCapacity(ctx)
 	}
 
-	w.mu.Lock()
-	r := w.runs[f.RunID]
-	var undo func()
+	r, gen, undo, again, refusal := w.claimRun(f, attempt, name)
 	switch {
-	case r != nil && r.attempt == attempt:
-		w.mu.Unlock()
+	case again:
 		// Already ours: ack again, never respawn.
 		w.log.Info("repeated dispatch acked again", "run_id", f.RunID, "attempt", attempt)
 		if err := ack(true, ""); err != nil {
 			w.log.Warn("ack", "run_id", f.RunID, "err", err)
 		}
 		return
-	case r != nil && r.attempt > attempt:
-		w.mu.Unlock()
-		refuse(fmt.Sprintf("attempt %d of this run is live here", r.attempt))
+	case refusal != "":
+		refuse(refusal)
 		return
-	case r != nil:
-		// A newer attempt replaces ours: kill-before-respawn.
-		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
-		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
-		r.attempt, r.state, r.ended = attempt, stateSpawning, false
-		r.provider, r.providerRead = f.Provider, true
-		r.gen++
-	default:
-		for _, o := range w.runs {
-			if o.name == name {
-				w.mu.Unlock()
-				refuse(fmt.Sprintf("session %s is held by run %s", name, o.id))
-				return
-			}
-		}
-		if n := w.activeCount(); n >= w.o.MaxRuns {
-			w.mu.Unlock()
-			refuse(fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns))
-			return
-		}
-		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1, provider: f.Provider, providerRead: true}
-		w.runs[f.RunID] = r
-		undo = func() { delete(w.runs, f.RunID) }
 	}
-	gen := r.gen
-	w.mu.Unlock()
 
 	if err := ack(true, ""); err != nil {
 		// The orchestrator never heard yes: it will withdraw the offer and
@@ -176,6 +147,44 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 	w.log.Debug("run accepted", "run_id", f.RunID, "attempt", attempt, "provider", f.Provider)
 	w.snaps.Remove(f.RunID)
 	w.ops.Go(func() { w.spawn(ctx, r, gen, f, attempt, binary) })
+}
+
+// claimRun takes the run's place here for attempt, to be spawned (gen)
+// once acked; undo gives it back if the ack fails. A repeated dispatch of
+// the attempt that is ours is again; a newer attempt replaces an older
+// one (kill-before-respawn); anything else that cannot be taken (an older
+// attempt, a session name held by another run, no capacity) is refused
+// with the reason.
+func (w *agent) claimRun(f wire.Frame, attempt int, name tmux.SessionName) (r *run, gen uint64, undo func(), again bool, refusal string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r = w.runs[f.RunID]
+	switch {
+	case r != nil && r.attempt == attempt:
+		return nil, 0, nil, true, ""
+	case r != nil && r.attempt > attempt:
+		return nil, 0, nil, false, fmt.Sprintf("attempt %d of this run is live here", r.attempt)
+	case r != nil:
+		// A newer attempt replaces ours: kill-before-respawn.
+		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
+		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
+		r.attempt, r.state, r.ended = attempt, stateSpawning, false
+		r.provider, r.providerRead = f.Provider, true
+		r.gen++
+	default:
+		for _, o := range w.runs {
+			if o.name == name {
+				return nil, 0, nil, false, fmt.Sprintf("session %s is held by run %s", name, o.id)
+			}
+		}
+		if n := w.activeCount(); n >= w.o.MaxRuns {
+			return nil, 0, nil, false, fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns)
+		}
+		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1, provider: f.Provider, providerRead: true}
+		w.runs[f.RunID] = r
+		undo = func() { delete(w.runs, f.RunID) }
+	}
+	return r, r.gen, undo, false, ""
 }
 
 // spawn writes the dispatch file, stops any previous incarnation holding
