@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -9,9 +8,7 @@ import (
 	"io"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -44,23 +41,6 @@ var runAttachCmd = &command{
 			return attachRun(x.ctx, c, x.args[0], in, x.stdout, x.stderr)
 		}
 	},
-}
-
-// detachKey is Ctrl-\ (FS): it never reaches the run.
-const detachKey = 0x1c
-
-// resetTerminal undoes what a tmux client leaves set when its relay is cut
-// rather than detached (it never gets to write its own exit sequences):
-// alternate screen, hidden cursor, mouse reporting, bracketed paste,
-// application cursor and keypad modes, attributes.
-const resetTerminal = "\x1b[?1049l\x1b[?25h\x1b[?1000l\x1b[?1002l\x1b[?1003l\x1b[?1006l\x1b[?2004l\x1b[?1l\x1b>\x1b[m"
-
-// attachEvent is how the relay's goroutines tell attachRun to finish.
-type attachEvent struct {
-	detach bool
-	frame  *wire.TermFrame // a final error frame from the server
-	err    error           // the connection is lost
-	panic  any             // a goroutine panicked: restore, then re-panic
 }
 
 // takeLease opens the attach socket of a running run and waits for its
@@ -107,131 +87,66 @@ func attachRun(ctx context.Context, c *apiclient.Client, runID string, in *os.Fi
 	defer ws.CloseNow()
 	fmt.Fprintf(errw, "attached to run %s (session %s); detach with Ctrl-\\\n", run.ID, run.SessionName)
 
-	old, err := term.MakeRaw(fd)
+	s, err := startTermSession(ctx, in, out)
 	if err != nil {
-		return fmt.Errorf("raw mode: %w", err)
+		return err
 	}
-	restored := false
-	restore := func() {
-		if restored {
-			return
-		}
-		restored = true
-		if isTerminal(out) {
-			_, _ = io.WriteString(out, resetTerminal)
-		}
-		_ = term.Restore(fd, old)
-	}
-	defer restore() // also on a panic of this goroutine
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	events := make(chan attachEvent, 4)
-	guard := func(f func()) {
-		go func() {
-			defer func() {
-				if p := recover(); p != nil {
-					events <- attachEvent{panic: p}
-				}
-			}()
-			f()
-		}()
-	}
+	defer s.close()
 	send := func(f wire.TermFrame) error {
 		b, _ := json.Marshal(f)
-		wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		wctx, cancel := context.WithTimeout(s.ctx, 10*time.Second)
 		defer cancel()
 		return ws.Write(wctx, websocket.MessageText, b)
 	}
-	// Keyboard → input frames, up to Ctrl-\.
-	guard(func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := in.Read(buf)
-			if n > 0 {
-				b := buf[:n]
-				i := bytes.IndexByte(b, detachKey)
-				if i >= 0 {
-					b = b[:i]
-				}
-				if len(b) > 0 {
-					if err := send(wire.TermFrame{Type: wire.WSInput, Bytes: append([]byte(nil), b...)}); err != nil {
-						events <- attachEvent{err: err}
-						return
-					}
-				}
-				if i >= 0 {
-					events <- attachEvent{detach: true}
-					return
-				}
-			}
-			if err != nil {
-				events <- attachEvent{detach: true} // stdin closed: nothing more to type
-				return
-			}
-		}
-	})
-	// Window size changes → resize frames.
-	winch := make(chan os.Signal, 1)
-	signal.Notify(winch, syscall.SIGWINCH)
-	defer signal.Stop(winch)
-	guard(func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-winch:
-			}
-			r, c := termRowsCols(fd)
-			_ = send(wire.TermFrame{Type: wire.WSResize, Rows: r, Cols: c})
-		}
-	})
-	// Socket → terminal.
-	guard(func() {
-		for {
-			f, err := readTermFrame(ctx, ws)
-			if err != nil {
-				events <- attachEvent{err: err}
-				return
-			}
-			switch f.Type {
-			case wire.WSData:
-				if _, err := out.Write(f.Bytes); err != nil {
-					events <- attachEvent{err: err}
-					return
-				}
-			case wire.WSError:
-				if f.Code == wire.CodeMalformedFrame {
-					continue // ours: say nothing in the middle of the screen
-				}
-				events <- attachEvent{frame: &f}
-				return
-			}
-		}
-	})
+	s.copyKeys(func(b []byte) error { return send(wire.TermFrame{Type: wire.WSInput, Bytes: b}) })
+	s.watchResize(func(rows, cols int) { _ = send(wire.TermFrame{Type: wire.WSResize, Rows: rows, Cols: cols}) })
+	s.copyOut(func() ([]byte, *attachEvent) { return nextRunOutput(s.ctx, ws) })
 
-	var ev attachEvent
-	select {
-	case <-ctx.Done():
+	ev, interrupted := s.wait()
+	if interrupted {
 		_ = ws.Close(websocket.StatusNormalClosure, "interrupted")
-		restore()
+		s.restore()
 		fmt.Fprintf(errw, "\ndetached from run %s\n", run.ID)
 		return nil
-	case ev = <-events:
 	}
+	return endAttachRun(s, ws, run, ev, send, errw)
+}
+
+// nextRunOutput reads the attach socket up to the next output for the
+// terminal, or the event that ends the attach: an error frame (the run
+// ended, the lease was taken away) or a lost connection. A malformed-frame
+// error is ours and not worth breaking the screen for.
+func nextRunOutput(ctx context.Context, ws *websocket.Conn) ([]byte, *attachEvent) {
+	for {
+		f, err := readTermFrame(ctx, ws)
+		if err != nil {
+			return nil, &attachEvent{err: err}
+		}
+		switch f.Type {
+		case wire.WSData:
+			return f.Bytes, nil
+		case wire.WSError:
+			if f.Code == wire.CodeMalformedFrame {
+				continue // ours: say nothing in the middle of the screen
+			}
+			return nil, &attachEvent{frame: &f}
+		}
+	}
+}
+
+// endAttachRun closes the attach socket the way ev calls for (giving the
+// lease back on a detach), restores the terminal and says why it ended.
+func endAttachRun(s *termSession, ws *websocket.Conn, run *wire.Run, ev attachEvent, send func(wire.TermFrame) error, errw io.Writer) error {
 	switch {
-	case ev.panic != nil:
-		restore()
-		panic(ev.panic)
 	case ev.detach:
 		_ = send(wire.TermFrame{Type: wire.WSReleaseLease})
 		_ = ws.Close(websocket.StatusNormalClosure, "detached")
-		restore()
+		s.restore()
 		fmt.Fprintf(errw, "\ndetached from run %s\n", run.ID)
 		return nil
 	case ev.frame != nil:
 		_ = ws.Close(websocket.StatusNormalClosure, "")
-		restore()
+		s.restore()
 		if ev.frame.Code == wire.CodeRunEnded {
 			fmt.Fprintf(errw, "\nrun %s ended (%s)\n", run.ID, ev.frame.Message)
 			return nil
@@ -239,8 +154,8 @@ func attachRun(ctx context.Context, c *apiclient.Client, runID string, in *os.Fi
 		fmt.Fprintln(errw)
 		return termFrameError(*ev.frame)
 	default:
-		restore()
-		if ctx.Err() != nil {
+		s.restore()
+		if s.ctx.Err() != nil {
 			return nil
 		}
 		fmt.Fprintln(errw)

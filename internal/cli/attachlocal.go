@@ -1,16 +1,12 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/coder/websocket"
@@ -43,35 +39,18 @@ func attachLocal(x *invocation, write bool) error {
 				"give the token to this command only (PAM_TOKEN=… in its environment, or --token-file FILE), never in a file the worker's agents can read: %w", err)
 		}
 	}
-	runID := x.args[0]
-	if len(runID) < 8 || strings.Trim(strings.ToLower(runID[:8]), "0123456789abcdef") != "" {
-		return usagef("pam run attach --local: %q is not a run id (at least its first 8 characters)", runID)
-	}
-	name := "pam-" + strings.ToLower(runID[:8])
-	dir := filepath.Join(x.cfg.str("PAM_DATA_DIR"), "worker", "holders")
-	if _, ok := holder.Alive(dir, name); !ok {
-		return fmt.Errorf("no live holder %s in %s: --local reads a run's PTY holder on its worker host (PAM_EXECUTOR=pty, same PAM_DATA_DIR); elsewhere use pam run attach", name, dir)
+	dir, name, err := localHolder(x)
+	if err != nil {
+		return err
 	}
 	rows, cols := termRowsCols(fd)
 
-	var ws *websocket.Conn
-	if write {
-		c, err := x.client()
-		if err != nil {
-			return err
-		}
-		if _, ws, err = takeLease(ctx, c, runID, rows, cols); err != nil {
-			return err
-		}
-		defer ws.CloseNow()
-	}
-	hello := holder.Hello{Redraw: true}
-	if write {
-		hello = holder.Hello{Rows: rows, Cols: cols, Write: true}
-	}
-	conn, err := holder.Dial(dir, name, hello)
+	ws, conn, err := openLocal(x, dir, name, write, rows, cols)
 	if err != nil {
 		return err
+	}
+	if ws != nil {
+		defer ws.CloseNow()
 	}
 	defer conn.Close()
 	mode := "read-only; --write to type"
@@ -80,121 +59,30 @@ func attachLocal(x *invocation, write bool) error {
 	}
 	fmt.Fprintf(errw, "attached to %s locally (%s); detach with Ctrl-\\\n", name, mode)
 
-	old, err := term.MakeRaw(fd)
+	s, err := startTermSession(ctx, in, out)
 	if err != nil {
-		return fmt.Errorf("raw mode: %w", err)
+		return err
 	}
-	restored := false
-	restore := func() {
-		if !restored {
-			restored = true
-			if isTerminal(out) {
-				_, _ = io.WriteString(out, resetTerminal)
-			}
-			_ = term.Restore(fd, old)
-		}
-	}
-	defer restore()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type ending struct {
-		detach bool
-		msg    string
-		err    error
-	}
-	events := make(chan ending, 4)
+	defer s.close()
 	// Keyboard: typed (with --write) up to Ctrl-\; otherwise only
 	// watched for Ctrl-\.
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := in.Read(buf)
-			b := buf[:n]
-			i := bytes.IndexByte(b, detachKey)
-			if i >= 0 {
-				b = b[:i]
-			}
-			if write && len(b) > 0 {
-				if err := conn.Input(append([]byte(nil), b...)); err != nil {
-					events <- ending{err: err}
-					return
-				}
-			}
-			if i >= 0 || err != nil {
-				events <- ending{detach: true}
-				return
-			}
-		}
-	}()
+	var send func([]byte) error
 	if write {
-		winch := make(chan os.Signal, 1)
-		signal.Notify(winch, syscall.SIGWINCH)
-		defer signal.Stop(winch)
-		go func() {
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-winch:
-				}
-				r, c := termRowsCols(fd)
-				_ = conn.Resize(r, c)
-			}
-		}()
-		// The lease socket: its output is the holder's too (dropped
-		// here); an error frame ends the attach (lease taken away, run
-		// ended).
-		go func() {
-			for {
-				f, err := readTermFrame(ctx, ws)
-				if err != nil {
-					events <- ending{err: err}
-					return
-				}
-				if f.Type == wire.WSError && f.Code != wire.CodeMalformedFrame {
-					events <- ending{msg: termFrameError(f).Error()}
-					return
-				}
-			}
-		}()
+		send = conn.Input
+		s.watchResize(func(rows, cols int) { _ = conn.Resize(rows, cols) })
+		s.guard(func() { s.events <- watchLease(s.ctx, ws) })
 	}
-	// The holder → this terminal.
-	go func() {
-		for {
-			f, err := conn.Next()
-			if err != nil {
-				events <- ending{err: fmt.Errorf("the holder closed the connection: %w", err)}
-				return
-			}
-			switch f.Type {
-			case holder.FrameOutput:
-				if _, err := out.Write(f.Payload); err != nil {
-					events <- ending{err: err}
-					return
-				}
-			case holder.FrameExit:
-				var e holder.Exit
-				_ = json.Unmarshal(f.Payload, &e)
-				events <- ending{msg: fmt.Sprintf("the run's program %s (code %d)", e.Reason, e.Code)}
-				return
-			}
-		}
-	}()
-	var ev ending
-	select {
-	case <-ctx.Done():
+	s.copyKeys(send)
+	s.copyOut(func() ([]byte, *attachEvent) { return nextHolderOutput(conn) })
+
+	ev, interrupted := s.wait()
+	if interrupted {
 		ev.detach = true
-	case ev = <-events:
 	}
 	if ws != nil {
-		b, _ := json.Marshal(wire.TermFrame{Type: wire.WSReleaseLease})
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		_ = ws.Write(wctx, websocket.MessageText, b)
-		wcancel()
-		_ = ws.Close(websocket.StatusNormalClosure, "detached")
+		releaseLease(s.ctx, ws)
 	}
-	restore()
+	s.restore()
 	switch {
 	case ev.detach:
 		fmt.Fprintf(errw, "\ndetached from %s\n", name)
@@ -205,5 +93,91 @@ func attachLocal(x *invocation, write bool) error {
 	default:
 		fmt.Fprintln(errw)
 		return ev.err
+	}
+}
+
+// openLocal connects to the run's holder: to write, after taking the
+// run's attach lease (whose socket it returns, to be held until detach);
+// otherwise as a reader that is sent a redraw of the screen.
+func openLocal(x *invocation, dir, name string, write bool, rows, cols int) (*websocket.Conn, *holder.Conn, error) {
+	if !write {
+		conn, err := holder.Dial(dir, name, holder.Hello{Redraw: true})
+		return nil, conn, err
+	}
+	c, err := x.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	_, ws, err := takeLease(x.ctx, c, x.args[0], rows, cols)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn, err := holder.Dial(dir, name, holder.Hello{Rows: rows, Cols: cols, Write: true})
+	if err != nil {
+		ws.CloseNow()
+		return nil, nil, err
+	}
+	return ws, conn, nil
+}
+
+// localHolder is the holder directory and name of the run whose id (or a
+// prefix of at least 8 characters) is the command's argument: a holder is
+// named after the run id's first 8 characters, so the orchestrator is not
+// needed to find it.
+func localHolder(x *invocation) (dir, name string, err error) {
+	runID := x.args[0]
+	if len(runID) < 8 || strings.Trim(strings.ToLower(runID[:8]), "0123456789abcdef") != "" {
+		return "", "", usagef("pam run attach --local: %q is not a run id (at least its first 8 characters)", runID)
+	}
+	name = "pam-" + strings.ToLower(runID[:8])
+	dir = filepath.Join(x.cfg.str("PAM_DATA_DIR"), "worker", "holders")
+	if _, ok := holder.Alive(dir, name); !ok {
+		return "", "", fmt.Errorf("no live holder %s in %s: --local reads a run's PTY holder on its worker host (PAM_EXECUTOR=pty, same PAM_DATA_DIR); elsewhere use pam run attach", name, dir)
+	}
+	return dir, name, nil
+}
+
+// watchLease reads the lease socket of attach --local --write until it
+// ends the attach: its output is the holder's too (dropped here); an error
+// frame means the lease was taken away or the run ended.
+func watchLease(ctx context.Context, ws *websocket.Conn) attachEvent {
+	for {
+		f, err := readTermFrame(ctx, ws)
+		if err != nil {
+			return attachEvent{err: err}
+		}
+		if f.Type == wire.WSError && f.Code != wire.CodeMalformedFrame {
+			return attachEvent{msg: termFrameError(f).Error()}
+		}
+	}
+}
+
+// releaseLease gives the run's attach lease back and closes its socket,
+// even when the attach ended because ctx did.
+func releaseLease(ctx context.Context, ws *websocket.Conn) {
+	b, _ := json.Marshal(wire.TermFrame{Type: wire.WSReleaseLease})
+	wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	_ = ws.Write(wctx, websocket.MessageText, b)
+	wcancel()
+	_ = ws.Close(websocket.StatusNormalClosure, "detached")
+}
+
+// nextHolderOutput reads the holder connection up to the next output for
+// the terminal, or the event that ends the attach: the run's program
+// exited, or the holder went.
+func nextHolderOutput(conn *holder.Conn) ([]byte, *attachEvent) {
+	for {
+		f, err := conn.Next()
+		if err != nil {
+			return nil, &attachEvent{err: fmt.Errorf("the holder closed the connection: %w", err)}
+		}
+		switch f.Type {
+		case holder.FrameOutput:
+			return f.Payload, nil
+		case holder.FrameExit:
+			var e holder.Exit
+			_ = json.Unmarshal(f.Payload, &e)
+			return nil, &attachEvent{msg: fmt.Sprintf("the run's program %s (code %d)", e.Reason, e.Code)}
+		}
 	}
 }

@@ -78,6 +78,14 @@ type unitSpec struct {
 	description string
 }
 
+// installFlags are the flags of pam worker|serve install.
+type installFlags struct {
+	printOnly, userUnit                   bool
+	unitName, user, binary, root, envFile string
+}
+
+// installSetup is pam worker|serve install: it writes the role's systemd
+// unit (and its credential beside it, never in the unit), or prints it.
 func installSetup(fs *flag.FlagSet, r role) func(*invocation) error {
 	printOnly := fs.Bool("print", false, "print the unit and where it would go; write nothing")
 	unitName := fs.String("unit", "pam-"+r.name, "the unit's name (without .service)")
@@ -87,114 +95,147 @@ func installSetup(fs *flag.FlagSet, r role) func(*invocation) error {
 	root := fs.String("root", "", "write every file under this folder instead of / (an image being built, a test)")
 	envFile := fs.String("environment-file", "", "a file of VAR=value lines the unit loads (EnvironmentFile=): an agent's API key, a PATH; keep it 0600, it stays where it is")
 	return func(x *invocation) error {
-		if !validUnitName(*unitName) {
-			return usagef("--unit %q: want letters, digits, '-', '_' or '.'", *unitName)
-		}
-		if runtime.GOOS != "linux" && !*printOnly {
-			return fmt.Errorf("pam %s install writes a systemd unit, and this is %s: run pam %s under the system's own service manager (--print shows the settings a unit would have)", r.name, runtime.GOOS, r.name)
-		}
-		system := os.Geteuid() == 0 && !*userUnit
-		if *user != "" && !system {
-			return usagef("--user names the account of a system unit: run as root, without --user-unit")
-		}
-		if *user != "" && !validAccount(*user) {
-			return usagef("--user %q is not a valid account name", *user)
-		}
-		if r.name == "worker" {
-			// The unit would only fail at every start: say so now.
-			if err := checkURL(x.cfg.str("PAM_URL"), x.cfg.bool("PAM_ALLOW_INSECURE")); err != nil {
-				return err
-			}
-		}
-		bin := *binary
-		if bin == "" {
-			self, err := os.Executable()
-			if err != nil {
-				return fmt.Errorf("locate the pam binary: %w (give --binary)", err)
-			}
-			bin = self
-		}
-		bin, err := filepath.Abs(bin)
-		if err != nil {
+		return install(x, r, installFlags{printOnly: *printOnly, userUnit: *userUnit, unitName: *unitName,
+			user: *user, binary: *binary, root: *root, envFile: *envFile})
+	}
+}
+
+// install checks what it can before writing (a unit that would fail at
+// every start is refused now), renders the unit, and writes or prints it.
+func install(x *invocation, r role, f installFlags) error {
+	if !validUnitName(f.unitName) {
+		return usagef("--unit %q: want letters, digits, '-', '_' or '.'", f.unitName)
+	}
+	if runtime.GOOS != "linux" && !f.printOnly {
+		return fmt.Errorf("pam %s install writes a systemd unit, and this is %s: run pam %s under the system's own service manager (--print shows the settings a unit would have)", r.name, runtime.GOOS, r.name)
+	}
+	system := os.Geteuid() == 0 && !f.userUnit
+	if f.user != "" && !system {
+		return usagef("--user names the account of a system unit: run as root, without --user-unit")
+	}
+	if f.user != "" && !validAccount(f.user) {
+		return usagef("--user %q is not a valid account name", f.user)
+	}
+	if r.name == "worker" {
+		// The unit would only fail at every start: say so now.
+		if err := checkURL(x.cfg.str("PAM_URL"), x.cfg.bool("PAM_ALLOW_INSECURE")); err != nil {
 			return err
 		}
-		s := unitSpec{role: r, system: system, binary: bin, user: *user, description: r.description}
-		if *envFile != "" {
-			if s.envFile, err = filepath.Abs(*envFile); err != nil {
-				return err
-			}
+	}
+	s, err := installSpec(x, r, f, system)
+	if err != nil {
+		return err
+	}
+	unitDir, credDir := "/etc/systemd/system", "/etc/credstore"
+	if !system {
+		unitDir = filepath.Join(userConfigHome(x.env), "systemd", "user")
+		credDir = filepath.Join(userConfigHome(x.env), "pam", "credstore")
+	}
+	secret := strings.TrimSpace(x.cfg.str(r.secretEnv))
+	st, _ := settingByEnv(r.secretEnv)
+	if secret == "" && r.secretRequired && !f.printOnly {
+		if secret, err = promptSecret(x, st); err != nil {
+			return err
 		}
-		given := givenSettings(x)
-		s.dataDir = given["PAM_DATA_DIR"]
-		if s.dataDir == "" {
-			if system {
-				s.dataDir = "/var/lib/" + r.stateDir
-				// systemd creates it, owned by the unit's user, at every
-				// start. A root serve's data dir is left to serve: its
-				// embedded database needs it 0711, which serve sets.
-				s.stateDir = r.name == "worker" || *user != ""
-			} else {
-				s.dataDir = filepath.Join(userDataHome(x.env), r.stateDir)
-			}
-		}
-		for _, st := range settings {
-			if v, ok := given[st.Env]; ok && st.Env != "PAM_DATA_DIR" {
-				s.env = append(s.env, [2]string{st.Env, v})
-			}
-		}
-		if r.name == "worker" {
-			s.description += " (host " + hostNameOf(x) + ")"
-		}
-		unitDir, credDir := "/etc/systemd/system", "/etc/credstore"
-		if !system {
-			unitDir = filepath.Join(userConfigHome(x.env), "systemd", "user")
-			credDir = filepath.Join(userConfigHome(x.env), "pam", "credstore")
-		}
-		secret := strings.TrimSpace(x.cfg.str(r.secretEnv))
-		st, _ := settingByEnv(r.secretEnv)
-		if secret == "" && r.secretRequired && !*printOnly {
-			if secret, err = promptSecret(x, st); err != nil {
-				return err
-			}
-		}
-		if secret != "" || r.secretRequired {
-			s.credName = credentialName(st)
-			s.credPath = filepath.Join(credDir, *unitName+"."+s.credName)
-		}
-		unit := renderUnit(s)
-		unitPath := filepath.Join(unitDir, *unitName+".service")
-		if *printOnly {
-			fmt.Fprintf(x.stdout, "# %s\n%s", unitPath, unit)
-			if s.credName != "" {
-				fmt.Fprintf(x.stdout, "\n# The %s goes into %s (mode 0600), never into the unit.\n", s.credName, s.credPath)
-			}
-			return nil
-		}
+	}
+	if secret != "" || r.secretRequired {
+		s.credName = credentialName(st)
+		s.credPath = filepath.Join(credDir, f.unitName+"."+s.credName)
+	}
+	unit := renderUnit(s)
+	unitPath := filepath.Join(unitDir, f.unitName+".service")
+	if f.printOnly {
+		fmt.Fprintf(x.stdout, "# %s\n%s", unitPath, unit)
 		if s.credName != "" {
-			if err := writePrivate(filepath.Join(*root, s.credPath), secret); err != nil {
-				return fmt.Errorf("credential file: %w", err)
-			}
-		}
-		if err := os.MkdirAll(filepath.Join(*root, unitDir), 0o755); err != nil {
-			return err
-		}
-		if err := datadir.WriteFileAtomic(filepath.Join(*root, unitPath), []byte(unit), 0o644); err != nil {
-			return err
-		}
-		fmt.Fprintf(x.stdout, "wrote %s\n", unitPath)
-		if s.credName != "" {
-			fmt.Fprintf(x.stdout, "wrote %s (mode 0600): the unit loads it as the credential %s\n", s.credPath, s.credName)
-		}
-		ctl := "systemctl"
-		if !system {
-			ctl = "systemctl --user"
-		}
-		fmt.Fprintf(x.stdout, "\nStart it now and at every boot:\n\n  %s daemon-reload\n  %s enable --now %s\n", ctl, ctl, *unitName)
-		fmt.Fprintf(x.stdout, "\nIts log: journalctl %s-u %s -f\n", map[bool]string{true: "", false: "--user "}[system], *unitName)
-		if !system {
-			fmt.Fprintf(x.stdout, "\nA user unit stops when you log out, unless your user manager lingers; to keep it\n(and, for a worker, every agent) running without a login, once:\n\n  loginctl enable-linger %s\n", currentUser(x.env))
+			fmt.Fprintf(x.stdout, "\n# The %s goes into %s (mode 0600), never into the unit.\n", s.credName, s.credPath)
 		}
 		return nil
+	}
+	if err := writeUnit(x, f.root, s, secret, unitPath, unit); err != nil {
+		return err
+	}
+	printStartHelp(x, system, f.unitName)
+	return nil
+}
+
+// installSpec is the unit's spec but its credential: the absolute binary
+// and environment file, the data dir (a system unit's under /var/lib,
+// created by systemd when it is not root's serve), and the settings given.
+func installSpec(x *invocation, r role, f installFlags, system bool) (unitSpec, error) {
+	bin := f.binary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return unitSpec{}, fmt.Errorf("locate the pam binary: %w (give --binary)", err)
+		}
+		bin = self
+	}
+	bin, err := filepath.Abs(bin)
+	if err != nil {
+		return unitSpec{}, err
+	}
+	s := unitSpec{role: r, system: system, binary: bin, user: f.user, description: r.description}
+	if f.envFile != "" {
+		if s.envFile, err = filepath.Abs(f.envFile); err != nil {
+			return unitSpec{}, err
+		}
+	}
+	given := givenSettings(x)
+	s.dataDir = given["PAM_DATA_DIR"]
+	if s.dataDir == "" {
+		if system {
+			s.dataDir = "/var/lib/" + r.stateDir
+			// systemd creates it, owned by the unit's user, at every
+			// start. A root serve's data dir is left to serve: its
+			// embedded database needs it 0711, which serve sets.
+			s.stateDir = r.name == "worker" || f.user != ""
+		} else {
+			s.dataDir = filepath.Join(userDataHome(x.env), r.stateDir)
+		}
+	}
+	for _, st := range settings {
+		if v, ok := given[st.Env]; ok && st.Env != "PAM_DATA_DIR" {
+			s.env = append(s.env, [2]string{st.Env, v})
+		}
+	}
+	if r.name == "worker" {
+		s.description += " (host " + hostNameOf(x) + ")"
+	}
+	return s, nil
+}
+
+// writeUnit writes the credential (0600) first, then the unit that loads
+// it, all under root.
+func writeUnit(x *invocation, root string, s unitSpec, secret, unitPath, unit string) error {
+	if s.credName != "" {
+		if err := writePrivate(filepath.Join(root, s.credPath), secret); err != nil {
+			return fmt.Errorf("credential file: %w", err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(root, filepath.Dir(unitPath)), 0o755); err != nil {
+		return err
+	}
+	if err := datadir.WriteFileAtomic(filepath.Join(root, unitPath), []byte(unit), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(x.stdout, "wrote %s\n", unitPath)
+	if s.credName != "" {
+		fmt.Fprintf(x.stdout, "wrote %s (mode 0600): the unit loads it as the credential %s\n", s.credPath, s.credName)
+	}
+	return nil
+}
+
+// printStartHelp tells how to start the unit, read its log and, for a
+// user unit, keep it running without a login.
+func printStartHelp(x *invocation, system bool, unitName string) {
+	ctl := "systemctl"
+	if !system {
+		ctl = "systemctl --user"
+	}
+	fmt.Fprintf(x.stdout, "\nStart it now and at every boot:\n\n  %s daemon-reload\n  %s enable --now %s\n", ctl, ctl, unitName)
+	fmt.Fprintf(x.stdout, "\nIts log: journalctl %s-u %s -f\n", map[bool]string{true: "", false: "--user "}[system], unitName)
+	if !system {
+		fmt.Fprintf(x.stdout, "\nA user unit stops when you log out, unless your user manager lingers; to keep it\n(and, for a worker, every agent) running without a login, once:\n\n  loginctl enable-linger %s\n", currentUser(x.env))
 	}
 }
 

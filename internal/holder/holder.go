@@ -214,33 +214,18 @@ func Serve(ctx context.Context, o Options) (err error) {
 	if err := o.check(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
-		return fmt.Errorf("holders folder: %w", err)
-	}
-	if err := os.Chmod(o.Dir, 0o700); err != nil {
-		return fmt.Errorf("holders folder: %w", err)
+	if err := makePrivateDir(o.Dir); err != nil {
+		return err
 	}
 	ws, err := Workspace(o.Cwd)
 	if err != nil {
 		return err
 	}
-	who := fmt.Sprintf("session %s, pid %d", o.Name, os.Getpid())
-	nameLock, err := tryFlock(lockPath(o.Dir, o.Name), who)
-	// A List sweeping a dead holder's files holds the name lock for a
-	// moment: that is no live holder, so wait it out.
-	for deadline := time.Now().Add(time.Second); err != nil && strings.Contains(err.Error(), sweeping) && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-		nameLock, err = tryFlock(lockPath(o.Dir, o.Name), who)
-	}
+	release, err := takeLocks(o, ws)
 	if err != nil {
-		return fmt.Errorf("holder %s: the name is %w", o.Name, err)
+		return err
 	}
-	defer nameLock.release()
-	wsLock, err := tryFlock(workspaceLockPath(o.Dir, ws), who)
-	if err != nil {
-		return fmt.Errorf("holder %s: workspace %s is %w", o.Name, ws, err)
-	}
-	defer wsLock.release()
+	defer release()
 
 	logger := o.Logger
 	if logger == nil {
@@ -257,33 +242,14 @@ func Serve(ctx context.Context, o Options) (err error) {
 	}
 	defer jr.close()
 
-	// Both locks are ours: whatever socket file is there belongs to a
-	// holder that is gone, and is replaced.
-	sock := SocketPath(o.Dir, o.Name)
-	if err := os.Remove(sock); err != nil && !isNotExist(err) {
-		return fmt.Errorf("holder %s: remove the stale socket: %w", o.Name, err)
-	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	ln, err := listenSocket(o)
 	if err != nil {
-		return fmt.Errorf("holder %s: listen: %w", o.Name, err)
+		return err
 	}
-	ln.SetUnlinkOnClose(true)
 	defer ln.Close()
-	if err := os.Chmod(sock, 0o600); err != nil {
-		return fmt.Errorf("holder %s: socket mode: %w", o.Name, err)
-	}
-
-	cmd := exec.Command(o.Command[0], o.Command[1:]...)
-	cmd.Dir = o.Cwd
-	cmd.Env = append(withoutTerm(o.Env), "TERM="+o.Term)
-	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(o.Rows), Cols: uint16(o.Cols)})
+	cmd, ptmx, err := startProgram(o)
 	if err != nil {
-		return fmt.Errorf("holder %s: start %s: %w", o.Name, o.Command[0], err)
-	}
-	if ptmx, err = pollable(ptmx); err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("holder %s: %w", o.Name, err)
+		return err
 	}
 	h := &holder{
 		o: o, log: logger, jr: jr, ptmx: ptmx, cmd: cmd, ln: ln,
@@ -311,6 +277,79 @@ func Serve(ctx context.Context, o Options) (err error) {
 	ready(nil)
 	h.run(ctx)
 	return nil
+}
+
+// makePrivateDir makes the holders folder, only its user's: every
+// holder's socket there takes input for a program.
+func makePrivateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("holders folder: %w", err)
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return fmt.Errorf("holders folder: %w", err)
+	}
+	return nil
+}
+
+// takeLocks takes the name's lock, then the workspace's: one holder per
+// name and one per workspace. release gives both back.
+func takeLocks(o Options, ws string) (release func(), err error) {
+	who := fmt.Sprintf("session %s, pid %d", o.Name, os.Getpid())
+	nameLock, err := tryFlock(lockPath(o.Dir, o.Name), who)
+	// A List sweeping a dead holder's files holds the name lock for a
+	// moment: that is no live holder, so wait it out.
+	for deadline := time.Now().Add(time.Second); err != nil && strings.Contains(err.Error(), sweeping) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		nameLock, err = tryFlock(lockPath(o.Dir, o.Name), who)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("holder %s: the name is %w", o.Name, err)
+	}
+	wsLock, err := tryFlock(workspaceLockPath(o.Dir, ws), who)
+	if err != nil {
+		nameLock.release()
+		return nil, fmt.Errorf("holder %s: workspace %s is %w", o.Name, ws, err)
+	}
+	return func() { wsLock.release(); nameLock.release() }, nil
+}
+
+// listenSocket listens on the holder's socket, for its user only. Both
+// locks are the caller's: whatever socket file is there belongs to a
+// holder that is gone, and is replaced.
+func listenSocket(o Options) (*net.UnixListener, error) {
+	sock := SocketPath(o.Dir, o.Name)
+	if err := os.Remove(sock); err != nil && !isNotExist(err) {
+		return nil, fmt.Errorf("holder %s: remove the stale socket: %w", o.Name, err)
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("holder %s: listen: %w", o.Name, err)
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(sock, 0o600); err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("holder %s: socket mode: %w", o.Name, err)
+	}
+	return ln, nil
+}
+
+// startProgram starts the held command on a new PTY of the asked size,
+// its TERM the holder's; the PTY's master is made pollable (its reads
+// park a goroutine, not a thread, and Close unblocks them).
+func startProgram(o Options) (*exec.Cmd, *os.File, error) {
+	cmd := exec.Command(o.Command[0], o.Command[1:]...)
+	cmd.Dir = o.Cwd
+	cmd.Env = append(withoutTerm(o.Env), "TERM="+o.Term)
+	ptmx, err := pty.StartWithSize(cmd, &pty.Winsize{Rows: uint16(o.Rows), Cols: uint16(o.Cols)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("holder %s: start %s: %w", o.Name, o.Command[0], err)
+	}
+	if ptmx, err = pollable(ptmx); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, fmt.Errorf("holder %s: %w", o.Name, err)
+	}
+	return cmd, ptmx, nil
 }
 
 // run serves readers until the program ends or is killed.

@@ -93,6 +93,83 @@ type fileShape struct {
 	Proxy     map[string]string    `toml:"proxy"`
 }
 
+// setProxy takes the file's [proxy] variables, checked: they go into
+// every CLI's environment.
+func (c *Catalog) setProxy(path string, proxy map[string]string) error {
+	for _, name := range slices.Sorted(maps.Keys(proxy)) {
+		v := proxy[name]
+		if !proxyRe.MatchString(name) && !slices.Contains(lowerProxy, name) {
+			return fmt.Errorf("%s: proxy.%s: not a variable name (want UPPER_CASE letters, digits and _)", path, name)
+		}
+		if strings.ContainsRune(v, 0) {
+			return fmt.Errorf("%s: proxy.%s: value holds a NUL byte", path, name)
+		}
+		c.Proxy[name] = v
+	}
+	return nil
+}
+
+// mergeProvider merges the file's entry for name over the built-in of
+// that name (a new provider must give its binary), and validates the
+// result.
+func (c *Catalog) mergeProvider(path, name string, e fileEntry) error {
+	where := fmt.Sprintf("%s: providers.%s", path, name)
+	if !nameRe.MatchString(name) {
+		return fmt.Errorf("%s: bad provider name (want a lowercase letter, then up to 31 of a-z, 0-9, _ and -)", where)
+	}
+	p, builtin := c.providers[name]
+	if !builtin {
+		p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone, MCP: MCPNone}
+		if e.Binary == nil {
+			return fmt.Errorf("%s.binary: required for a provider that is not built in", where)
+		}
+	}
+	e.applyTo(&p)
+	if err := p.validate(); err != nil {
+		return fmt.Errorf("%s.%w", where, err)
+	}
+	c.providers[name] = p
+	return nil
+}
+
+// applyTo sets the fields the entry gives over p's; a field the entry
+// leaves out keeps p's (the built-in's) value.
+func (e fileEntry) applyTo(p *Provider) {
+	if e.Binary != nil {
+		p.Binary = *e.Binary
+	}
+	if e.Args != nil {
+		p.Args = slices.Clone(*e.Args)
+	}
+	if e.Env != nil {
+		p.ExtraEnv = maps.Clone(*e.Env)
+	}
+	if e.PassEnv != nil {
+		p.PassEnv = slices.Clone(*e.PassEnv)
+	}
+	if e.Hooks != nil {
+		p.Hooks = *e.Hooks
+	}
+	if e.EndOfOptions != nil {
+		p.EndOfOptions = *e.EndOfOptions
+	}
+	if e.Trust != nil {
+		p.Trust = *e.Trust
+	}
+	if e.Screens != nil {
+		p.Screens = p.Screens.merged(*e.Screens)
+	}
+	if e.ResumeArgs != nil {
+		p.ResumeArgs = slices.Clone(*e.ResumeArgs)
+	}
+	if e.ContinueMessage != nil {
+		p.ContinueMessage = *e.ContinueMessage
+	}
+	if e.MCP != nil {
+		p.MCP = *e.MCP
+	}
+}
+
 // Load reads <configDir>/providers.toml and merges it over the built-in
 // entries. A missing file (or an empty configDir) gives the built-ins
 // alone. A user entry named like a built-in overrides it field by field; a
@@ -138,66 +215,13 @@ func parse(path string, data []byte) (*Catalog, error) {
 		slices.Sort(keys)
 		return nil, fmt.Errorf("%s: unknown key %q (a provider takes binary, args, env, pass_env, hooks, end_of_options, resume_args, continue_message, mcp, screens and trust; [proxy] takes variables)", path, keys[0])
 	}
-	for _, name := range slices.Sorted(maps.Keys(f.Proxy)) {
-		v := f.Proxy[name]
-		if !proxyRe.MatchString(name) && !slices.Contains(lowerProxy, name) {
-			return nil, fmt.Errorf("%s: proxy.%s: not a variable name (want UPPER_CASE letters, digits and _)", path, name)
-		}
-		if strings.ContainsRune(v, 0) {
-			return nil, fmt.Errorf("%s: proxy.%s: value holds a NUL byte", path, name)
-		}
-		c.Proxy[name] = v
+	if err := c.setProxy(path, f.Proxy); err != nil {
+		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(f.Providers)) {
-		e := f.Providers[name]
-		where := fmt.Sprintf("%s: providers.%s", path, name)
-		if !nameRe.MatchString(name) {
-			return nil, fmt.Errorf("%s: bad provider name (want a lowercase letter, then up to 31 of a-z, 0-9, _ and -)", where)
+		if err := c.mergeProvider(path, name, f.Providers[name]); err != nil {
+			return nil, err
 		}
-		p, builtin := c.providers[name]
-		if !builtin {
-			p = Provider{Name: name, Args: []string{"{prompt}"}, Hooks: HooksNone, MCP: MCPNone}
-			if e.Binary == nil {
-				return nil, fmt.Errorf("%s.binary: required for a provider that is not built in", where)
-			}
-		}
-		if e.Binary != nil {
-			p.Binary = *e.Binary
-		}
-		if e.Args != nil {
-			p.Args = slices.Clone(*e.Args)
-		}
-		if e.Env != nil {
-			p.ExtraEnv = maps.Clone(*e.Env)
-		}
-		if e.PassEnv != nil {
-			p.PassEnv = slices.Clone(*e.PassEnv)
-		}
-		if e.Hooks != nil {
-			p.Hooks = *e.Hooks
-		}
-		if e.EndOfOptions != nil {
-			p.EndOfOptions = *e.EndOfOptions
-		}
-		if e.Trust != nil {
-			p.Trust = *e.Trust
-		}
-		if e.Screens != nil {
-			p.Screens = p.Screens.merged(*e.Screens)
-		}
-		if e.ResumeArgs != nil {
-			p.ResumeArgs = slices.Clone(*e.ResumeArgs)
-		}
-		if e.ContinueMessage != nil {
-			p.ContinueMessage = *e.ContinueMessage
-		}
-		if e.MCP != nil {
-			p.MCP = *e.MCP
-		}
-		if err := p.validate(); err != nil {
-			return nil, fmt.Errorf("%s.%w", where, err)
-		}
-		c.providers[name] = p
 	}
 	if err := c.compileScreens(path); err != nil {
 		return nil, err

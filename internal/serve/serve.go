@@ -19,33 +19,19 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/term"
 
 	"pam/internal/datadir"
-	"pam/internal/dispatch"
 	"pam/internal/embeddb"
-	"pam/internal/fleet"
-	"pam/internal/journal"
-	"pam/internal/notify"
 	"pam/internal/server"
 	"pam/internal/store"
-	"pam/internal/wire"
 )
 
 // Run is `pam serve`: it returns when ctx ends (after a graceful shutdown)
 // or when something it cannot do without fails. Failures are also appended
 // to <data>/serve.log, for the operator who finds the server gone.
 func Run(ctx context.Context, o Options) (err error) {
-	if o.Logger == nil {
-		o.Logger = slog.New(slog.DiscardHandler)
-	}
-	if o.Stdout == nil {
-		o.Stdout = os.Stdout
-	}
-	if o.DataDir == "" {
-		o.DataDir = datadir.DefaultDataDir()
-	}
+	o = o.withDefaults()
 	defer func() {
 		if err != nil {
 			logFailure(o.DataDir, err)
@@ -54,31 +40,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	if err := checkPlain(o); err != nil {
 		return err
 	}
-	embedded := o.DatabaseURL == ""
-	if err := datadir.Ensure(o.DataDir, embedded && os.Geteuid() == 0); err != nil {
+	unlock, err := lockDataDir(o)
+	if err != nil {
 		return err
 	}
-	lock, err := datadir.TryLock(filepath.Join(o.DataDir, "serve.lock"))
-	if err != nil {
-		return fmt.Errorf("another pam serve runs on this data dir: %w", err)
-	}
-	defer lock.Unlock()
+	defer unlock()
 
-	dbURL := o.DatabaseURL
-	if embedded {
-		start := time.Now()
-		cluster, err := embeddb.Start(ctx, embeddb.Options{Dir: filepath.Join(o.DataDir, "postgres"), Durable: true, Logger: o.Logger})
-		if err != nil {
-			return err
-		}
-		defer func() {
-			if err := cluster.Stop(); err != nil {
-				o.Logger.Error("stop embedded database", "err", err)
-			}
-		}()
-		o.Logger.Info("embedded database ready", "created", cluster.Created, "adopted", cluster.Adopted, "took", time.Since(start).Round(time.Millisecond))
-		dbURL = cluster.URL()
+	dbURL, stopDB, err := startDatabase(ctx, o)
+	if err != nil {
+		return err
 	}
+	defer stopDB()
 
 	// Listen before taking the active-server lock: a standby answers
 	// /healthz 503 standby, so a load balancer in front of several serves
@@ -88,147 +60,70 @@ func Run(ctx context.Context, o Options) (err error) {
 		return err
 	}
 	front := &front{standby: server.Standby()}
-	httpSrv := &http.Server{
-		Handler:           front,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
-	}
-	httpSrv.RegisterOnShutdown(front.closeStreams)
+	httpSrv := newHTTPServer(o, front)
 	addr := ln.Addr().(*net.TCPAddr)
-	host := o.Bind
-	if host == "" || host == "0.0.0.0" || host == "::" {
-		host = "127.0.0.1"
-	}
-	base := fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(addr.Port)))
+	base := baseURL(o, scheme, addr)
 
-	// Every part runs in g until ctx ends or one of them stops: a part
-	// that fails cancels the others and its error, named, is what Run
-	// returns. The HTTP side runs from the start, the standby's wait
-	// included; the active parts join once the lock is ours. The shutdown
-	// part stops the HTTP side once gctx ends; Run returns only when all
-	// of them have, and the deferred closes of the store, the lock's
-	// connection and the database come after that.
-	runCtx, stop := context.WithCancel(ctx)
-	defer stop()
-	g, gctx := errgroup.WithContext(runCtx)
-	part := func(name string, run func(context.Context) error) {
-		g.Go(func() error {
-			err := run(gctx)
-			switch {
-			case err != nil:
-				return fmt.Errorf("%s: %w", name, err)
-			case gctx.Err() == nil:
-				return fmt.Errorf("%s stopped unexpectedly", name)
-			}
-			return nil
-		})
-	}
-	part("http server", func(context.Context) error {
-		if err := httpSrv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	g.Go(func() error {
-		<-gctx.Done()
-		o.Logger.Info("pam serve shutting down")
-		shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		// The listener first (and the plain requests in flight), then
-		// the sockets and watchers only the server knows of.
-		if err := httpSrv.Shutdown(shutCtx); err != nil {
-			o.Logger.Warn("http shutdown", "err", err)
-		}
-		if err := front.shutdown(shutCtx); err != nil {
-			o.Logger.Warn("server shutdown", "err", err)
-		}
-		return nil
-	})
-	// abort stops what runs so far and, once it has, returns why: nothing
-	// when ctx asked for the stop (SIGTERM to a standby), the part that
-	// failed when that is what cancelled the step, else the step's error.
-	abort := func(err error) error {
-		stop()
-		werr := g.Wait()
-		switch {
-		case ctx.Err() != nil:
-			return nil
-		case errors.Is(err, context.Canceled) && werr != nil:
-			return werr
-		}
-		return err
-	}
+	p := startParts(ctx)
+	defer p.stop()
+	p.serveHTTP(httpSrv, ln, front, o.Logger)
 
-	leader, err := becomeActive(gctx, dbURL, o.checkLeaderEvery, o.Logger, func() {
+	leader, err := becomeActive(p.gctx, dbURL, o.checkLeaderEvery, o.Logger, func() {
 		fmt.Fprintf(o.Stdout, "pam serve standing by on %s\n", base)
 	})
 	if err != nil {
-		return abort(err)
+		return p.abort(err)
 	}
-	// Deferred after g started but run after g.Wait (every return below
-	// waits for g first): the connection is Run's again by then.
+	// Deferred after the parts started but run after they all stopped
+	// (every return below waits for them first): the connection is Run's
+	// again by then.
 	defer leader.Close(context.Background())
 
-	st, err := store.Open(gctx, dbURL)
+	st, err := store.Open(p.gctx, dbURL)
 	if err != nil {
-		return abort(err)
+		return p.abort(err)
 	}
 	defer st.Close()
-	token, err := operatorToken(gctx, st, o.DataDir, o.Logger)
+	token, err := adoptOperatorToken(p.gctx, st, o)
 	if err != nil {
-		return abort(err)
+		return p.abort(err)
 	}
-	// The operator token is the admin token named admin (adopted once,
-	// on the first start with named tokens).
-	if err := st.AdoptAdminToken(gctx, token); err != nil {
-		return abort(err)
-	}
-
-	st.Policy = store.Policy{MaxAttempts: o.MaxAttempts, RestartInitialDelay: o.RestartInitialDelay, RestartMaxDelay: o.RestartMaxDelay}
-	hub := journal.NewHub(st, journal.Options{Logger: o.Logger, Retention: o.EventRetention})
-	logRun := runLogger(o.Logger)
-	hub.Observe(func(evs []wire.Event) {
-		for _, ev := range evs {
-			logRun(ev)
-		}
-	})
-	notifier := notify.New(notify.Options{Store: st, PublicURL: o.PublicURL, Logger: o.Logger})
-	st.AfterCommit = func() { hub.Wake(); notifier.Wake() }
-	workers := fleet.New(1000)
-	// Placement has connections of its own: a busy API never makes a run
-	// wait for one to be offered.
-	placement, err := st.WithOwnPool(gctx, 2)
+	a, err := assemble(p.gctx, st, token, o)
 	if err != nil {
-		return abort(err)
+		return p.abort(err)
 	}
-	defer placement.Close()
-	dispatcher := dispatch.New(placement, workers, dispatch.Options{
-		AckTimeout: o.DispatchAckTimeout, DispatchTimeout: o.DispatchTimeout, SpawnTimeout: o.SpawnTimeout,
-		HostOfflineAfter: o.HostOfflineAfter, HostLostAfter: o.HostLostAfter, CLIHangTimeout: o.CLIHangTimeout,
-		CompletedStopAfter: o.CompletedStopAfter, Logger: o.Logger,
-	})
-	srv := server.New(server.Options{Store: st, Events: hub, Token: token, MetricsPublic: o.MetricsPublic, Logger: o.Logger,
-		Version: o.Version, HostOfflineAfter: o.HostOfflineAfter, Fleet: workers, Dispatcher: dispatcher,
-		LeaseTTL: o.LeaseTTL, CaptureInterval: o.CaptureInterval, Clock: o.Clock, ContinueTick: o.ContinueTick, Notifier: notifier,
-		OperatorTokenChanged: func(secret string) {
-			if err := datadir.WriteToken(o.DataDir, secret); err != nil {
-				o.Logger.Warn("write the rotated admin token to the token file", "file", datadir.TokenPath(o.DataDir), "err", err)
-			}
-		}})
-	// Revocations made by other serves of the database reach this one
-	// through the journal.
-	hub.Observe(srv.ObserveEvents)
-	if !front.activate(srv) {
-		return abort(gctx.Err()) // shutting down already
+	defer a.placement.Close()
+	if !front.activate(a.srv) {
+		return p.abort(p.gctx.Err()) // shutting down already
 	}
-	part("event journal", hub.Run)
-	part("dispatcher", dispatcher.Run)
-	part("notifications", notifier.Run)
-	part("continue when a limit resets", srv.RunContinue)
-	part("active-server lock", leader.Watch)
+	p.run("event journal", a.hub.Run)
+	p.run("dispatcher", a.dispatcher.Run)
+	p.run("notifications", a.notifier.Run)
+	p.run("continue when a limit resets", a.srv.RunContinue)
+	p.run("active-server lock", leader.Watch)
 
-	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", scheme == "https", "version", o.Version)
+	announce(o, addr, scheme == "https", base, token)
+	return p.g.Wait()
+}
+
+// lockDataDir makes the data dir private (traversable when root runs the
+// embedded database, whose server runs as another user) and takes its lock: one serve per data dir.
+func lockDataDir(o Options) (unlock func(), err error) {
+	embedded := o.DatabaseURL == ""
+	if err := datadir.Ensure(o.DataDir, embedded && os.Geteuid() == 0); err != nil {
+		return nil, err
+	}
+	lock, err := datadir.TryLock(filepath.Join(o.DataDir, "serve.lock"))
+	if err != nil {
+		return nil, fmt.Errorf("another pam serve runs on this data dir: %w", err)
+	}
+	return func() { lock.Unlock() }, nil
+}
+
+// announce tells the log, the operator (and a test, through o.Ready) that
+// the active serve takes requests.
+func announce(o Options, addr *net.TCPAddr, tls bool, base, token string) {
+	o.Logger.Info("pam serve listening", "addr", addr.String(), "tls", tls, "version", o.Version)
 	fmt.Fprintf(o.Stdout, "pam serve listening on %s\n", base)
 	if o.DashboardURL {
 		printDashboard(o.Stdout, base, token, o.DataDir)
@@ -236,7 +131,64 @@ func Run(ctx context.Context, o Options) (err error) {
 	if o.Ready != nil {
 		o.Ready(base, token)
 	}
-	return g.Wait()
+}
+
+// withDefaults fills what a caller (a test, mostly) may leave out.
+func (o Options) withDefaults() Options {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Stdout == nil {
+		o.Stdout = os.Stdout
+	}
+	if o.DataDir == "" {
+		o.DataDir = datadir.DefaultDataDir()
+	}
+	return o
+}
+
+// startDatabase is the database's URL: o.DatabaseURL, or else the
+// embedded cluster's under the data dir, started here; stop stops it
+// (once Run is done with it).
+func startDatabase(ctx context.Context, o Options) (url string, stop func(), err error) {
+	if o.DatabaseURL != "" {
+		return o.DatabaseURL, func() {}, nil
+	}
+	start := time.Now()
+	cluster, err := embeddb.Start(ctx, embeddb.Options{Dir: filepath.Join(o.DataDir, "postgres"), Durable: true, Logger: o.Logger})
+	if err != nil {
+		return "", nil, err
+	}
+	o.Logger.Info("embedded database ready", "created", cluster.Created, "adopted", cluster.Adopted, "took", time.Since(start).Round(time.Millisecond))
+	return cluster.URL(), func() {
+		if err := cluster.Stop(); err != nil {
+			o.Logger.Error("stop embedded database", "err", err)
+		}
+	}, nil
+}
+
+// newHTTPServer serves front with timeouts that keep idle and slow
+// clients from holding connections; its shutdown also closes the
+// long-lived streams only the server knows of.
+func newHTTPServer(o Options, front *front) *http.Server {
+	httpSrv := &http.Server{
+		Handler:           front,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(o.Logger.Handler(), slog.LevelWarn),
+	}
+	httpSrv.RegisterOnShutdown(front.closeStreams)
+	return httpSrv
+}
+
+// baseURL is the address printed for the operator: a wildcard bind is
+// reached on the loopback address.
+func baseURL(o Options, scheme string, addr *net.TCPAddr) string {
+	host := o.Bind
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "127.0.0.1"
+	}
+	return fmt.Sprintf("%s://%s", scheme, net.JoinHostPort(host, strconv.Itoa(addr.Port)))
 }
 
 // checkPlain refuses plain HTTP on an address other machines can reach

@@ -43,12 +43,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	conn, err := s.admitUplink(ctx, ws, host, &cred)
 	if err != nil {
-		s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
-		var we *wire.Error
-		if errors.As(err, &we) {
-			s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
-		}
-		_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
+		s.refuseUplink(ctx, ws, host, err)
 		return
 	}
 	defer s.opts.Fleet.Detach(conn)
@@ -65,52 +60,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	now := time.Now().UTC()
 	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
 	s.opts.Dispatcher.Wake()
-	// Attach output goes to its socket from the reader itself, so that a
-	// keystroke's echo never waits behind a frame whose handling writes to
-	// the database (a snapshot, a signal, a heartbeat). Every other frame,
-	// and every answer to a bad one, is handled in arrival order by one
-	// goroutine, which takes no frame once the connection has ended.
-	jobs := make(chan func(), uplinkHandleQueue)
-	handlerDone := make(chan struct{})
-	go func() {
-		defer close(handlerDone)
-		for job := range jobs {
-			if !u.ended() {
-				job()
-			}
-		}
-	}()
-	for {
-		_, data, err := ws.Read(ctx)
-		if err != nil || u.ended() {
-			break
-		}
-		f, err := wire.DecodeFrame(data)
-		switch {
-		case err != nil:
-			jobs <- func() {
-				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
-			}
-		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
-			if err := f.Validate(); err != nil {
-				jobs <- func() { u.refuseInvalid(f, err) }
-				continue
-			}
-			// To the attach socket whose relay this host opened; anything
-			// else (a relay already let go, or another host's) is dropped.
-			s.opts.Fleet.DeliverAttach(u.host.ID, f)
-		default:
-			jobs <- func() {
-				if err := f.Validate(); err != nil {
-					u.refuseInvalid(f, err)
-					return
-				}
-				u.handle(ctx, f)
-			}
-		}
-	}
-	close(jobs)
-	<-handlerDone
+	u.readFrames(ctx, ws)
 	u.signals.Wait() // their acks go nowhere now, but they are applied before the handler ends
 	conn.Close()
 	cancel()
@@ -205,6 +155,69 @@ func (s *Server) uplinkWriter(ctx context.Context, ws *websocket.Conn, conn *fle
 	}
 }
 
+// refuseUplink logs why a connection was not admitted, tells the worker
+// when it is something the worker can act on (an API error), and closes.
+func (s *Server) refuseUplink(ctx context.Context, ws *websocket.Conn, host wire.Host, err error) {
+	s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
+	var we *wire.Error
+	if errors.As(err, &we) {
+		s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
+	}
+	_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
+}
+
+// readFrames reads the worker's frames until the connection ends, and
+// returns once every frame read is handled.
+func (u *uplinkSession) readFrames(ctx context.Context, ws *websocket.Conn) {
+	s := u.s
+	// Attach output goes to its socket from the reader itself, so that a
+	// keystroke's echo never waits behind a frame whose handling writes to
+	// the database (a snapshot, a signal, a heartbeat). Every other frame,
+	// and every answer to a bad one, is handled in arrival order by one
+	// goroutine, which takes no frame once the connection has ended.
+	jobs := make(chan func(), uplinkHandleQueue)
+	handlerDone := make(chan struct{})
+	go func() {
+		defer close(handlerDone)
+		for job := range jobs {
+			if !u.ended() {
+				job()
+			}
+		}
+	}()
+	for {
+		_, data, err := ws.Read(ctx)
+		if err != nil || u.ended() {
+			break
+		}
+		f, err := wire.DecodeFrame(data)
+		switch {
+		case err != nil:
+			jobs <- func() {
+				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
+			}
+		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
+			if err := f.Validate(); err != nil {
+				jobs <- func() { u.refuseInvalid(f, err) }
+				continue
+			}
+			// To the attach socket whose relay this host opened; anything
+			// else (a relay already let go, or another host's) is dropped.
+			s.opts.Fleet.DeliverAttach(u.host.ID, f)
+		default:
+			jobs <- func() {
+				if err := f.Validate(); err != nil {
+					u.refuseInvalid(f, err)
+					return
+				}
+				u.handle(ctx, f)
+			}
+		}
+	}
+	close(jobs)
+	<-handlerDone
+}
+
 // uplinkSignalWindow bounds the signals of one uplink waiting for their
 // commit: beyond it the connection is not read until one is acked (the
 // worker's writes wait in TCP).
@@ -233,145 +246,184 @@ func (u *uplinkSession) send(f wire.Frame) {
 	}
 }
 
+// uplinkHandlers are the frames a worker sends, each with its handler:
+// one place to see what the uplink understands. Anything else is answered
+// with an unexpected_frame error.
+var uplinkHandlers = map[string]func(u *uplinkSession, ctx context.Context, f wire.Frame){
+	wire.FrameHeartbeat:        (*uplinkSession).heartbeat,
+	wire.FrameRunDispatchAck:   (*uplinkSession).dispatchAck,
+	wire.FrameSnapshot:         (*uplinkSession).snapshot,
+	wire.FrameSignal:           (*uplinkSession).signal,
+	wire.FrameLogChunk:         (*uplinkSession).deliver,
+	wire.FrameWorkspaceReply:   (*uplinkSession).deliver,
+	wire.FrameWorkspaceReady:   (*uplinkSession).workspaceReady,
+	wire.FrameWorkspaceRemoved: (*uplinkSession).workspaceRemoved,
+	wire.FrameWorkspacePushed:  (*uplinkSession).workspacePushed,
+	wire.FrameScreen:           (*uplinkSession).screen,
+	wire.FrameRunState:         (*uplinkSession).runState,
+}
+
+// unorderedFrames need not wait for the signals sent before them to
+// commit. Anything else about a run takes effect after those signals (a
+// finished before a session_lost, a needs_input before the snapshot that
+// clears it).
+var unorderedFrames = map[string]bool{
+	wire.FrameSignal: true, wire.FrameHeartbeat: true, wire.FrameLogChunk: true,
+	wire.FrameWorkspaceReply: true, wire.FrameAttachOutput: true, wire.FrameAttachClosed: true,
+}
+
+// handle takes one frame of the worker, in order, to its handler once
+// the host may speak of its run.
 func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
-	s := u.s
-	switch f.Type {
-	case wire.FrameSignal, wire.FrameHeartbeat, wire.FrameLogChunk, wire.FrameWorkspaceReply, wire.FrameAttachOutput, wire.FrameAttachClosed:
-	default:
-		// Anything else about a run takes effect after the signals sent
-		// before it (a finished before a session_lost, a needs_input
-		// before the snapshot that clears it).
+	if !unorderedFrames[f.Type] {
 		u.signals.Wait()
 	}
 	if !u.inScope(ctx, f) {
 		return
 	}
-	switch f.Type {
-	case wire.FrameHeartbeat:
-		// Every heartbeat is checked against the host's current
-		// credential: in memory (the connection is still current), then
-		// in the row the heartbeat writes anyway (token hash, pinned
-		// instance).
-		if f.InstanceID != u.conn.InstanceID || !s.opts.Fleet.Current(u.conn) {
-			u.revoked(wire.Errorf(wire.CodeUnauthorized, "this heartbeat is not from the admitted instance or the credential was revoked"))
-			return
-		}
-		online, err := s.store.UplinkHeartbeat(ctx, u.host.ID, u.cred)
-		if wire.HasCode(err, wire.CodeUnauthorized) {
-			u.revoked(err)
-			return
-		}
-		if err != nil {
-			s.log.Warn("heartbeat", "host", u.host.Name, "err", err)
-			return
-		}
-		if online {
-			s.opts.Dispatcher.Wake()
-		}
-		now := time.Now().UTC()
-		u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
-
-	case wire.FrameRunDispatchAck:
-		res, err := s.store.AckOffer(ctx, u.host.ID, f)
-		if err != nil {
-			u.refuse(f, err)
-			return
-		}
-		if res.StopSender {
-			u.send(wire.Frame{Type: wire.FrameRunStop, RunID: f.RunID, Attempt: f.Attempt, Force: true})
-		}
-		if res.Changed {
-			s.opts.Dispatcher.Wake()
-		}
-
-	case wire.FrameSnapshot:
-		at := time.Now()
-		if f.Timestamp != nil {
-			at = *f.Timestamp
-		}
-		// Only the run's current host and attempt are heard: a host whose
-		// offer was withdrawn, or an older attempt's session, must neither
-		// overwrite the screen nor reset the hang timer. A capture the
-		// cache holds already changes nothing and costs no lookup.
-		if s.opts.Fleet.Pane(f.RunID).Capture == f.Capture && f.Capture != "" {
-			return
-		}
-		current, err := s.store.PlacedOn(ctx, u.host.ID, f.RunID, *f.Attempt)
-		if err != nil {
-			u.refuse(f, err)
-			return
-		}
-		if !current {
-			s.log.Debug("snapshot of a host or attempt the run has left dropped", "run_id", f.RunID, "host", u.host.Name, "attempt", *f.Attempt)
-			return
-		}
-		if seq, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
-			// A snapshot that replaces an earlier one is a pane change and
-			// clears the run's attention. The first one this server caches
-			// (a new run, or the resend after a restart of serve) is not
-			// evidence of change: it only moves the hang timer. Written
-			// by the coalescer, not before the next frame is read.
-			s.outputs.note(f.RunID, u.host.ID, *f.Attempt, seq > 1)
-		}
-
-	case wire.FrameSignal:
-		sig := wire.Signal{Kind: f.Kind, Attempt: f.Attempt, Seq: f.Seq, Source: f.Source, Payload: f.Payload, Timestamp: f.Timestamp}
-		select {
-		case u.window <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
-		u.signals.Add(1)
-		s.ingestAsync(f.RunID, u.host.ID, sig, false, func(o store.SignalOut) {
-			defer u.signals.Done()
-			<-u.window
-			if o.Err != nil {
-				u.send(u.signalAck(f, o.Err))
-				return
-			}
-			u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Result: o.Result})
-		})
-
-	case wire.FrameLogChunk:
-		s.opts.Fleet.DeliverLog(u.host.ID, f)
-
-	case wire.FrameWorkspaceReply:
-		// Answers travel like log chunks: to the request that waits, from
-		// the host it asked about the run it named (workspaces.go).
-		s.opts.Fleet.DeliverLog(u.host.ID, f)
-
-	case wire.FrameWorkspaceReady:
-		if _, err := s.store.WorkspaceReady(ctx, u.host.ID, f); err != nil {
-			u.refuse(f, err)
-		}
-
-	case wire.FrameWorkspaceRemoved:
-		if err := s.store.WorkspaceRemoved(ctx, u.host.ID, f); err != nil {
-			u.refuse(f, err)
-		}
-
-	case wire.FrameWorkspacePushed:
-		if err := s.store.WorkspacePushed(ctx, u.host.ID, f); err != nil {
-			u.refuse(f, err)
-		}
-
-	case wire.FrameScreen:
-		u.screen(ctx, f)
-
-	case wire.FrameRunState:
-		// A pane change reported before this (idle) is written first.
-		s.outputs.flushRun(ctx, f.RunID)
-		_, changed, err := s.store.RunStateReport(ctx, u.host.ID, f)
-		if err != nil {
-			u.refuse(f, err)
-			return
-		}
-		if changed {
-			s.opts.Dispatcher.Wake()
-		}
-
-	default:
+	h, ok := uplinkHandlers[f.Type]
+	if !ok {
 		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})
+		return
+	}
+	h(u, ctx, f)
+}
+
+// heartbeat keeps the host online. Every heartbeat is checked against
+// the host's current credential: in memory (the connection is still
+// current), then in the row the heartbeat writes anyway (token hash,
+// pinned instance).
+func (u *uplinkSession) heartbeat(ctx context.Context, f wire.Frame) {
+	s := u.s
+	if f.InstanceID != u.conn.InstanceID || !s.opts.Fleet.Current(u.conn) {
+		u.revoked(wire.Errorf(wire.CodeUnauthorized, "this heartbeat is not from the admitted instance or the credential was revoked"))
+		return
+	}
+	online, err := s.store.UplinkHeartbeat(ctx, u.host.ID, u.cred)
+	if wire.HasCode(err, wire.CodeUnauthorized) {
+		u.revoked(err)
+		return
+	}
+	if err != nil {
+		s.log.Warn("heartbeat", "host", u.host.Name, "err", err)
+		return
+	}
+	if online {
+		s.opts.Dispatcher.Wake()
+	}
+	now := time.Now().UTC()
+	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
+}
+
+// dispatchAck is the worker taking (or declining) a run offered to it;
+// a sender the run has left meanwhile is told to stop it.
+func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.Frame) {
+	res, err := u.s.store.AckOffer(ctx, u.host.ID, f)
+	if err != nil {
+		u.refuse(f, err)
+		return
+	}
+	if res.StopSender {
+		u.send(wire.Frame{Type: wire.FrameRunStop, RunID: f.RunID, Attempt: f.Attempt, Force: true})
+	}
+	if res.Changed {
+		u.s.opts.Dispatcher.Wake()
+	}
+}
+
+// snapshot caches the run's pane. Only the run's current host and
+// attempt are heard: a host whose offer was withdrawn, or an older
+// attempt's session, must neither overwrite the screen nor reset the hang
+// timer. A capture the cache holds already changes nothing and costs no
+// lookup.
+func (u *uplinkSession) snapshot(ctx context.Context, f wire.Frame) {
+	s := u.s
+	at := time.Now()
+	if f.Timestamp != nil {
+		at = *f.Timestamp
+	}
+	if s.opts.Fleet.Pane(f.RunID).Capture == f.Capture && f.Capture != "" {
+		return
+	}
+	current, err := s.store.PlacedOn(ctx, u.host.ID, f.RunID, *f.Attempt)
+	if err != nil {
+		u.refuse(f, err)
+		return
+	}
+	if !current {
+		s.log.Debug("snapshot of a host or attempt the run has left dropped", "run_id", f.RunID, "host", u.host.Name, "attempt", *f.Attempt)
+		return
+	}
+	if seq, changed := s.opts.Fleet.PutSnapshot(f.RunID, f.Capture, at); changed {
+		// A snapshot that replaces an earlier one is a pane change and
+		// clears the run's attention. The first one this server caches
+		// (a new run, or the resend after a restart of serve) is not
+		// evidence of change: it only moves the hang timer. Written
+		// by the coalescer, not before the next frame is read.
+		s.outputs.note(f.RunID, u.host.ID, *f.Attempt, seq > 1)
+	}
+}
+
+// signal hands a signal to the group commit and acks it once committed,
+// while the next frames are read; beyond the window of signals waiting,
+// it waits for a slot.
+func (u *uplinkSession) signal(ctx context.Context, f wire.Frame) {
+	sig := wire.Signal{Kind: f.Kind, Attempt: f.Attempt, Seq: f.Seq, Source: f.Source, Payload: f.Payload, Timestamp: f.Timestamp}
+	select {
+	case u.window <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	u.signals.Add(1)
+	u.s.ingestAsync(f.RunID, u.host.ID, sig, false, func(o store.SignalOut) {
+		defer u.signals.Done()
+		<-u.window
+		if o.Err != nil {
+			u.send(u.signalAck(f, o.Err))
+			return
+		}
+		u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Result: o.Result})
+	})
+}
+
+// deliver hands a log chunk, or a workspace reply, to the request that
+// waits for it: answers travel like log chunks, from the host it asked
+// about the run it named (workspaces.go).
+func (u *uplinkSession) deliver(_ context.Context, f wire.Frame) {
+	u.s.opts.Fleet.DeliverLog(u.host.ID, f)
+}
+
+// workspaceReady, workspaceRemoved and workspacePushed record what the
+// worker did to a run's workspace; a refusal goes back to it.
+func (u *uplinkSession) workspaceReady(ctx context.Context, f wire.Frame) {
+	if _, err := u.s.store.WorkspaceReady(ctx, u.host.ID, f); err != nil {
+		u.refuse(f, err)
+	}
+}
+
+func (u *uplinkSession) workspaceRemoved(ctx context.Context, f wire.Frame) {
+	if err := u.s.store.WorkspaceRemoved(ctx, u.host.ID, f); err != nil {
+		u.refuse(f, err)
+	}
+}
+
+func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.Frame) {
+	if err := u.s.store.WorkspacePushed(ctx, u.host.ID, f); err != nil {
+		u.refuse(f, err)
+	}
+}
+
+// runState records the state the worker reports for a run; a pane change
+// reported before this (idle) is written first.
+func (u *uplinkSession) runState(ctx context.Context, f wire.Frame) {
+	u.s.outputs.flushRun(ctx, f.RunID)
+	_, changed, err := u.s.store.RunStateReport(ctx, u.host.ID, f)
+	if err != nil {
+		u.refuse(f, err)
+		return
+	}
+	if changed {
+		u.s.opts.Dispatcher.Wake()
 	}
 }
 

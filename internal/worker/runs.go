@@ -119,48 +119,19 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 		w.settleCapacity(ctx)
 	}
 
-	w.mu.Lock()
-	r := w.runs[f.RunID]
-	var undo func()
+	r, gen, undo, again, refusal := w.claimRun(f, attempt, name)
 	switch {
-	case r != nil && r.attempt == attempt:
-		w.mu.Unlock()
+	case again:
 		// Already ours: ack again, never respawn.
 		w.log.Info("repeated dispatch acked again", "run_id", f.RunID, "attempt", attempt)
 		if err := ack(true, ""); err != nil {
 			w.log.Warn("ack", "run_id", f.RunID, "err", err)
 		}
 		return
-	case r != nil && r.attempt > attempt:
-		w.mu.Unlock()
-		refuse(fmt.Sprintf("attempt %d of this run is live here", r.attempt))
+	case refusal != "":
+		refuse(refusal)
 		return
-	case r != nil:
-		// A newer attempt replaces ours: kill-before-respawn.
-		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
-		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
-		r.attempt, r.state, r.ended = attempt, stateSpawning, false
-		r.provider, r.providerRead = f.Provider, true
-		r.gen++
-	default:
-		for _, o := range w.runs {
-			if o.name == name {
-				w.mu.Unlock()
-				refuse(fmt.Sprintf("session %s is held by run %s", name, o.id))
-				return
-			}
-		}
-		if n := w.activeCount(); n >= w.o.MaxRuns {
-			w.mu.Unlock()
-			refuse(fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns))
-			return
-		}
-		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1, provider: f.Provider, providerRead: true}
-		w.runs[f.RunID] = r
-		undo = func() { delete(w.runs, f.RunID) }
 	}
-	gen := r.gen
-	w.mu.Unlock()
 
 	if err := ack(true, ""); err != nil {
 		// The orchestrator never heard yes: it will withdraw the offer and
@@ -176,6 +147,44 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 	w.log.Debug("run accepted", "run_id", f.RunID, "attempt", attempt, "provider", f.Provider)
 	w.snaps.Remove(f.RunID)
 	w.ops.Go(func() { w.spawn(ctx, r, gen, f, attempt, binary) })
+}
+
+// claimRun takes the run's place here for attempt, to be spawned (gen)
+// once acked; undo gives it back if the ack fails. A repeated dispatch of
+// the attempt that is ours is again; a newer attempt replaces an older
+// one (kill-before-respawn); anything else that cannot be taken (an older
+// attempt, a session name held by another run, no capacity) is refused
+// with the reason.
+func (w *agent) claimRun(f wire.Frame, attempt int, name tmux.SessionName) (r *run, gen uint64, undo func(), again bool, refusal string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r = w.runs[f.RunID]
+	switch {
+	case r != nil && r.attempt == attempt:
+		return nil, 0, nil, true, ""
+	case r != nil && r.attempt > attempt:
+		return nil, 0, nil, false, fmt.Sprintf("attempt %d of this run is live here", r.attempt)
+	case r != nil:
+		// A newer attempt replaces ours: kill-before-respawn.
+		prevAttempt, prevState, prevGen, prevEnded := r.attempt, r.state, r.gen, r.ended
+		undo = func() { r.attempt, r.state, r.gen, r.ended = prevAttempt, prevState, prevGen, prevEnded }
+		r.attempt, r.state, r.ended = attempt, stateSpawning, false
+		r.provider, r.providerRead = f.Provider, true
+		r.gen++
+	default:
+		for _, o := range w.runs {
+			if o.name == name {
+				return nil, 0, nil, false, fmt.Sprintf("session %s is held by run %s", name, o.id)
+			}
+		}
+		if n := w.activeCount(); n >= w.o.MaxRuns {
+			return nil, 0, nil, false, fmt.Sprintf("at capacity: %d of %d runs", n, w.o.MaxRuns)
+		}
+		r = &run{id: f.RunID, attempt: attempt, name: name, state: stateSpawning, gen: 1, provider: f.Provider, providerRead: true}
+		w.runs[f.RunID] = r
+		undo = func() { delete(w.runs, f.RunID) }
+	}
+	return r, r.gen, undo, false, ""
 }
 
 // spawn writes the dispatch file, stops any previous incarnation holding
@@ -213,22 +222,51 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 			resume = false
 		}
 	}
+	cwd, detail := resolveCwd(cwd)
+	if detail == "" {
+		detail = w.writeDispatch(r, f, attempt, binary, cwd, worktree, resume)
+	}
+	if detail == "" {
+		detail = w.startSession(ctx, r, f, attempt, cwd)
+	}
+	if detail != "" {
+		fail(detail)
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	if r.gen == gen && r.state == stateSpawning {
+		r.state = stateLive
+		r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
+	}
+	w.mu.Unlock()
+	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+}
+
+// resolveCwd is the directory the run's session starts in: the one given
+// (absolute or empty, Validate), else the worker's home; or why there is
+// none on this host.
+func resolveCwd(cwd string) (string, string) {
 	if cwd == "" {
 		home, err := os.UserHomeDir()
 		if err != nil {
-			fail("no cwd given and no home directory: " + err.Error())
-			return
+			return "", "no cwd given and no home directory: " + err.Error()
 		}
 		cwd = home
 	}
 	if !filepath.IsAbs(cwd) {
-		fail(fmt.Sprintf("the home directory %q is not an absolute path", cwd))
-		return
+		return "", fmt.Sprintf("the home directory %q is not an absolute path", cwd)
 	}
 	if st, err := os.Stat(cwd); err != nil || !st.IsDir() {
-		fail(fmt.Sprintf("cwd %s is not a directory on this host", cwd))
-		return
+		return "", fmt.Sprintf("cwd %s is not a directory on this host", cwd)
 	}
+	return cwd, ""
+}
+
+// writeDispatch writes the dispatch file pam exec run reads in the
+// session (0600: it holds the run's signal token); it returns why it
+// could not, or "".
+func (w *agent) writeDispatch(r *run, f wire.Frame, attempt int, binary, cwd, worktree string, resume bool) string {
 	d := wire.Dispatch{
 		RunID: r.id, Attempt: attempt, APIURL: w.o.URL, SignalToken: f.SignalToken,
 		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
@@ -243,39 +281,33 @@ func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, att
 	}
 	b, err := json.MarshalIndent(d, "", "  ")
 	if err != nil {
-		fail("encode dispatch: " + err.Error())
-		return
+		return "encode dispatch: " + err.Error()
 	}
 	if err := datadir.ReplaceFile(w.dispatchPath(r.id), append(b, '\n'), 0o600); err != nil {
-		fail("write dispatch file: " + err.Error())
-		return
+		return "write dispatch file: " + err.Error()
 	}
-	// One tmux call when the name is free, as it is for almost every run;
-	// a session holding it is replaced (replaceSession), then created again.
+	return ""
+}
+
+// startSession creates the run's session: one tmux call when the name is
+// free, as it is for almost every run; a session holding it is replaced
+// (replaceSession), then created again. It returns why it could not, or "".
+func (w *agent) startSession(ctx context.Context, r *run, f wire.Frame, attempt int, cwd string) string {
 	sp := tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
 		Instance: w.instanceID, Command: w.command(r.id),
 	}
-	err = w.tm.NewSession(ctx, sp)
+	err := w.tm.NewSession(ctx, sp)
 	if errors.Is(err, tmux.ErrSessionExists) {
 		if detail := w.replaceSession(ctx, r.name); detail != "" {
-			fail(detail)
-			return
+			return detail
 		}
 		err = w.tm.NewSession(ctx, sp)
 	}
 	if err != nil {
-		fail(err.Error())
-		return
+		return err.Error()
 	}
-	now := time.Now()
-	w.mu.Lock()
-	if r.gen == gen && r.state == stateSpawning {
-		r.state = stateLive
-		r.next, r.interval, r.lastChange = now, w.o.CaptureInterval, now
-	}
-	w.mu.Unlock()
-	w.log.Info("session started", "run_id", r.id, "attempt", attempt, "session", r.name.String(), "cwd", cwd)
+	return ""
 }
 
 // replaceSession is kill-before-respawn, for a spawn that found its

@@ -318,63 +318,20 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	dir := filepath.Join(o.DataDir, "worker")
-	// The data dir itself may be shared with serve (and need 0711 for its
-	// database): create it private, but never change an existing mode.
-	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data dir: %w", err)
-	}
-	if err := datadir.Ensure(dir, false); err != nil {
-		return err
-	}
-	lock, err := datadir.TryLock(filepath.Join(dir, lockFile))
-	if errors.Is(err, datadir.ErrLocked) {
-		return fmt.Errorf("another worker runs on this data dir: %w", err)
-	}
+	unlock, err := lockDataDir(o.DataDir, dir)
 	if err != nil {
 		return err
 	}
-	defer lock.Unlock()
-
-	for _, d := range []string{filepath.Join(dir, dispatchDir), filepath.Join(o.DataDir, "runs")} {
-		if err := datadir.Ensure(d, false); err != nil {
-			return err
-		}
-	}
-	instanceID, err := loadInstanceID(dir)
-	if err != nil {
-		return err
-	}
-	tm, err := newExecutor(o, dir, instanceID)
-	if err != nil {
-		return err
-	}
-	client, err := apiclient.New(o.URL, o.Token, o.CAFile)
+	defer unlock()
+	w, err := newAgent(o, dir)
 	if err != nil {
 		return err
 	}
 	// The client's keep-alive connections (two goroutines each) are the
 	// worker's too: closed once nothing uses the client any more.
-	defer client.HTTP.CloseIdleConnections()
-	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
-	w := &agent{
-		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
-		runs: map[string]*run{}, snaps: snaps, hotWake: make(chan struct{}, 1),
-	}
-	if p, ok := tm.(*ptyExecutor); ok {
-		p.finished = w.attemptOver
-	}
-	w.rs.init(dir)
-	if w.ws, err = workspace.New(workspace.Options{DataDir: o.DataDir, Git: o.Git, Logger: o.Logger}); err != nil {
-		return err
-	}
-	w.checkNote()
-	if err := writeNote(dir, Note{
-		PID: os.Getpid(), HostName: o.HostName, InstanceID: instanceID, Executor: o.Executor,
-		StartedAt: time.Now().UTC(), Version: o.Version,
-	}); err != nil {
-		return err
-	}
-	w.log.Info("worker starting", "host", o.HostName, "instance_id", instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
+	defer w.client.HTTP.CloseIdleConnections()
+	tm := w.tm
+	w.log.Info("worker starting", "host", o.HostName, "instance_id", w.instanceID, "url", o.URL, "data_dir", o.DataDir, "max_runs", o.MaxRuns)
 	// A tmux server an earlier pam started keeps tmux's default key
 	// bindings, which would let an attach relay drive the whole server:
 	// no relay opens before they are gone (docs/architecture.md#tmux-safety).
@@ -407,6 +364,71 @@ func Run(ctx context.Context, o Options) error {
 	}
 	w.log.Info("worker stopped; sessions left running", "sessions", w.count())
 	return nil
+}
+
+// lockDataDir makes the worker's folders under dataDir and takes the
+// worker's lock: one worker per data dir.
+func lockDataDir(dataDir, dir string) (unlock func(), err error) {
+	// The data dir itself may be shared with serve (and need 0711 for its
+	// database): create it private, but never change an existing mode.
+	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := datadir.Ensure(dir, false); err != nil {
+		return nil, err
+	}
+	lock, err := datadir.TryLock(filepath.Join(dir, lockFile))
+	if errors.Is(err, datadir.ErrLocked) {
+		return nil, fmt.Errorf("another worker runs on this data dir: %w", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{filepath.Join(dir, dispatchDir), filepath.Join(dataDir, "runs")} {
+		if err := datadir.Ensure(d, false); err != nil {
+			lock.Unlock()
+			return nil, err
+		}
+	}
+	return func() { lock.Unlock() }, nil
+}
+
+// newAgent makes the worker's parts (its instance id, executor, API
+// client, workspaces) and leaves the note that says it runs. Its client
+// has made no request yet when it fails: nothing to close.
+func newAgent(o Options, dir string) (*agent, error) {
+	instanceID, err := loadInstanceID(dir)
+	if err != nil {
+		return nil, err
+	}
+	tm, err := newExecutor(o, dir, instanceID)
+	if err != nil {
+		return nil, err
+	}
+	client, err := apiclient.New(o.URL, o.Token, o.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	snaps, _ := lru.New[string, snapshot](snapshotCacheSize)
+	w := &agent{
+		o: o, log: o.Logger, tm: tm, dir: dir, instanceID: instanceID, client: client,
+		runs: map[string]*run{}, snaps: snaps, hotWake: make(chan struct{}, 1),
+	}
+	if p, ok := tm.(*ptyExecutor); ok {
+		p.finished = w.attemptOver
+	}
+	w.rs.init(dir)
+	if w.ws, err = workspace.New(workspace.Options{DataDir: o.DataDir, Git: o.Git, Logger: o.Logger}); err != nil {
+		return nil, err
+	}
+	w.checkNote()
+	if err := writeNote(dir, Note{
+		PID: os.Getpid(), HostName: o.HostName, InstanceID: instanceID, Executor: o.Executor,
+		StartedAt: time.Now().UTC(), Version: o.Version,
+	}); err != nil {
+		return nil, err
+	}
+	return w, nil
 }
 
 // mine reports whether a session is this worker's to judge: created by

@@ -224,88 +224,25 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 		w.log.Warn("workspaces: list", "err", err)
 		return
 	}
-	type finished struct {
-		e   workspace.Entry
-		end time.Time
-	}
-	// The mirrors are pruned on their schedule, beside the pass, and
-	// count in the budget too.
-	if w.pruning.CompareAndSwap(false, true) {
-		w.ops.Go(func() {
-			defer w.pruning.Store(false)
-			w.ws.PruneMirrors(ctx, workspace.PruneEvery)
-		})
-	}
+	w.pruneMirrors(ctx)
 	mirrors := w.ws.MirrorsSize()
 	total := mirrors
-	var done []finished
+	var done []finishedWorktree
 	now := time.Now()
-	remove := func(e workspace.Entry, why string) bool {
-		if w.holds(e.RunID) {
-			return false // taken since the list: never a live run's
-		}
-		ws, ok, err := w.ws.Remove(ctx, e.RunID)
-		if err != nil {
-			w.log.Warn("workspaces: remove", "run_id", e.RunID, "err", err)
-			return false
-		}
-		w.log.Info("worktree cleaned up", "run_id", e.RunID, "reason", why, "bytes", e.Size)
-		if ok {
-			w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: e.RunID, Workspace: &ws, Reason: why})
-		}
-		return true
-	}
-	// ended is a finished run's worktree: removed past retention, else a
-	// candidate for the budget.
-	ended := func(e workspace.Entry, end time.Time) bool {
-		if now.Sub(end) >= w.o.WorktreeRetention {
-			return remove(e, "retention")
-		}
-		done = append(done, finished{e, end})
-		return false
-	}
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return
 		}
-		if e.Untrusted {
-			w.log.Warn("workspaces: a worktree whose record is not trusted is left alone", "run_id", e.RunID)
-			total += e.Size
-			continue
-		}
-		if w.holds(e.RunID) {
-			total += e.Size
-			continue
-		}
-		wr, err := w.lookupRun(ctx, e.RunID)
-		switch {
-		case err == nil && !e.Recorded, wire.HasCode(err, wire.CodeNotFound) && !e.Recorded:
-			if remove(e, "left half-made") {
+		switch v, end := w.judgeWorktree(ctx, e); v {
+		case worktreeHalfMade:
+			if w.removeWorktree(ctx, e, "left half-made") {
 				continue
 			}
-		case wire.HasCode(err, wire.CodeNotFound):
-			// The orchestrator no longer knows the run (its host was
-			// removed and added again): what it did is nowhere else, so
-			// it stays until retention from when it was last changed.
-			end := e.Record.CreatedAt
-			if e.Modified.After(end) {
-				end = e.Modified
-			}
-			if ended(e, end) {
-				continue
-			}
-		case err != nil:
-			w.log.Debug("workspaces: run not looked up; worktree kept", "run_id", e.RunID, "err", err)
-		case lifecycle.Active(wr.Status):
-		case wr.ContinuedBy != nil:
-			// A live continuation is about to take the worktree over
-			// (docs/architecture.md#resume-and-continue).
-		default:
-			end := e.Record.CreatedAt
-			if wr.FinishedAt != nil {
-				end = *wr.FinishedAt
-			}
-			if ended(e, end) {
+		case worktreeEnded:
+			// Removed past retention, else a candidate for the budget.
+			if now.Sub(end) < w.o.WorktreeRetention {
+				done = append(done, finishedWorktree{e, end})
+			} else if w.removeWorktree(ctx, e, "retention") {
 				continue
 			}
 		}
@@ -314,7 +251,102 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 	if total <= w.o.WorktreeBudget {
 		return
 	}
-	slices.SortFunc(done, func(a, b finished) int { return a.end.Compare(b.end) })
+	w.cleanForBudget(ctx, done, total, mirrors)
+}
+
+// pruneMirrors prunes the mirrors on their schedule, beside the pass (one
+// prune at a time); they count in the budget too.
+func (w *agent) pruneMirrors(ctx context.Context) {
+	if w.pruning.CompareAndSwap(false, true) {
+		w.ops.Go(func() {
+			defer w.pruning.Store(false)
+			w.ws.PruneMirrors(ctx, workspace.PruneEvery)
+		})
+	}
+}
+
+// worktreeVerdict is what a clean-up pass makes of one worktree.
+type worktreeVerdict int
+
+const (
+	worktreeKept     worktreeVerdict = iota // in use, live, or not known to be over
+	worktreeHalfMade                        // no record: removed now
+	worktreeEnded                           // its run is over: retention, then the budget
+)
+
+// finishedWorktree is a worktree of a run that is over, within
+// retention: the budget may take it, oldest end first.
+type finishedWorktree struct {
+	e   workspace.Entry
+	end time.Time
+}
+
+// judgeWorktree says whether e is kept, half-made, or of a run that
+// ended (and when): see cleanWorkspaces. It asks the orchestrator about
+// the run of a worktree this host does not hold.
+func (w *agent) judgeWorktree(ctx context.Context, e workspace.Entry) (worktreeVerdict, time.Time) {
+	if e.Untrusted {
+		w.log.Warn("workspaces: a worktree whose record is not trusted is left alone", "run_id", e.RunID)
+		return worktreeKept, time.Time{}
+	}
+	if w.holds(e.RunID) {
+		return worktreeKept, time.Time{}
+	}
+	wr, err := w.lookupRun(ctx, e.RunID)
+	switch {
+	case err == nil && !e.Recorded, wire.HasCode(err, wire.CodeNotFound) && !e.Recorded:
+		return worktreeHalfMade, time.Time{}
+	case wire.HasCode(err, wire.CodeNotFound):
+		// The orchestrator no longer knows the run (its host was
+		// removed and added again): what it did is nowhere else, so
+		// it stays until retention from when it was last changed.
+		end := e.Record.CreatedAt
+		if e.Modified.After(end) {
+			end = e.Modified
+		}
+		return worktreeEnded, end
+	case err != nil:
+		w.log.Debug("workspaces: run not looked up; worktree kept", "run_id", e.RunID, "err", err)
+		return worktreeKept, time.Time{}
+	case lifecycle.Active(wr.Status):
+		return worktreeKept, time.Time{}
+	case wr.ContinuedBy != nil:
+		// A live continuation is about to take the worktree over
+		// (docs/architecture.md#resume-and-continue).
+		return worktreeKept, time.Time{}
+	default:
+		end := e.Record.CreatedAt
+		if wr.FinishedAt != nil {
+			end = *wr.FinishedAt
+		}
+		return worktreeEnded, end
+	}
+}
+
+// removeWorktree removes e's worktree, unless its run was taken here since
+// the list (never a live run's), and tells the orchestrator.
+func (w *agent) removeWorktree(ctx context.Context, e workspace.Entry, why string) bool {
+	if w.holds(e.RunID) {
+		return false // taken since the list: never a live run's
+	}
+	ws, ok, err := w.ws.Remove(ctx, e.RunID)
+	if err != nil {
+		w.log.Warn("workspaces: remove", "run_id", e.RunID, "err", err)
+		return false
+	}
+	w.log.Info("worktree cleaned up", "run_id", e.RunID, "reason", why, "bytes", e.Size)
+	if ok {
+		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: e.RunID, Workspace: &ws, Reason: why})
+	}
+	return true
+}
+
+// cleanForBudget removes finished runs' worktrees, oldest first, while
+// the worktrees and mirrors (total bytes) pass WorktreeBudget — only
+// those whose work is all pushed and committed: the budget never takes
+// unsaved work, and says so when that leaves it over.
+func (w *agent) cleanForBudget(ctx context.Context, done []finishedWorktree, total, mirrors int64) {
+	slices.SortFunc(done, func(a, b finishedWorktree) int { return a.end.Compare(b.end) })
 	var kept []string
 	for _, f := range done {
 		if total <= w.o.WorktreeBudget {
@@ -328,7 +360,7 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 			kept = append(kept, f.e.RunID+" ("+unsaved+")")
 			continue // only retention or a request removes unsaved work
 		}
-		if remove(f.e, "budget") {
+		if w.removeWorktree(ctx, f.e, "budget") {
 			total -= f.e.Size
 		}
 	}

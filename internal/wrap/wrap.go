@@ -148,6 +148,10 @@ func (w *wrapper) printf(format string, args ...any) {
 	fmt.Fprintf(w.o.Stderr, "pam: "+format+"\n", args...)
 }
 
+// run reads the dispatch, starts the CLI, reports started, waits for
+// the CLI while relaying the pane's signals, and reports how it ended.
+// Whatever goes wrong is said in the pane, which holds open so that the
+// operator can read it.
 func (w *wrapper) run(ctx context.Context) int {
 	d, err := ReadDispatch(w.o.WorkerDataDir, w.runID)
 	if err != nil {
@@ -156,41 +160,13 @@ func (w *wrapper) run(ctx context.Context) int {
 		return ExitNoDispatch
 	}
 	w.d = d
-	client := w.o.HTTPClient
-	if client == nil {
-		if client, err = NewClient(d.APIURL, d.CAFile); err != nil {
-			// Without a client nothing can be posted; the spool still can be
-			// written, and the worker replays with its own client.
-			w.printf("orchestrator client: %v", err)
-			client = http.DefaultClient
-		}
-	}
-	w.sender = &Sender{
-		Client:      client,
-		APIURL:      d.APIURL,
-		Token:       d.SignalToken,
-		RunID:       w.runID,
-		SpoolDir:    spool.Dir(w.o.WorkerDataDir),
-		RetryDelays: w.o.RetryDelays,
-		TryTimeout:  w.o.TryTimeout,
-		Report:      w.o.Stderr,
-		Logger:      w.o.Logger,
-	}
+	w.sender = w.newSender()
 	// Reports are made even while stopping: the worker's stop ladder
 	// waits PAM_STOP_GRACE for them, and the retries are short.
 	sendCtx := context.WithoutCancel(ctx)
 
-	cmd, code, err := w.command()
+	cmd, code, err := w.start()
 	defer w.removeMCPFile()
-	if err == nil {
-		err = cmd.Start()
-		if err != nil {
-			code = ExitCannotRun
-			if errors.Is(err, os.ErrNotExist) {
-				code = ExitNotFound
-			}
-		}
-	}
 	if err != nil {
 		w.printf("run %s attempt %d: cannot start %s: %v", w.runID, d.Attempt, d.Provider, err)
 		w.send(sendCtx, wire.SignalFailed, map[string]any{"reason": "spawn_failed", "detail": oneLine(err.Error())})
@@ -208,48 +184,7 @@ func (w *wrapper) run(ctx context.Context) int {
 	}()
 
 	tty := paneTerminal(w.o.Stdin)
-	stopped, hungUp := false, false
-	done := ctx.Done()
-	var waitErr error
-wait:
-	for {
-		select {
-		case waitErr = <-waited:
-			break wait
-		case <-done:
-			done = nil
-			stopped = true
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-		case sig := <-w.sigs:
-			w.o.Logger.Debug("signal while the CLI runs", "signal", sig.String())
-			switch sig {
-			case syscall.SIGTERM:
-				// The pane's process group may have had it too; a second
-				// SIGTERM is harmless, a lost one is not.
-				stopped = true
-				_ = cmd.Process.Signal(syscall.SIGTERM)
-			case syscall.SIGHUP:
-				stopped = true
-				if !hungUp {
-					// The terminal hung up (kill-session, or the tmux server
-					// died). The kernel tells only the session leader, the
-					// wrapper: pass it on to the whole process group, as a
-					// shell does for its jobs, so that no CLI outlives its
-					// session unseen. The wrapper's own copy comes back here.
-					// A wrapper that leads no group (tests) tells its CLI.
-					hungUp = true
-					if pg := syscall.Getpgrp(); pg == os.Getpid() {
-						_ = syscall.Kill(-pg, syscall.SIGHUP)
-					} else {
-						_ = cmd.Process.Signal(syscall.SIGHUP)
-					}
-				}
-			default:
-				// SIGINT, SIGQUIT: typed at the terminal, meant for the CLI,
-				// which is in the same process group and has it already.
-			}
-		}
-	}
+	waitErr, stopped := w.wait(ctx, cmd, waited)
 	<-startedSent
 	code, how := exitCode(cmd.ProcessState, waitErr)
 	if tty != nil && !isTerminal(tty) {
@@ -266,8 +201,98 @@ wait:
 	return code
 }
 
-// command builds the CLI's exec.Cmd, or says why it cannot run (with the
-// exit code to end with).
+// newSender posts the run's signals with the dispatch's token.
+func (w *wrapper) newSender() *Sender {
+	d := w.d
+	client := w.o.HTTPClient
+	if client == nil {
+		var err error
+		if client, err = NewClient(d.APIURL, d.CAFile); err != nil {
+			// Without a client nothing can be posted; the spool still can be
+			// written, and the worker replays with its own client.
+			w.printf("orchestrator client: %v", err)
+			client = http.DefaultClient
+		}
+	}
+	return &Sender{
+		Client:      client,
+		APIURL:      d.APIURL,
+		Token:       d.SignalToken,
+		RunID:       w.runID,
+		SpoolDir:    spool.Dir(w.o.WorkerDataDir),
+		RetryDelays: w.o.RetryDelays,
+		TryTimeout:  w.o.TryTimeout,
+		Report:      w.o.Stderr,
+		Logger:      w.o.Logger,
+	}
+}
+
+// start builds and starts the CLI, or says why it cannot (with the exit
+// code to end with: not found apart from other failures).
+func (w *wrapper) start() (*exec.Cmd, int, error) {
+	cmd, code, err := w.command()
+	if err != nil {
+		return nil, code, err
+	}
+	if err := cmd.Start(); err != nil {
+		code = ExitCannotRun
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return nil, code, err
+	}
+	return cmd, 0, nil
+}
+
+// wait waits for the CLI (its cmd.Wait result on waited) while passing on
+// what must reach it: ctx's end and SIGTERM as a SIGTERM, a hang-up to its
+// whole process group. stopped is whether the CLI was asked to stop.
+func (w *wrapper) wait(ctx context.Context, cmd *exec.Cmd, waited <-chan error) (waitErr error, stopped bool) {
+	hungUp := false
+	done := ctx.Done()
+	for {
+		select {
+		case waitErr = <-waited:
+			return waitErr, stopped
+		case <-done:
+			done = nil
+			stopped = true
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+		case sig := <-w.sigs:
+			w.o.Logger.Debug("signal while the CLI runs", "signal", sig.String())
+			switch sig {
+			case syscall.SIGTERM:
+				// The pane's process group may have had it too; a second
+				// SIGTERM is harmless, a lost one is not.
+				stopped = true
+				_ = cmd.Process.Signal(syscall.SIGTERM)
+			case syscall.SIGHUP:
+				stopped = true
+				if !hungUp {
+					hungUp = true
+					passHangup(cmd)
+				}
+			default:
+				// SIGINT, SIGQUIT: typed at the terminal, meant for the CLI,
+				// which is in the same process group and has it already.
+			}
+		}
+	}
+}
+
+// passHangup is the terminal hanging up (kill-session, or the tmux server
+// died). The kernel tells only the session leader, the wrapper: pass it on
+// to the whole process group, as a shell does for its jobs, so that no CLI
+// outlives its session unseen. The wrapper's own copy comes back to wait.
+// A wrapper that leads no group (tests) tells its CLI.
+func passHangup(cmd *exec.Cmd) {
+	if pg := syscall.Getpgrp(); pg == os.Getpid() {
+		_ = syscall.Kill(-pg, syscall.SIGHUP)
+	} else {
+		_ = cmd.Process.Signal(syscall.SIGHUP)
+	}
+}
+
 // argvParts renders the CLI's arguments (see provider.ArgvParts): the
 // provider's args with the prompt, or — when the dispatch says to resume
 // the agent's conversation — its resume_args with the session id and the
@@ -295,6 +320,8 @@ func (w *wrapper) argvParts(p provider.Provider) (head, tail []string, err error
 	return p.ResumeParts(v)
 }
 
+// command builds the CLI's exec.Cmd, or says why it cannot run (with the
+// exit code to end with).
 func (w *wrapper) command() (*exec.Cmd, int, error) {
 	d := w.d
 	cat, err := provider.Load(w.o.ConfigDir)
@@ -309,22 +336,8 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 		}
 		return nil, ExitCannotRun, fmt.Errorf("provider %q is not in %s", d.Provider, where)
 	}
-	if !filepath.IsAbs(d.Binary) {
-		return nil, ExitNotFound, fmt.Errorf("the dispatch's binary %q is not an absolute path", d.Binary)
-	}
-	if err := provider.CheckExecutable(d.Binary); err != nil {
-		code := ExitCannotRun
-		if errors.Is(err, os.ErrNotExist) {
-			code = ExitNotFound
-		}
+	if code, err := checkLaunch(d); err != nil {
 		return nil, code, err
-	}
-	if d.Cwd != "" {
-		if st, err := os.Stat(d.Cwd); err != nil {
-			return nil, ExitCannotRun, fmt.Errorf("working directory: %w", err)
-		} else if !st.IsDir() {
-			return nil, ExitCannotRun, fmt.Errorf("working directory %s is not a directory", d.Cwd)
-		}
 	}
 	pam := w.o.PamBinary
 	if pam == "" {
@@ -345,24 +358,7 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 	argv = append(argv, p.HookArgs(pam)...)
 	argv = append(argv, tail...)
 
-	base := w.o.Environ
-	if base == nil {
-		base = os.Environ()
-	}
-	// The worker's pass_env values first, then [proxy] and env, then the
-	// run's own PAM_* variables, later ones winning.
-	env := p.Env(provider.WithPassed(scrubEnv(base), d.PassEnv), cat.Proxy)
-	pamVars := []string{
-		"PAM_RUN_ID=" + w.runID,
-		"PAM_ATTEMPT=" + strconv.Itoa(d.Attempt),
-		"PAM_API_URL=" + d.APIURL,
-		"PAM_SIGNAL_TOKEN=" + d.SignalToken,
-		"PAM_WORKER_DATA_DIR=" + w.o.WorkerDataDir,
-	}
-	if d.CAFile != "" {
-		pamVars = append(pamVars, "PAM_CA_FILE="+d.CAFile)
-	}
-	env = setEnv(env, append(pamVars, w.mcpVars(p, pam, env)...))
+	env := w.environ(p, cat, pam)
 	w.markTrust(p, env)
 
 	cmd := &exec.Cmd{
@@ -378,6 +374,54 @@ func (w *wrapper) command() (*exec.Cmd, int, error) {
 		WaitDelay: 2 * time.Second,
 	}
 	return cmd, 0, nil
+}
+
+// checkLaunch says why the dispatch's binary cannot run in its working
+// directory, before anything is written for it (with the exit code to end
+// with: a missing binary apart from other failures).
+func checkLaunch(d *wire.Dispatch) (int, error) {
+	if !filepath.IsAbs(d.Binary) {
+		return ExitNotFound, fmt.Errorf("the dispatch's binary %q is not an absolute path", d.Binary)
+	}
+	if err := provider.CheckExecutable(d.Binary); err != nil {
+		code := ExitCannotRun
+		if errors.Is(err, os.ErrNotExist) {
+			code = ExitNotFound
+		}
+		return code, err
+	}
+	if d.Cwd != "" {
+		if st, err := os.Stat(d.Cwd); err != nil {
+			return ExitCannotRun, fmt.Errorf("working directory: %w", err)
+		} else if !st.IsDir() {
+			return ExitCannotRun, fmt.Errorf("working directory %s is not a directory", d.Cwd)
+		}
+	}
+	return 0, nil
+}
+
+// environ is the CLI's environment: the wrapper's without its
+// credentials, the worker's pass_env values first, then [proxy] and env,
+// then the run's own PAM_* variables (and the MCP server's), later ones
+// winning.
+func (w *wrapper) environ(p provider.Provider, cat *provider.Catalog, pam string) []string {
+	d := w.d
+	base := w.o.Environ
+	if base == nil {
+		base = os.Environ()
+	}
+	env := p.Env(provider.WithPassed(scrubEnv(base), d.PassEnv), cat.Proxy)
+	pamVars := []string{
+		"PAM_RUN_ID=" + w.runID,
+		"PAM_ATTEMPT=" + strconv.Itoa(d.Attempt),
+		"PAM_API_URL=" + d.APIURL,
+		"PAM_SIGNAL_TOKEN=" + d.SignalToken,
+		"PAM_WORKER_DATA_DIR=" + w.o.WorkerDataDir,
+	}
+	if d.CAFile != "" {
+		pamVars = append(pamVars, "PAM_CA_FILE="+d.CAFile)
+	}
+	return setEnv(env, append(pamVars, w.mcpVars(p, pam, env)...))
 }
 
 // secretEnv are variables of the wrapper that never reach the CLI.
