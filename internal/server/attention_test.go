@@ -652,3 +652,32 @@ func TestAnswerLeavesTheNextQuestion(t *testing.T) {
 		t.Fatalf("the next question of the same attention cleared by the answer before it: %q %+v; events %q", got.Attention, got.AttentionDetail, e.attentionLog(r.ID))
 	}
 }
+
+// A CLI that asks as it starts draws its question while the run is still
+// spawning, when no attention is taken; the worker sends that screen
+// once. When the run's started is applied, the question the screen asked
+// is the run's attention (it failed under load before: the question was
+// never seen until the screen changed).
+func TestQuestionAskedBeforeStarted(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t, runOpts{})
+	w := e.worker("host-a", 4, "shell")
+	r := e.start(nil)
+	d := w.expect(wire.FrameRunDispatch)
+	w.ack(d, true)
+	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+	yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
+	w.screen(d, 1, wire.AttentionNeedsInput, "Continue? (y/n)", yn...)
+	w.barrier()
+	if got := e.run(r.ID); got.Attention != wire.AttentionNone {
+		t.Fatalf("a spawning run took attention %q", got.Attention)
+	}
+	if code, res, body := e.signal(d.SignalToken, r.ID, sig(wire.SignalStarted, 1)); code != 202 || res.Result != wire.ResultApplied {
+		t.Fatalf("started: %d %s", code, body)
+	}
+	got := e.waitAttention(r.ID, wire.AttentionNeedsInput)
+	want := &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: "Continue? (y/n)", Choices: yn}
+	if !reflect.DeepEqual(got.AttentionDetail, want) {
+		t.Fatalf("detail %+v, want %+v", got.AttentionDetail, want)
+	}
+}

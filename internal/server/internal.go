@@ -194,6 +194,9 @@ func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, byToken bool
 			if o.StatusChange {
 				s.opts.Dispatcher.Wake()
 			}
+			if sig.Kind == wire.SignalStarted && o.StatusChange && sig.Attempt != nil {
+				s.askKeptScreen(runID, hostID, *sig.Attempt)
+			}
 		}
 		done(o)
 	})

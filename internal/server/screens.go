@@ -69,3 +69,32 @@ func (u *uplinkSession) answeredByLink(ctx context.Context, f wire.Frame, attemp
 	u.s.opts.Fleet.PutScreen(f.RunID, fleet.Screen{HostID: u.host.ID, Attempt: attempt, Attention: f.Attention, Working: f.Working, At: time.Now()})
 	return true
 }
+
+// askKeptScreen applies, once a run is running, the question its screen
+// asked before: a CLI that asks as it starts draws the question while the
+// run is still spawning, when attention is not taken (only a running run
+// has one), and the worker sends a screen only when it changes. Without
+// this the question would stay unseen until the screen changed again.
+// It runs apart: it is called from the group commit's goroutine.
+func (s *Server) askKeptScreen(runID, hostID string, attempt int) {
+	sc, ok := s.opts.Fleet.Screen(runID)
+	if !ok || sc.HostID != hostID || sc.Attempt != attempt ||
+		(sc.Attention != wire.AttentionNeedsInput && sc.Attention != wire.AttentionRateLimited) {
+		return
+	}
+	s.bg.goFunc(func() {
+		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
+		defer cancel()
+		_, _, err := s.store.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
+			// The newest reading: a later screen frame may have come.
+			now, ok := s.opts.Fleet.Screen(runID)
+			if !ok || now.HostID != hostID || now.Attempt != attempt {
+				return lifecycle.Decision{}
+			}
+			return lifecycle.Screen(r, hostID, attempt, now.Attention, now.Detail)
+		})
+		if err != nil {
+			s.log.Warn("the question a run asked as it started", "run_id", runID, "err", err)
+		}
+	})
+}
