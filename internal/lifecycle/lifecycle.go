@@ -19,6 +19,9 @@
 // a quiet running run comes to (Quiet,
 // docs/architecture.md#working-waiting-hung): a working one hangs, a
 // waiting one waits, one idle after its turn ended is stopped.
+//
+// One file past 600 lines on purpose: every transition of the machine and
+// its guard read together, in the order of the table test that walks them.
 package lifecycle
 
 import (
