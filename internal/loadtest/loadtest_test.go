@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"pam/internal/benchtable"
 	"pam/internal/loadtest"
 	"pam/internal/pamtest"
 )
 
-func TestMain(m *testing.M) { pamtest.Main(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(pamtest.M(m)) }
 
 // A small load, as `pam-bench load` drives it, against real processes
 // (serve with its embedded database, a worker, tmux or PTY holders):
