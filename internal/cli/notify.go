@@ -163,22 +163,8 @@ func findChannel(ctx context.Context, c *apiclient.Client, ref string) (wire.Cha
 	if err != nil {
 		return wire.Channel{}, err
 	}
-	var found []wire.Channel
-	for _, ch := range cs {
-		if ch.Name == ref || ch.ID == ref {
-			return ch, nil
-		}
-		if len(ref) >= 4 && strings.HasPrefix(ch.ID, strings.ToLower(ref)) {
-			found = append(found, ch)
-		}
-	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
-		return wire.Channel{}, fmt.Errorf("no channel %q (pam notify list shows them)", ref)
-	}
-	return wire.Channel{}, fmt.Errorf("%q names %d channels; give more of the id", ref, len(found))
+	return pickByRef(cs, ref, func(ch wire.Channel) string { return ch.ID }, func(ch wire.Channel) string { return ch.Name },
+		"channel", "pam notify list")
 }
 
 // awaitTest waits up to wait for the outcome of the test attempt queued

@@ -185,3 +185,27 @@ func ambiguous(k *idKind, arg string, found []candidate, hosts hostNames) error 
 	tw.Flush()
 	return errors.New(strings.TrimRight(b.String(), "\n"))
 }
+
+// pickByRef finds, in a short list the client already has (tokens,
+// notification channels), the item a reference names: its name or whole
+// id, else the one item whose id starts with it (at least minIDPrefix
+// characters). noun and list say what it is and how to see them all.
+func pickByRef[T any](items []T, ref string, id, name func(T) string, noun, list string) (T, error) {
+	var found []T
+	for _, it := range items {
+		if name(it) == ref || id(it) == ref {
+			return it, nil
+		}
+		if len(ref) >= minIDPrefix && strings.HasPrefix(id(it), strings.ToLower(ref)) {
+			found = append(found, it)
+		}
+	}
+	var zero T
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return zero, fmt.Errorf("no %s %q (%s shows them)", noun, ref, list)
+	}
+	return zero, fmt.Errorf("%q names %d %ss; give more of the id", ref, len(found), noun)
+}

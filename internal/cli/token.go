@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"strings"
 
 	"pam/internal/apiclient"
 	"pam/internal/wire"
@@ -133,19 +132,8 @@ func findToken(ctx context.Context, c *apiclient.Client, ref string) (wire.Token
 	if err != nil {
 		return wire.Token{}, err
 	}
-	var byPrefix []wire.Token
-	for _, t := range ts {
-		if t.ID == ref || t.Name == ref {
-			return t, nil
-		}
-		if len(ref) >= 4 && strings.HasPrefix(t.ID, strings.ToLower(ref)) {
-			byPrefix = append(byPrefix, t)
-		}
-	}
-	if len(byPrefix) == 1 {
-		return byPrefix[0], nil
-	}
-	return wire.Token{}, fmt.Errorf("no live token named %q (or whose id starts with it alone)", ref)
+	return pickByRef(ts, ref, func(t wire.Token) string { return t.ID }, func(t wire.Token) string { return t.Name },
+		"live token", "pam token list")
 }
 
 // printTokenSecret shows a secret once, on its own line.
