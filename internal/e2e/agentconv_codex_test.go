@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -173,5 +174,52 @@ continue_message = "CODEX-CONTINUE-OF-THIS-HOST go on"
 		if e.Topic == string(wire.TopicRunMessage) && (e.Actor == nil || *e.Actor != "pam" || eventPayload(e)["text"] != "CODEX-CONTINUE-OF-THIS-HOST go on") {
 			t.Errorf("run.message by %v: %v", e.Actor, eventPayload(e))
 		}
+	}
+}
+
+// TestRealCodexMessagesInARow: messages to codex, one after another, each
+// reach the model as a turn. Codex takes an Enter that follows a burst of
+// typed characters within 120 ms as a newline of a paste: a delivery
+// that pressed Enter as soon as its echo was captured left the text in
+// codex's input, unsent, with the delivery confirmed (the screen did
+// change), for the first or second message of four.
+func TestRealCodexMessagesInARow(t *testing.T) {
+	t.Parallel()
+	codex := pamtest.AgentCLI(t, "codex")
+	openai := fakemodel.NewOpenAI()
+	t.Cleanup(openai.Close)
+	home := pamtest.ShortDir(t, "pamh-")
+	writeHome(t, home, ".codex/config.toml", `model = "`+fakemodel.OpenAIModel+`"
+model_provider = "fake"
+
+[model_providers.fake]
+name = "Fake"
+base_url = "`+openai.URL()+`/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+`)
+	a := newAgentRig(t, home, `
+[providers.codex]
+binary = "`+codex+`"
+`, "OPENAI_API_KEY=sk-e2e-fake-openai")
+	openai.Script(fakemodel.Text("Answer 0."))
+	r := a.start("codex", "PROMPT-CODEX-IN-A-ROW")
+	a.s.waitRun(r.ID, "the prompt's turn completed", 60*time.Second, func(r wire.Run) bool { return r.CompletedAt != nil })
+	eventually.Wait(t, eventually.Long, "the prompt's answer on the screen", func() bool { return strings.Contains(a.pane(r.ID), "Answer 0.") })
+	for i := 1; i <= 4; i++ {
+		openai.Script(fakemodel.Text(fmt.Sprintf("Answer %d.", i)))
+		text := fmt.Sprintf("CODEX-IN-A-ROW message %d", i)
+		var mr wire.MessageResult
+		a.s.must(202, "POST", "/api/v1/runs/"+r.ID+"/messages", map[string]any{"text": text}, &mr)
+		if mr.Delivery != wire.DeliveryConfirmed {
+			t.Errorf("message %d: delivery %q", i, mr.Delivery)
+		}
+		req := a.modelRequest(openai, r.ID, eventually.Long, fmt.Sprintf("message %d", i), text)
+		if !strings.Contains(lastOpenAIUserTurn(req), text) {
+			t.Errorf("message %d is not the last user turn:\n%s", i, openai.Describe())
+		}
+		eventually.Wait(t, eventually.Long, fmt.Sprintf("answer %d on the screen", i), func() bool {
+			return strings.Contains(a.pane(r.ID), fmt.Sprintf("Answer %d.", i))
+		})
 	}
 }

@@ -18,15 +18,23 @@ import (
 // messageReady bounds how long a message waits for a busy agent.
 const messageReady = 10 * time.Second
 
+// messageSettle is how long a message's text stands still on the screen
+// before its Enter: an agent's TUI takes an Enter that closely follows
+// fast input as part of a paste and inserts a newline instead of
+// submitting (codex does within 120 ms of a burst of characters; seen
+// with the real codex when the echo was captured at once).
+const messageSettle = 300 * time.Millisecond
+
 // messageEnters is how many times a message's Enter is pressed at most:
 // once, and again twice when the screen did not change after it.
 const messageEnters = 3
 
 // messageTiming is how long each step of a delivery waits: for the agent
-// to be ready, for the text to show (echo), for the screen to change
-// after an Enter (confirm), looking every poll.
+// to be ready, for the text to show (echo), for the screen to stand still
+// after it (settle), for the screen to change after an Enter (confirm),
+// looking every poll.
 type messageTiming struct {
-	ready, echo, confirm, poll time.Duration
+	ready, echo, settle, confirm, poll time.Duration
 }
 
 // messageLine is what deliverMessage needs of a run: whether the agent
@@ -40,7 +48,8 @@ type messageLine struct {
 }
 
 // deliverMessage waits until the agent is not working (at most
-// t.ready), types text, waits to see it echoed, presses Enter and
+// t.ready), types text, waits to see it echoed and the screen stand
+// still for t.settle (at most t.echo more), presses Enter and
 // confirms that the pane changed after it, pressing Enter again at most
 // twice when it did not: confirmed when that change was seen. An error
 // is one of line.send's (the host went away).
@@ -77,6 +86,15 @@ func deliverMessage(ctx context.Context, line messageLine, text string, t messag
 	wait(t.echo, func() bool {
 		p := line.pane()
 		return p.Seq > before || strings.Contains(p.Capture, start)
+	})
+	// The settle: no change for t.settle, so that the Enter is not taken
+	// as part of the text's keys.
+	last, since := line.pane().Seq, time.Now()
+	wait(t.settle+t.echo, func() bool {
+		if seq := line.pane().Seq; seq != last {
+			last, since = seq, time.Now()
+		}
+		return time.Since(since) >= t.settle
 	})
 	line.input()
 	for range messageEnters {
@@ -219,5 +237,6 @@ func (s *Server) deliver(ctx context.Context, run wire.Run, text, actor string, 
 // messageTiming waits for an echo and for each Enter's change as long
 // as a keys request does for its change: two capture intervals.
 func (s *Server) messageTiming() messageTiming {
-	return messageTiming{ready: messageReady, echo: 2 * s.opts.CaptureInterval, confirm: 2 * s.opts.CaptureInterval, poll: panePoll}
+	return messageTiming{ready: messageReady, echo: 2 * s.opts.CaptureInterval, settle: messageSettle,
+		confirm: 2 * s.opts.CaptureInterval, poll: panePoll}
 }

@@ -24,6 +24,7 @@ type fakeLine struct {
 	sent    []string
 	inputAt int // sends before input() was called; -1 when it was not
 	typedBy []bool
+	sentAt  []time.Time
 }
 
 func (f *fakeLine) line() messageLine {
@@ -47,6 +48,7 @@ func (f *fakeLine) line() messageLine {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			f.typedBy = append(f.typedBy, f.busyFor > 0)
+			f.sentAt = append(f.sentAt, time.Now())
 			for _, k := range keys {
 				f.sent = append(f.sent, fmt.Sprintf("%s%s%s", k.Key, k.Text, k.Paste))
 			}
@@ -59,7 +61,8 @@ func (f *fakeLine) line() messageLine {
 	}
 }
 
-var testTiming = messageTiming{ready: 5 * time.Second, echo: 50 * time.Millisecond, confirm: 50 * time.Millisecond, poll: time.Millisecond}
+var testTiming = messageTiming{ready: 5 * time.Second, echo: 50 * time.Millisecond, settle: 20 * time.Millisecond,
+	confirm: 50 * time.Millisecond, poll: time.Millisecond}
 
 // deliverMessage (docs/api.md#messages): an Enter the agent swallowed
 // is pressed again and the delivery confirmed; a busy agent gets the text
@@ -99,6 +102,38 @@ func TestDeliverMessage(t *testing.T) {
 				t.Fatalf("input recorded after %d sends, want 1", f.inputAt)
 			}
 		})
+	}
+}
+
+// The Enter waits until the echoed text has stood still for
+// messageTiming.settle: a screen still changing (the text arriving in
+// pieces) moves it later.
+func TestDeliverMessageSettles(t *testing.T) {
+	t.Parallel()
+	f := &fakeLine{react: func(int, []wire.Key) bool { return true }}
+	line := f.line()
+	pane := line.pane
+	moving := time.Now().Add(60 * time.Millisecond)
+	// changed is when the pane last changed.
+	var changed time.Time
+	line.pane = func() wire.Pane { // changes at every look until moving
+		if now := time.Now(); now.Before(moving) {
+			f.mu.Lock()
+			f.seq++
+			changed = now
+			f.mu.Unlock()
+		}
+		return pane()
+	}
+	timing := testTiming
+	timing.echo = time.Second
+	confirmed, err := deliverMessage(t.Context(), line, "hello there", timing)
+	if err != nil || !confirmed || !slices.Equal(f.sent, []string{"hello there", "Enter"}) {
+		t.Fatalf("confirmed %v, %v, sent %q", confirmed, err, f.sent)
+	}
+	if changed.Before(moving.Add(-timing.settle)) || f.sentAt[1].Before(changed.Add(timing.settle)) {
+		t.Fatalf("Enter %v after the screen's last change (%v after the text), want %v or more",
+			f.sentAt[1].Sub(changed), changed.Sub(f.sentAt[0]), timing.settle)
 	}
 }
 
