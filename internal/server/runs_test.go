@@ -762,12 +762,14 @@ func TestSweeperNeverOverwritesTerminal(t *testing.T) {
 		r := e.start(nil)
 		d := w.expect(wire.FrameRunDispatch)
 		w.ack(d, true)
+		e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
 		if i%2 == 1 {
 			// Past the spawn timeout: the sweeper's next pass races the
 			// finished signal below.
 			e.clock.Advance(spawn + time.Second)
 		}
 		_, res, _ := e.signal(d.SignalToken, r.ID, sig("finished", 1, "payload", map[string]any{"exit_code": 0}))
+		e.clock.Advance(spawn + time.Second) // a run the signal left spawning fails now
 		got := e.waitRun(r.ID, "terminal", func(r wire.Run) bool { return !store.Active(r.Status) })
 		switch {
 		case res.Result == "applied" && got.Status != "exited":
