@@ -4,7 +4,10 @@
 // several dispatchers on one database never double-dispatch), and pushes
 // run_dispatch down the chosen host's uplink. It wakes on events — a new
 // run, a host coming online, a run ending, an ack — and otherwise on a
-// short tick and at the next backoff deadline.
+// short tick and at the next backoff deadline. Every timer is judged at
+// the store's clock (store.Store.Clock), so a test can move time past a
+// timeout and wake a pass instead of waiting for it; the tick only paces
+// the passes.
 package dispatch
 
 import (
@@ -104,7 +107,7 @@ func (d *Dispatcher) Wake() {
 
 // Run loops until ctx ends.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	d.started = time.Now()
+	d.started = d.store.Now()
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -122,7 +125,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		if again {
 			next = 0 // a full batch: more may be due
 		} else if due, err := d.store.NextDue(ctx); err == nil && !due.IsZero() {
-			next = min(next, max(time.Until(due), time.Millisecond))
+			next = min(next, max(due.Sub(d.store.Now()), time.Millisecond))
 		}
 		if !timer.Stop() {
 			select {

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"pam/internal/clock"
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
 	"pam/internal/store"
@@ -80,6 +81,8 @@ type sys struct {
 	fleet  *fakeFleet
 	task   wire.WorkItem
 	passes atomic.Int64
+	clk    *clock.Manual // set by manualClock
+	d      *dispatch.Dispatcher
 }
 
 func newSys(t *testing.T) *sys {
@@ -95,6 +98,26 @@ func newSys(t *testing.T) *sys {
 		t.Fatal(err)
 	}
 	return &sys{t: t, s: st, fleet: newFakeFleet(), task: task}
+}
+
+// manualClock stops the store's clock (the dispatcher's too) at the real
+// time; from then on only advance moves it. Call it before anything is
+// created, so every time the store writes is the clock's.
+func (y *sys) manualClock() {
+	y.clk = clock.NewManual(time.Now())
+	y.s.Clock = y.clk.Now
+}
+
+// advance moves the manual clock d forward and waits for a pass that
+// began after it.
+func (y *sys) advance(d time.Duration) {
+	y.t.Helper()
+	y.clk.Advance(d)
+	from := y.passes.Load()
+	y.d.Wake()
+	// The pass running when the clock moved may have read it before: the
+	// one after it did not.
+	eventually.Wait(y.t, eventually.Medium, "a pass after the clock moved", func() bool { return y.passes.Load() >= from+2 })
 }
 
 // host registers an online host offering providers, connected or not.
@@ -133,6 +156,7 @@ func (y *sys) start(o dispatch.Options) *dispatch.Dispatcher {
 		o.Tick = 50 * time.Millisecond
 	}
 	d := dispatch.New(y.s, y.fleet, o)
+	y.d = d
 	ctx, cancel := context.WithCancel(y.t.Context())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -252,21 +276,28 @@ func TestCapacityAndSpread(t *testing.T) {
 	}
 }
 
-// An offer whose push fails is withdrawn at the ack timeout and goes to
-// a host that takes it.
+// An offer whose push fails is withdrawn at the ack timeout, not before,
+// and goes to a host that takes it.
 func TestFailedPushIsWithdrawnAndReoffered(t *testing.T) {
 	t.Parallel()
+	const ack = time.Minute
 	y := newSys(t)
+	y.manualClock()
 	bad := y.host("bad", 4, true, "shell")
 	y.fleet.set(func(f *fakeFleet) { f.broken[bad.ID] = true })
 	r := y.run("shell", nil)
-	y.start(dispatch.Options{AckTimeout: 200 * time.Millisecond})
+	y.start(dispatch.Options{AckTimeout: ack, Tick: 20 * time.Millisecond})
 	eventually.Wait(t, eventually.Medium, "the offer to the broken host", func() bool {
 		got := y.get(r.ID)
 		return got.HostID != nil && *got.HostID == bad.ID
 	})
 	good := y.host("good", 4, true, "shell")
 	y.fleet.set(func(f *fakeFleet) { f.connected[bad.ID] = false })
+	y.advance(ack - time.Second)
+	if got := y.get(r.ID); got.HostID == nil || *got.HostID != bad.ID {
+		t.Fatalf("the offer was withdrawn within the ack timeout: host %v, events %v", got.HostID, y.topics(r.ID))
+	}
+	y.advance(2 * time.Second)
 	eventually.Wait(t, eventually.Medium, "run_dispatch to the good host", func() bool {
 		return len(y.fleet.frames(good.ID, wire.FrameRunDispatch)) == 1
 	})
@@ -315,16 +346,20 @@ func TestBackoffThenReoffer(t *testing.T) {
 // has passed since the dispatcher started, however old its heartbeat.
 func TestRestartGrace(t *testing.T) {
 	t.Parallel()
+	const offlineAfter = time.Minute
 	y := newSys(t)
+	y.manualClock()
 	h := y.host("quiet", 4, true, "shell")
-	if _, err := y.s.Pool.Exec(t.Context(), `UPDATE hosts SET last_seen_at = now() - interval '1 hour' WHERE id = $1`, h.ID); err != nil {
+	if _, err := y.s.Pool.Exec(t.Context(), `UPDATE hosts SET last_seen_at = $2::timestamptz - interval '1 hour' WHERE id = $1`, h.ID, y.clk.Now()); err != nil {
 		t.Fatal(err)
 	}
-	y.start(dispatch.Options{HostOfflineAfter: 700 * time.Millisecond, Tick: 20 * time.Millisecond})
+	y.start(dispatch.Options{HostOfflineAfter: offlineAfter, Tick: 20 * time.Millisecond})
 	y.waitPasses(3)
+	y.advance(offlineAfter - time.Second)
 	if got, _ := y.s.GetHost(t.Context(), h.ID); got.Status != "online" {
 		t.Fatalf("host %s within the restart grace", got.Status)
 	}
+	y.advance(2 * time.Second)
 	eventually.Wait(t, eventually.Medium, "the host offline after the grace", func() bool {
 		got, _ := y.s.GetHost(t.Context(), h.ID)
 		return got.Status == "offline"
@@ -335,15 +370,22 @@ func TestRestartGrace(t *testing.T) {
 // its host is told to stop the session (the graceful ladder, not forced).
 func TestHungRunStopped(t *testing.T) {
 	t.Parallel()
+	const hang = time.Minute
 	y := newSys(t)
+	y.manualClock()
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
-	y.start(dispatch.Options{CLIHangTimeout: 300 * time.Millisecond, Tick: 20 * time.Millisecond})
+	y.start(dispatch.Options{CLIHangTimeout: hang, HostOfflineAfter: time.Hour, Tick: 20 * time.Millisecond})
 	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	one := 1
 	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
 		t.Fatal(err)
 	}
+	y.advance(hang - time.Second)
+	if got := y.get(r.ID); got.Status != wire.RunRunning || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+		t.Fatalf("a run quiet for less than the hang timeout: %s, events %v", got.Status, y.topics(r.ID))
+	}
+	y.advance(2 * time.Second)
 	eventually.Wait(t, eventually.Medium, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
 	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
@@ -361,11 +403,12 @@ func TestHungRunStopped(t *testing.T) {
 // the graceful way (docs/architecture.md#working-waiting-hung).
 func TestCompletedIdleRunStopped(t *testing.T) {
 	t.Parallel()
-	const hang, stopAfter = time.Second, 3 * time.Second
+	const hang, stopAfter = time.Minute, 3 * time.Minute
 	y := newSys(t)
+	y.manualClock()
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
-	y.start(dispatch.Options{CLIHangTimeout: hang, CompletedStopAfter: stopAfter, Tick: 20 * time.Millisecond})
+	y.start(dispatch.Options{CLIHangTimeout: hang, CompletedStopAfter: stopAfter, HostOfflineAfter: time.Hour, Tick: 20 * time.Millisecond})
 	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	one := 1
 	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
@@ -374,12 +417,17 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 			t.Fatalf("%s: %+v %v", sig.Kind, res, err)
 		}
 	}
-	for until := time.Now().Add(2 * hang); time.Now().Before(until); {
-		y.waitPasses(1)
+	for range 4 { // to twice the hang timeout
+		y.advance(hang / 2)
 		if got := y.get(r.ID); got.Status != wire.RunRunning || got.Attempt != 1 || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
 			t.Fatalf("a completed run within twice the hang timeout: %s at attempt %d; events %v", got.Status, got.Attempt, y.topics(r.ID))
 		}
 	}
+	y.advance(stopAfter - 2*hang - time.Second)
+	if got := y.get(r.ID); got.Status != wire.RunRunning || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+		t.Fatalf("a completed run stopped within PAM_COMPLETED_STOP_AFTER: %s; events %v", got.Status, y.topics(r.ID))
+	}
+	y.advance(2 * time.Second)
 	eventually.Wait(t, eventually.Medium, "run_stop of the idle run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
 	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
@@ -444,12 +492,24 @@ func TestLatePassJudgesEligibilityFirst(t *testing.T) {
 // keep the run pending forever: it fails dispatch_timeout.
 func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
 	t.Parallel()
+	const ack, dispatchTimeout = 10 * time.Second, time.Minute
 	y := newSys(t)
+	y.manualClock()
 	y.s.Policy.MaxAttempts = 1
 	silent := y.host("silent", 4, true, "shell")
 	r := y.run("shell", nil)
-	y.start(dispatch.Options{AckTimeout: 100 * time.Millisecond, DispatchTimeout: 700 * time.Millisecond, Tick: 20 * time.Millisecond})
-	eventually.Wait(t, 15*time.Second, "the run failed", func() bool { return y.get(r.ID).Status == wire.RunFailed })
+	y.start(dispatch.Options{AckTimeout: ack, DispatchTimeout: dispatchTimeout, Tick: 20 * time.Millisecond})
+	// Five ack timeouts (55 s): each withdraws the offer and the next pass
+	// offers the run again; the run stays pending.
+	for i := range 5 {
+		eventually.Wait(t, eventually.Medium, "an offer", func() bool { return len(y.fleet.frames(silent.ID, wire.FrameRunDispatch)) == i+1 })
+		if got := y.get(r.ID); got.Status != wire.RunPending {
+			t.Fatalf("%s within the dispatch timeout; events %v", got.Status, y.topics(r.ID))
+		}
+		y.advance(ack + time.Second)
+	}
+	y.advance(dispatchTimeout - 5*(ack+time.Second) + time.Second)
+	eventually.Wait(t, eventually.Medium, "the run failed", func() bool { return y.get(r.ID).Status == wire.RunFailed })
 	got := y.get(r.ID)
 	if got.FailureReason == nil || *got.FailureReason != wire.FailDispatchTimeout {
 		t.Errorf("failure reason %v, want dispatch_timeout", got.FailureReason)
@@ -468,7 +528,8 @@ func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
 func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 	t.Parallel()
 	y := newSys(t)
-	const ack = 400 * time.Millisecond
+	y.manualClock()
+	const ack = 10 * time.Second
 	h := y.host("refuses", 4, true, "shell")
 	r := y.run("shell", nil)
 	var d atomic.Pointer[dispatch.Dispatcher]
@@ -491,36 +552,20 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 		}
 	})
 	d.Store(y.start(dispatch.Options{AckTimeout: ack, DispatchTimeout: time.Hour, Tick: 20 * time.Millisecond}))
-	eventually.Wait(t, eventually.Medium, "the first refusal", func() bool { return refusals.Load() >= 1 })
-	t0 := time.Now()
-	const windows = 4
-	from := y.passes.Load()
-	// Many passes over windows × the ack timeout: each could have offered
-	// the run again.
-	eventually.Wait(t, eventually.Long, "passes over the window", func() bool {
-		return time.Since(t0) >= windows*ack && y.passes.Load() >= from+windows*5
-	})
-	offers := len(y.fleet.frames(h.ID, wire.FrameRunDispatch))
-	if offers > windows+2 || offers < 2 {
-		t.Errorf("%d offers to the refusing host over %s (%d passes) with an ack timeout of %s: want 2 to %d",
-			offers, time.Since(t0).Round(time.Millisecond), y.passes.Load()-from, ack, windows+2)
-	}
-	// In the journal: each offer after a refusal comes at least an ack
-	// timeout after it (both times are the database's).
-	evs, err := y.s.RunEvents(t.Context(), r.ID, math.MaxInt64)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var withdrawnAt time.Time
-	for _, e := range evs {
-		switch e.Topic {
-		case string(wire.TopicRunDispatchWithdrawn):
-			withdrawnAt = e.CreatedAt
-		case string(wire.TopicRunDispatched):
-			if !withdrawnAt.IsZero() && e.CreatedAt.Sub(withdrawnAt) < ack {
-				t.Errorf("offered again %s after a refusal, within the ack timeout %s", e.CreatedAt.Sub(withdrawnAt), ack)
-			}
+	offers := func() int { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) }
+	// Each window: many passes within the ack timeout after the latest
+	// refusal (each could have offered the run again) make no offer; the
+	// first pass past it offers the run once more.
+	for i := 1; i <= 3; i++ {
+		eventually.Wait(t, eventually.Medium, "the refusal", func() bool { return refusals.Load() >= int64(i) })
+		y.waitPasses(5)
+		y.advance(ack - time.Second)
+		y.waitPasses(5)
+		if n := offers(); n != i {
+			t.Fatalf("%d offers to the refusing host within the ack timeout after refusal %d, want %d; events %v", n, i, i, y.topics(r.ID))
 		}
+		y.advance(2 * time.Second)
+		eventually.Wait(t, eventually.Medium, "the offer after the ack timeout", func() bool { return offers() == i+1 })
 	}
 
 	// A host able to take it gets it without waiting for the refusal to

@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"time"
 
 	"pam/internal/wire"
 )
@@ -19,7 +18,7 @@ func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 	changed := 0
 	// Restart grace: no host goes offline until PAM_HOST_OFFLINE_AFTER has
 	// passed since this server started (docs/architecture.md#central-duties).
-	if time.Since(d.started) > d.o.HostOfflineAfter {
+	if d.store.Now().Sub(d.started) > d.o.HostOfflineAfter {
 		if n, err := d.store.MarkOffline(ctx, d.o.HostOfflineAfter); err != nil {
 			d.logErr(ctx, "mark hosts offline", err)
 		} else {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/clock"
 	"pam/internal/eventually"
 	"pam/internal/wire"
 )
@@ -275,13 +276,15 @@ func (e *runEnv) lastOutputAt(runID string) time.Time {
 // does a snapshot of an attempt the run is not at. B's are taken.
 func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{ack: 300 * time.Millisecond})
+	const ack = time.Minute
+	e := newRunEnv(t, runOpts{ack: ack, storeClock: clock.NewManual(time.Now())})
 	a := e.worker("pane-a", 4, "shell")
 	r := e.start(nil)
 	da := a.expect(wire.FrameRunDispatch) // a never acks: the offer is withdrawn
 	e.must(200, "POST", "/api/v1/hosts/pane-a/disable", nil, nil)
 	a.reconnect()
 	b := e.worker("pane-b", 4, "shell")
+	e.advance(ack + time.Second)
 	db := b.expect(wire.FrameRunDispatch)
 	if db.RunID != r.ID || *db.Attempt != 1 {
 		t.Fatalf("re-offer %+v", db)

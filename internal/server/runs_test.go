@@ -14,6 +14,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"pam/internal/clock"
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
 	"pam/internal/fleet"
@@ -36,6 +37,7 @@ type runEnv struct {
 	disp   *dispatch.Dispatcher
 	passes *atomic.Int64 // dispatcher passes so far
 	task   wire.WorkItem
+	clock  *clock.Manual // runOpts.storeClock
 }
 
 type runOpts struct {
@@ -44,6 +46,10 @@ type runOpts struct {
 	signalLanes                 int
 	// clock is the server's Clock.
 	clock func() time.Time
+	// storeClock, when set, is the store's (and so the dispatcher's)
+	// clock: the timers expire when the test moves it (runEnv.advance),
+	// and hosts go offline only after an hour of it.
+	storeClock *clock.Manual
 	// hub gives the server a journal hub (the SSE stream), which also
 	// tells it of what other serves of the database did.
 	hub bool
@@ -57,10 +63,14 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 		o.policy.RestartMaxDelay = 200 * time.Millisecond
 	}
 	st.Policy = o.policy
+	var offlineAfter time.Duration
+	if o.storeClock != nil {
+		st.Clock, offlineAfter = o.storeClock.Now, time.Hour
+	}
 	fl := fleet.New(1000)
 	passes := new(atomic.Int64)
 	d := dispatch.New(st, fl, dispatch.Options{AckTimeout: o.ack, DispatchTimeout: o.dispatchTimeout, SpawnTimeout: o.spawn, Tick: 50 * time.Millisecond,
-		AfterPass: func() { passes.Add(1) }})
+		HostOfflineAfter: offlineAfter, AfterPass: func() { passes.Add(1) }})
 	var hub *journal.Hub
 	var events server.EventStreamer
 	if o.hub {
@@ -81,10 +91,20 @@ func newRunEnv(t testing.TB, o runOpts) *runEnv {
 	go func() { d.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	ts := serve(t, srv)
-	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, srv: srv, fleet: fl, disp: d, passes: passes}
+	e := &runEnv{env: &env{t: t, url: ts.URL, store: st}, srv: srv, fleet: fl, disp: d, passes: passes, clock: o.storeClock}
 	p := e.project("Runs")
 	e.task = e.item(p.Slug, "task", "Do the thing", nil)
 	return e
+}
+
+// advance moves the store's manual clock d forward and waits for a
+// dispatcher pass that began after it.
+func (e *runEnv) advance(d time.Duration) {
+	e.t.Helper()
+	e.clock.Advance(d)
+	from := e.passes.Load()
+	e.disp.Wake()
+	eventually.Wait(e.t, eventually.Medium, "a pass after the clock moved", func() bool { return e.passes.Load() >= from+2 })
 }
 
 // waitPasses waits until the dispatcher has made n more passes: a check
@@ -541,7 +561,8 @@ func TestInvalidUplinkFrames(t *testing.T) {
 // told to stop.
 func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{ack: 300 * time.Millisecond})
+	const ack = time.Minute
+	e := newRunEnv(t, runOpts{ack: ack, storeClock: clock.NewManual(time.Now())})
 	a := e.worker("slow-a", 4, "shell")
 	r := e.start(map[string]any{"max_attempts": 3})
 	d1 := a.expect(wire.FrameRunDispatch) // a does not ack in time
@@ -550,13 +571,11 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 	e.must(200, "POST", "/api/v1/hosts/slow-a/disable", nil, nil)
 	a.reconnect()
 	b := e.worker("fast-b", 4, "shell")
+	e.advance(ack + time.Second)
 	d2 := b.expect(wire.FrameRunDispatch)
 	if d2.RunID != r.ID || *d2.Attempt != 1 {
 		t.Fatalf("re-offer %+v", d2)
 	}
-	// b acks at once: the steps below take longer than the 300 ms ack
-	// timeout on a loaded machine, and an offer withdrawn from b would
-	// make b's own signals stale_offer too.
 	b.ack(d2, true)
 	if ts := e.topics(r.ID); !strings.Contains(ts, "run.dispatch_withdrawn") {
 		t.Fatalf("no dispatch_withdrawn before the re-offer: %s", ts)
@@ -595,20 +614,19 @@ func TestStaleAttemptAndStaleOffer(t *testing.T) {
 // attempt, kind), whatever the seqs and whichever host sends them.
 func TestStaleSignalJournalBounded(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{ack: 300 * time.Millisecond})
+	const ack = time.Minute
+	e := newRunEnv(t, runOpts{ack: ack, storeClock: clock.NewManual(time.Now())})
 	a := e.worker("old-a", 4, "shell")
 	r := e.start(map[string]any{"max_attempts": 3})
 	d1 := a.expect(wire.FrameRunDispatch) // a never acks: the offer is withdrawn
 	e.must(200, "POST", "/api/v1/hosts/old-a/disable", nil, nil)
 	a.reconnect()
 	b := e.worker("new-b", 4, "shell")
+	e.advance(ack + time.Second)
 	d2 := b.expect(wire.FrameRunDispatch)
 	if d2.RunID != r.ID || *d2.Attempt != 1 {
 		t.Fatalf("re-offer %+v", d2)
 	}
-	// b acks at once: the steps below take longer than the 300 ms ack
-	// timeout on a loaded machine, and an offer withdrawn from b would
-	// make b's own signals stale_offer too.
 	b.ack(d2, true)
 	const n = 50
 	for i := range n {
@@ -737,14 +755,21 @@ func TestConcurrentDuplicateFinished(t *testing.T) {
 // A sweeper (spawn timeout) racing signals never overwrites a terminal state.
 func TestSweeperNeverOverwritesTerminal(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{spawn: 30 * time.Millisecond, policy: store.Policy{MaxAttempts: 1}})
+	const spawn = time.Minute
+	e := newRunEnv(t, runOpts{spawn: spawn, policy: store.Policy{MaxAttempts: 1}, storeClock: clock.NewManual(time.Now())})
 	w := e.worker("host-s", 20, "shell")
 	for i := 0; i < 10; i++ {
 		r := e.start(nil)
 		d := w.expect(wire.FrameRunDispatch)
 		w.ack(d, true)
-		time.Sleep(time.Duration(i*5) * time.Millisecond) // land on either side of the spawn timeout
+		e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
+		if i%2 == 1 {
+			// Past the spawn timeout: the sweeper's next pass races the
+			// finished signal below.
+			e.clock.Advance(spawn + time.Second)
+		}
 		_, res, _ := e.signal(d.SignalToken, r.ID, sig("finished", 1, "payload", map[string]any{"exit_code": 0}))
+		e.clock.Advance(spawn + time.Second) // a run the signal left spawning fails now
 		got := e.waitRun(r.ID, "terminal", func(r wire.Run) bool { return !store.Active(r.Status) })
 		switch {
 		case res.Result == "applied" && got.Status != "exited":
@@ -933,7 +958,8 @@ func TestDispatcherCapacityAcrossDispatchers(t *testing.T) {
 
 func TestDispatchTimeoutReasons(t *testing.T) {
 	t.Parallel()
-	e := newRunEnv(t, runOpts{dispatchTimeout: 300 * time.Millisecond, policy: store.Policy{MaxAttempts: 1}})
+	const dispatchTimeout = time.Minute
+	e := newRunEnv(t, runOpts{dispatchTimeout: dispatchTimeout, spawn: time.Hour, policy: store.Policy{MaxAttempts: 1}, storeClock: clock.NewManual(time.Now())})
 	// Nobody offers "codex": no_eligible_host.
 	none := e.start(map[string]any{"provider": "codex"})
 	// A full host offers shell: eligible but for capacity → dispatch_timeout.
@@ -945,6 +971,13 @@ func TestDispatchTimeoutReasons(t *testing.T) {
 	// Pinned to a host that is busy too: honoured, never placed elsewhere.
 	other := e.worker("idle", 5, "shell")
 	pinned := e.start(map[string]any{"host_id": "full"})
+	e.waitPasses(2)
+	for _, id := range []string{none.ID, pinned.ID} {
+		if got := e.run(id); got.Status != "pending" {
+			t.Fatalf("run %s is %s within the dispatch timeout", id, got.Status)
+		}
+	}
+	e.advance(dispatchTimeout + time.Second)
 	got := e.waitRun(none.ID, "failed", func(r wire.Run) bool { return r.Status == "failed" })
 	if *got.FailureReason != "no_eligible_host" {
 		t.Fatalf("codex run: %v", *got.FailureReason)

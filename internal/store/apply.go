@@ -146,28 +146,28 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 	case lifecycle.JournalOnly:
 		return r, nil
 	case lifecycle.Offer:
-		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = now(), updated_at = now()
-			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.HostID)
+		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = $4, updated_at = now()
+			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.HostID, tx.Now())
 	case lifecycle.Withdraw:
 		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = NULL, offered_at = NULL, updated_at = now()
 			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt)
 	case lifecycle.ToSpawning:
-		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'spawning', spawning_at = now(), updated_at = now()
-			WHERE id = $1 AND status = 'pending' AND attempt = $2 AND host_id IS NOT NULL RETURNING `+runColumns, r.ID, st.Attempt)
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'spawning', spawning_at = $3, updated_at = now()
+			WHERE id = $1 AND status = 'pending' AND attempt = $2 AND host_id IS NOT NULL RETURNING `+runColumns, r.ID, st.Attempt, tx.Now())
 	case lifecycle.ToRunning:
 		// The start is the run's first input
 		// (docs/architecture.md#working-waiting-hung), made when the host
 		// spawned the CLI: a completion the CLI's hook posted that
 		// overtook this started signal came after it, not before.
-		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = now(), last_input_at = coalesce(spawning_at, now()), status_source = $4, updated_at = now()
-			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source))
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = $5, last_input_at = coalesce(spawning_at, $5), status_source = $4, updated_at = now()
+			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source), tx.Now())
 	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
 		// A run that is not running waits for nobody: its attention goes
 		// with the status (the decision journals it).
-		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = now(),
+		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = $8,
 			status_source = $7, attention = 'none', attention_since = NULL, attention_detail = NULL, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
-			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source))
+			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source), tx.Now())
 	case lifecycle.Requeue:
 		// A fresh retry forgets the agent's conversation: the new attempt
 		// starts afresh, and so does any after it.
@@ -185,10 +185,10 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 		// attention_since moves only when the attention changes: a
 		// new detail of the same question keeps it.
 		row = tx.QueryRow(ctx, `UPDATE runs SET attention = $4,
-			attention_since = CASE WHEN $4 = 'none' THEN NULL WHEN attention = $4 THEN attention_since ELSE now() END,
+			attention_since = CASE WHEN $4 = 'none' THEN NULL WHEN attention = $4 THEN attention_since ELSE $6::timestamptz END,
 			attention_detail = CASE WHEN $4 = 'none' THEN NULL ELSE $5::jsonb END, updated_at = now()
 			WHERE id = $1 AND status = 'running' AND attempt = $2 AND attention = $3 RETURNING `+runColumns,
-			r.ID, st.Attempt, st.AttentionFrom, st.Attention, st.AttentionDetail)
+			r.ID, st.Attempt, st.AttentionFrom, st.Attention, st.AttentionDetail, tx.Now())
 	default:
 		return r, fmt.Errorf("unknown write %d", st.Write)
 	}
@@ -202,13 +202,13 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 	switch st.Write {
 	case lifecycle.Offer:
 		if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
-			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = now(), refused_at = NULL`, r.ID, st.Attempt, st.HostID); err != nil {
+			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = $4, refused_at = NULL`, r.ID, st.Attempt, st.HostID, tx.Now()); err != nil {
 			return out, err
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, now())
-			ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = now()`, r.ID, st.Attempt, st.HostID)
+		_, err = tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, $4)
+			ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = $4`, r.ID, st.Attempt, st.HostID, tx.Now())
 	case lifecycle.ToRunning:
-		_, err = tx.Exec(ctx, `UPDATE run_attempts SET started_at = now() WHERE run_id = $1 AND attempt = $2`, r.ID, st.Attempt)
+		_, err = tx.Exec(ctx, `UPDATE run_attempts SET started_at = $3 WHERE run_id = $1 AND attempt = $2`, r.ID, st.Attempt, tx.Now())
 	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
 		err = endAttempt(ctx, tx, r.ID, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode)
 	}
@@ -218,9 +218,9 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 // endAttempt records how an attempt ended in run_attempts.
 func endAttempt(ctx context.Context, tx *Tx, runID string, attempt int, outcome string, reason *string, exitCode *int) error {
 	_, err := tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, ended_at, outcome, failure_reason, exit_code)
-		VALUES ($1, $2, now(), $3, $4, $5)
-		ON CONFLICT (run_id, attempt) DO UPDATE SET ended_at = now(), outcome = $3, failure_reason = $4, exit_code = $5`,
-		runID, attempt, outcome, reason, exitCode)
+		VALUES ($1, $2, $6, $3, $4, $5)
+		ON CONFLICT (run_id, attempt) DO UPDATE SET ended_at = $6, outcome = $3, failure_reason = $4, exit_code = $5`,
+		runID, attempt, outcome, reason, exitCode, tx.Now())
 	if err != nil {
 		return fmt.Errorf("end attempt %d of run %s: %w", attempt, runID, err)
 	}

@@ -86,10 +86,10 @@ func (s *Store) TouchOutputs(ctx context.Context, outs []Output) (map[string]int
 	for i, o := range outs {
 		runIDs[i], hosts[i], attempts[i] = o.RunID, o.HostID, int32(o.Attempt)
 	}
-	rows, err := s.Pool.Query(ctx, `UPDATE runs SET last_output_at = now()
+	rows, err := s.Pool.Query(ctx, `UPDATE runs SET last_output_at = $4
 		FROM unnest($1::uuid[], $2::uuid[], $3::int[]) AS o(id, host, attempt)
 		WHERE runs.id = o.id AND runs.host_id = o.host AND runs.attempt = o.attempt
-		RETURNING runs.id::text, runs.attention, runs.attempt`, runIDs, hosts, attempts)
+		RETURNING runs.id::text, runs.attention, runs.attempt`, runIDs, hosts, attempts, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("record output of %d runs: %w", len(runIDs), translate(err))
 	}

@@ -127,13 +127,13 @@ const PayloadRepeats = "repeats"
 func reportDue(ctx context.Context, tx *Tx, hostID, runKey, kind string) (bool, int, error) {
 	var due bool
 	var repeats int
-	err := tx.QueryRow(ctx, `INSERT INTO report_limits AS l (host_id, run_key, kind, journaled_at) VALUES ($1, $2, $3, now())
+	err := tx.QueryRow(ctx, `INSERT INTO report_limits AS l (host_id, run_key, kind, journaled_at) VALUES ($1, $2, $3, $5)
 		ON CONFLICT (host_id, run_key, kind) DO UPDATE SET
-			last_repeats = CASE WHEN l.journaled_at <= now() - $4::float8 * interval '1 second' THEN l.repeats ELSE l.last_repeats END,
-			repeats = CASE WHEN l.journaled_at <= now() - $4::float8 * interval '1 second' THEN 0 ELSE l.repeats + 1 END,
-			journaled_at = CASE WHEN l.journaled_at <= now() - $4::float8 * interval '1 second' THEN now() ELSE l.journaled_at END
-		RETURNING journaled_at = now(), CASE WHEN repeats = 0 THEN last_repeats ELSE 0 END`,
-		hostID, runKey, kind, reportEvery.Seconds()).Scan(&due, &repeats)
+			last_repeats = CASE WHEN l.journaled_at <= $5::timestamptz - $4::float8 * interval '1 second' THEN l.repeats ELSE l.last_repeats END,
+			repeats = CASE WHEN l.journaled_at <= $5::timestamptz - $4::float8 * interval '1 second' THEN 0 ELSE l.repeats + 1 END,
+			journaled_at = CASE WHEN l.journaled_at <= $5::timestamptz - $4::float8 * interval '1 second' THEN $5::timestamptz ELSE l.journaled_at END
+		RETURNING journaled_at = $5::timestamptz, CASE WHEN repeats = 0 THEN last_repeats ELSE 0 END`,
+		hostID, runKey, kind, reportEvery.Seconds(), tx.Now()).Scan(&due, &repeats)
 	if err != nil {
 		return false, 0, fmt.Errorf("count a %s report: %w", kind, err)
 	}
@@ -144,7 +144,7 @@ func reportDue(ctx context.Context, tx *Tx, hostID, runKey, kind string) (bool, 
 // the run.workspace_pushed that answers it is journaled, one nobody
 // asked for is not.
 func (s *Store) RequestPush(ctx context.Context, runID, hostID string) error {
-	if _, err := s.Pool.Exec(ctx, `INSERT INTO push_requests (run_id, host_id) VALUES ($1, $2)`, runID, hostID); err != nil {
+	if _, err := s.Pool.Exec(ctx, `INSERT INTO push_requests (run_id, host_id, requested_at) VALUES ($1, $2, $3)`, runID, hostID, s.now()); err != nil {
 		return fmt.Errorf("record a push request of run %s: %w", runID, translate(err))
 	}
 	return nil
@@ -158,8 +158,8 @@ const pushRequestTTL = time.Hour
 // reporting whether there was one.
 func takePushRequest(ctx context.Context, tx *Tx, runID, hostID string) (bool, error) {
 	tag, err := tx.Exec(ctx, `DELETE FROM push_requests WHERE id = (SELECT id FROM push_requests
-		WHERE run_id = $1 AND host_id = $2 AND requested_at > now() - $3::float8 * interval '1 second' ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)`,
-		runID, hostID, pushRequestTTL.Seconds())
+		WHERE run_id = $1 AND host_id = $2 AND requested_at > $4::timestamptz - $3::float8 * interval '1 second' ORDER BY requested_at LIMIT 1 FOR UPDATE SKIP LOCKED)`,
+		runID, hostID, pushRequestTTL.Seconds(), tx.Now())
 	if err != nil {
 		return false, fmt.Errorf("take the push request of run %s: %w", runID, err)
 	}
@@ -170,10 +170,10 @@ func takePushRequest(ctx context.Context, tx *Tx, runID, hostID string) (bool, e
 // counts and push requests past their windows. It runs with the
 // journal's retention purge.
 func (s *Store) PurgeBounds(ctx context.Context) error {
-	if _, err := s.Pool.Exec(ctx, `DELETE FROM report_limits WHERE journaled_at < now() - 24 * $1::float8 * interval '1 second'`, reportEvery.Seconds()); err != nil {
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM report_limits WHERE journaled_at < $2::timestamptz - 24 * $1::float8 * interval '1 second'`, reportEvery.Seconds(), s.now()); err != nil {
 		return fmt.Errorf("purge report counts: %w", translate(err))
 	}
-	if _, err := s.Pool.Exec(ctx, `DELETE FROM push_requests WHERE requested_at < now() - $1::float8 * interval '1 second'`, pushRequestTTL.Seconds()); err != nil {
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM push_requests WHERE requested_at < $2::timestamptz - $1::float8 * interval '1 second'`, pushRequestTTL.Seconds(), s.now()); err != nil {
 		return fmt.Errorf("purge push requests: %w", translate(err))
 	}
 	return nil

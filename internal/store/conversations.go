@@ -103,9 +103,9 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 			}
 			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
 				session_name, cwd, prompt, args, pending_since, workspace_mode, workspace, workspace_host_id, agent_session_id, continues_run_id)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11, $12, $13, $14, $15)
+				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $16, $11, $12, $13, $14, $15)
 				RETURNING `+runColumns, newID, old.TaskID, old.ProjectID, prov, f.Host, pol.MaxAttempts, "pam-"+newID[:8],
-				old.Cwd, text, old.Args, mode, old.Workspace, wsHost, old.AgentSessionID, old.ID))
+				old.Cwd, text, old.Args, mode, old.Workspace, wsHost, old.AgentSessionID, old.ID, tx.Now()))
 			if err != nil {
 				return err
 			}

@@ -87,7 +87,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 			out.Pinned = true
 		case *pinned == in.InstanceID:
 			out.Pinned = true
-		case lastSeen == nil || time.Since(*lastSeen) > offlineAfter:
+		case lastSeen == nil || s.now().Sub(*lastSeen) > offlineAfter:
 			// The pinned instance has been silent: a reinstall.
 			if _, err := tx.Exec(ctx, `UPDATE hosts SET instance_id = $2, instance_suspect = false, reported_instance_id = NULL WHERE id = $1`, host.ID, in.InstanceID); err != nil {
 				return err
@@ -191,10 +191,10 @@ func (s *Store) heartbeat(ctx context.Context, hostID string, cred *Credential) 
 			return ErrRevoked
 		}
 		if disabled || status == "online" {
-			_, err := tx.Exec(ctx, `UPDATE hosts SET last_seen_at = now() WHERE id = $1`, hostID)
+			_, err := tx.Exec(ctx, `UPDATE hosts SET last_seen_at = $2 WHERE id = $1`, hostID, tx.Now())
 			return err
 		}
-		if _, err := tx.Exec(ctx, `UPDATE hosts SET status = 'online', last_seen_at = now(), last_online_at = now(), updated_at = now() WHERE id = $1`, hostID); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE hosts SET status = 'online', last_seen_at = $2, last_online_at = $2, updated_at = now() WHERE id = $1`, hostID, tx.Now()); err != nil {
 			return err
 		}
 		cameOnline = true
@@ -237,7 +237,7 @@ func (s *Store) ForeignInstance(ctx context.Context, hostID, instanceID string, 
 		if pinned == nil || *pinned == instanceID {
 			return nil
 		}
-		if !live && (lastSeen == nil || time.Since(*lastSeen) > offlineAfter) {
+		if !live && (lastSeen == nil || s.now().Sub(*lastSeen) > offlineAfter) {
 			return nil
 		}
 		suspect = true
@@ -270,7 +270,7 @@ func (s *Store) MarkOffline(ctx context.Context, offlineAfter time.Duration) (in
 	n := 0
 	err := s.InTx(ctx, func(tx *Tx) error {
 		rows, err := tx.Query(ctx, `UPDATE hosts SET status = 'offline', updated_at = now()
-			WHERE status = 'online' AND NOT disabled AND last_seen_at < now() - $1::interval RETURNING id::text, last_seen_at`, offlineAfter)
+			WHERE status = 'online' AND NOT disabled AND last_seen_at < $2::timestamptz - $1::interval RETURNING id::text, last_seen_at`, offlineAfter, s.now())
 		if err != nil {
 			return err
 		}

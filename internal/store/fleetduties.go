@@ -37,9 +37,9 @@ type Hang struct {
 // worker.lost once per host it acted on and returns how many runs failed.
 func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serveStart time.Time) (int, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT h.id::text FROM hosts h
-		WHERE h.status <> 'online' AND greatest(h.last_seen_at, h.last_online_at, $2::timestamptz) < now() - $1::interval
+		WHERE h.status <> 'online' AND greatest(h.last_seen_at, h.last_online_at, $2::timestamptz) < $3::timestamptz - $1::interval
 		AND EXISTS (SELECT 1 FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
-		LIMIT 100`, lostAfter, serveStart)
+		LIMIT 100`, lostAfter, serveStart, s.now())
 	if err != nil {
 		return 0, fmt.Errorf("find lost hosts: %w", translate(err))
 	}
@@ -67,8 +67,8 @@ func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Dura
 		failed = 0
 		var lost bool
 		var seen *time.Time
-		if err := tx.QueryRow(ctx, `SELECT status <> 'online' AND greatest(last_seen_at, last_online_at, $2::timestamptz) < now() - $3::interval, last_seen_at
-			FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, serveStart, lostAfter).Scan(&lost, &seen); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT status <> 'online' AND greatest(last_seen_at, last_online_at, $2::timestamptz) < $4::timestamptz - $3::interval, last_seen_at
+			FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, serveStart, lostAfter, s.now()).Scan(&lost, &seen); err != nil {
 			return err
 		}
 		if !lost {
@@ -119,8 +119,8 @@ type IdleStop struct {
 }
 
 // onlineHost is the pane timers' condition on a run's host h: online, or
-// disabled and still heartbeating within offlineAfter ($2).
-const onlineHost = `(h.status = 'online' OR (h.disabled AND h.last_seen_at > now() - $2::interval))`
+// disabled and still heartbeating within offlineAfter ($2) of now ($4).
+const onlineHost = `(h.status = 'online' OR (h.disabled AND h.last_seen_at > $4::timestamptz - $2::interval))`
 
 // FailHungRuns fails, with failure_reason cli_hang and through the restart
 // policy, every working running run (docs/architecture.md#working-waiting-hung:
@@ -137,8 +137,8 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention NOT IN ('needs_input', 'rate_limited')
 		AND NOT coalesce(r.completed_at >= coalesce(coalesce(r.last_input_at, r.started_at), '-infinity'), false)
-		AND greatest(r.last_output_at, r.last_input_at, r.started_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
-		LIMIT 500`, hangTimeout, offlineAfter, serveStart)
+		AND greatest(r.last_output_at, r.last_input_at, r.started_at, h.last_online_at, $3::timestamptz) < $4::timestamptz - $1::interval
+		LIMIT 500`, hangTimeout, offlineAfter, serveStart, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("find hung runs: %w", translate(err))
 	}
@@ -166,8 +166,8 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention <> 'rate_limited'
 		AND r.completed_at >= coalesce(coalesce(r.last_input_at, r.started_at), '-infinity')
-		AND greatest(r.completed_at, r.last_output_at, r.last_input_at, h.last_online_at, $3::timestamptz) < now() - $1::interval
-		LIMIT 500`, stopAfter, offlineAfter, serveStart)
+		AND greatest(r.completed_at, r.last_output_at, r.last_input_at, h.last_online_at, $3::timestamptz) < $4::timestamptz - $1::interval
+		LIMIT 500`, stopAfter, offlineAfter, serveStart, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("find idle completed runs: %w", translate(err))
 	}
@@ -186,8 +186,7 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 // quietRuns decides each of the running runs a pane timer's scan found
 // with lifecycle.Quiet, in a transaction of its own with the run row
 // locked: output, input, a completion or a signal may have come since the
-// scan. The clocks are the database's, and so is the time they are
-// judged at. It returns the runs it ended.
+// scan. The time they are judged at is the store's clock. It returns the runs it ended.
 func (s *Store) quietRuns(ctx context.Context, ids []string, t lifecycle.PaneTimers, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
 	var ended []Hang
 	for _, id := range ids {
@@ -201,8 +200,8 @@ func (s *Store) quietRuns(ctx context.Context, ids []string, t lifecycle.PaneTim
 			var pane lifecycle.Pane
 			var out *time.Time
 			var now time.Time
-			if err := tx.QueryRow(ctx, `SELECT `+onlineHost+`, r.last_output_at, greatest(h.last_online_at, $3::timestamptz), now()
-				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, offlineAfter, serveStart).Scan(&pane.HostOnline, &out, &pane.Floor, &now); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT `+onlineHost+`, r.last_output_at, greatest(h.last_online_at, $3::timestamptz), $4::timestamptz
+				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, offlineAfter, serveStart, s.now()).Scan(&pane.HostOnline, &out, &pane.Floor, &now); err != nil {
 				return err
 			}
 			if out != nil {

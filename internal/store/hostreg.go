@@ -198,8 +198,8 @@ func (s *Store) EnableHost(ctx context.Context, ref string, offlineAfter time.Du
 		}
 		out, err = updateHost(ctx, tx, h.ID, `disabled = false, status = CASE
 				WHEN last_seen_at IS NULL THEN 'registered'
-				WHEN last_seen_at > now() - $2::bigint * interval '1 microsecond' THEN 'online'
-				ELSE 'offline' END`, offlineAfter.Microseconds())
+				WHEN last_seen_at > $3::timestamptz - $2::bigint * interval '1 microsecond' THEN 'online'
+				ELSE 'offline' END`, offlineAfter.Microseconds(), s.now())
 		if err != nil {
 			return err
 		}

@@ -223,7 +223,7 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 		return fmt.Errorf("lock the runs of a signal batch: %w", err)
 	}
 
-	tx := &Tx{Tx: ptx}
+	tx := &Tx{Tx: ptx, now: s.now()}
 	tx.pipeline()
 	for k, i := range live {
 		sg := in[i]

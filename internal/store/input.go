@@ -12,8 +12,8 @@ import (
 // an earlier turn's, and the hang timer counts from it. Input into a run
 // that is no longer running at that attempt records nothing.
 func (s *Store) TouchInput(ctx context.Context, runID string, attempt int) error {
-	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET last_input_at = now()
-		WHERE id = $1 AND attempt = $2 AND status = 'running'`, runID, attempt); err != nil {
+	if _, err := s.Pool.Exec(ctx, `UPDATE runs SET last_input_at = $3
+		WHERE id = $1 AND attempt = $2 AND status = 'running'`, runID, attempt, s.now()); err != nil {
 		return fmt.Errorf("record input into run %s: %w", runID, translate(err))
 	}
 	return nil

@@ -150,7 +150,7 @@ func (s *Store) EnqueueTest(ctx context.Context, id string) error {
 		return err // GetChannel names the channel
 	}
 	if _, err := s.Pool.Exec(ctx, `INSERT INTO notification_deliveries (channel_id, event_seq, topic, attempt, status, next_try_at)
-		VALUES ($1, NULL, $2, 1, 'pending', now())`, id, TopicTest); err != nil {
+		VALUES ($1, NULL, $2, 1, 'pending', $3)`, id, TopicTest, s.now()); err != nil {
 		return fmt.Errorf("queue a test message to channel %s: %w", id, translate(err))
 	}
 	return nil
@@ -286,8 +286,8 @@ func (s *Store) EnqueueEvents(ctx context.Context, safe int64) (queued int, more
 		}
 		if len(chIDs) > 0 {
 			if _, err := tx.Exec(ctx, `INSERT INTO notification_deliveries (channel_id, event_seq, topic, attempt, status, next_try_at)
-				SELECT c, e, t, 1, 'pending', now() FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS u(c, e, t)
-				ON CONFLICT DO NOTHING`, chIDs, seqs, topics); err != nil {
+				SELECT c, e, t, 1, 'pending', $4::timestamptz FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS u(c, e, t)
+				ON CONFLICT DO NOTHING`, chIDs, seqs, topics, s.now()); err != nil {
 				return err
 			}
 		}
@@ -308,7 +308,7 @@ func (s *Store) DueChannels(ctx context.Context, busy []string) ([]string, error
 		busy = []string{}
 	}
 	rows, err := s.Pool.Query(ctx, `SELECT DISTINCT channel_id::text FROM notification_deliveries
-		WHERE status IN ('pending', 'sending') AND next_try_at <= now() AND NOT (channel_id::text = ANY($1))`, busy)
+		WHERE status IN ('pending', 'sending') AND next_try_at <= $2 AND NOT (channel_id::text = ANY($1))`, busy, s.now())
 	if err != nil {
 		return nil, fmt.Errorf("find channels with due deliveries: %w", translate(err))
 	}
@@ -345,13 +345,13 @@ func (s *Store) ClaimDelivery(ctx context.Context, channelID string, lease time.
 	var c Claimed
 	err := s.Pool.QueryRow(ctx, `WITH d AS (
 			SELECT id FROM notification_deliveries
-			WHERE channel_id = $1 AND status IN ('pending', 'sending') AND next_try_at <= now()
+			WHERE channel_id = $1 AND status IN ('pending', 'sending') AND next_try_at <= $3
 			ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)
-		UPDATE notification_deliveries n SET status = 'sending', next_try_at = now() + $2::interval
+		UPDATE notification_deliveries n SET status = 'sending', next_try_at = $3::timestamptz + $2::interval
 		FROM d, notification_channels ch WHERE n.id = d.id AND ch.id = n.channel_id
 		RETURNING n.id, n.event_seq, n.topic, n.attempt, n.first_at,
 			ch.id::text, ch.name, ch.kind, ch.url, ch.events, ch.project_id::text, ch.created_at, ch.secret`,
-		channelID, lease.String()).Scan(&c.ID, &c.EventSeq, &c.Topic, &c.Attempt, &c.FirstAt,
+		channelID, lease.String(), s.now()).Scan(&c.ID, &c.EventSeq, &c.Topic, &c.Attempt, &c.FirstAt,
 		&c.Channel.ID, &c.Channel.Name, &c.Channel.Kind, &c.Channel.URL, &c.Channel.Events, &c.Channel.ProjectID, &c.Channel.CreatedAt, &c.Secret)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
@@ -507,15 +507,15 @@ func expired(why string) error {
 func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 	var out Answer
 	err := s.InTx(ctx, func(tx *Tx) error {
-		if _, err := tx.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < now() - interval '1 day'`); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < $1::timestamptz - interval '1 day'`, s.now()); err != nil {
 			return err
 		}
 		var runID, question string
 		var attempt int
 		var used *time.Time
 		var stale bool
-		err := tx.QueryRow(ctx, `SELECT run_id::text, attempt, question, key, channel_name, used_at, expires_at <= now()
-			FROM answer_tokens WHERE token_hash = $1 FOR UPDATE`, AnswerTokenHash(token)).
+		err := tx.QueryRow(ctx, `SELECT run_id::text, attempt, question, key, channel_name, used_at, expires_at <= $2
+			FROM answer_tokens WHERE token_hash = $1 FOR UPDATE`, AnswerTokenHash(token), s.now()).
 			Scan(&runID, &attempt, &question, &out.Key, &out.Channel, &used, &stale)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
@@ -555,7 +555,7 @@ func (s *Store) UseAnswer(ctx context.Context, token string) (Answer, error) {
 // never reached the run (its host was not connected).
 func (s *Store) Unuse(ctx context.Context, a Answer) error {
 	_, err := s.Pool.Exec(ctx, `UPDATE answer_tokens SET used_at = NULL
-		WHERE run_id = $1 AND attempt = $2 AND question = $3 AND expires_at > now()`, a.Run.ID, a.Run.Attempt, a.question)
+		WHERE run_id = $1 AND attempt = $2 AND question = $3 AND expires_at > $4`, a.Run.ID, a.Run.Attempt, a.question, s.now())
 	if err != nil {
 		return fmt.Errorf("make the answer links of run %s usable again: %w", a.Run.ID, translate(err))
 	}
@@ -566,10 +566,10 @@ func (s *Store) Unuse(ctx context.Context, a Answer) error {
 // answer tokens that expired a day ago.
 func (s *Store) PurgeNotifications(ctx context.Context, keep time.Duration) error {
 	if _, err := s.Pool.Exec(ctx, `DELETE FROM notification_deliveries
-		WHERE created_at < now() - $1::interval AND status NOT IN ('pending', 'sending')`, keep.String()); err != nil {
+		WHERE created_at < $2::timestamptz - $1::interval AND status NOT IN ('pending', 'sending')`, keep.String(), s.now()); err != nil {
 		return fmt.Errorf("purge finished deliveries: %w", translate(err))
 	}
-	if _, err := s.Pool.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < now() - interval '1 day'`); err != nil {
+	if _, err := s.Pool.Exec(ctx, `DELETE FROM answer_tokens WHERE expires_at < $1::timestamptz - interval '1 day'`, s.now()); err != nil {
 		return fmt.Errorf("purge expired answer links: %w", translate(err))
 	}
 	return nil

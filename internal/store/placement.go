@@ -68,8 +68,8 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 	err := s.InTx(ctx, func(tx *Tx) error {
 		offers = nil
 		rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM runs
-			WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= now())
-			ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit)
+			WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= $2)
+			ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, s.now())
 		if err != nil {
 			return fmt.Errorf("claim due runs: %w", err)
 		}
@@ -100,7 +100,7 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 				hosts = append(hosts, c)
 			}
 		}
-		refused, err := recentRefusals(ctx, tx, due, refusalHold)
+		refused, err := recentRefusals(ctx, tx, due, refusalHold, s.now())
 		if err != nil {
 			return err
 		}
@@ -151,15 +151,15 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 }
 
 // recentRefusals returns the (run, host) pairs, keyed "run/host", whose
-// host refused the run's current attempt within hold.
-func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Duration) (map[string]bool, error) {
+// host refused the run's current attempt within hold before now.
+func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Duration, now time.Time) (map[string]bool, error) {
 	ids := make([]string, len(due))
 	for i, r := range due {
 		ids[i] = r.ID
 	}
 	rows, err := tx.Query(ctx, `SELECT o.run_id::text || '/' || o.host_id::text FROM run_offers o
 		JOIN runs r ON r.id = o.run_id AND r.attempt = o.attempt
-		WHERE o.run_id = ANY($1::uuid[]) AND o.refused_at > now() - $2::interval`, ids, hold)
+		WHERE o.run_id = ANY($1::uuid[]) AND o.refused_at > $3::timestamptz - $2::interval`, ids, hold, now)
 	if err != nil {
 		return nil, fmt.Errorf("read refused offers: %w", err)
 	}
@@ -238,8 +238,8 @@ func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckO
 			return err
 		}
 		if !*f.Accepted {
-			if _, err := tx.Exec(ctx, `UPDATE run_offers SET refused_at = now() WHERE run_id = $1 AND attempt = $2 AND host_id = $3`,
-				r.ID, *f.Attempt, hostID); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE run_offers SET refused_at = $4 WHERE run_id = $1 AND attempt = $2 AND host_id = $3`,
+				r.ID, *f.Attempt, hostID, tx.Now()); err != nil {
 				return fmt.Errorf("record the refusal of run %s by host %s: %w", r.ID, hostID, err)
 			}
 		}
@@ -266,12 +266,12 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 		Timer lifecycle.Timer
 	}
 	rows, err := s.Pool.Query(ctx, `
-		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < now() - $1::interval
+		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < $7::timestamptz - $1::interval
 		UNION ALL
-		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND pending_since < now() - $2::interval
+		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND pending_since < $7::timestamptz - $2::interval
 		UNION ALL
-		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < now() - $3::interval
-		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout)
+		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < $7::timestamptz - $3::interval
+		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout, s.now())
 	if err != nil {
 		return 0, fmt.Errorf("find due runs: %w", translate(err))
 	}
@@ -312,7 +312,7 @@ func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTim
 // when none is waiting).
 func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
 	var t *time.Time
-	err := s.Pool.QueryRow(ctx, `SELECT min(next_attempt_at) FROM runs WHERE status = 'pending' AND host_id IS NULL AND next_attempt_at > now()`).Scan(&t)
+	err := s.Pool.QueryRow(ctx, `SELECT min(next_attempt_at) FROM runs WHERE status = 'pending' AND host_id IS NULL AND next_attempt_at > $1`, s.now()).Scan(&t)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("read when the next run is due: %w", translate(err))
 	}

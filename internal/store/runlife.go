@@ -110,8 +110,8 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 			}
 			id := uuid.NewString()
 			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
-				session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11)
-				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode))
+				session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $11)
+				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode, tx.Now()))
 			if err != nil {
 				return err
 			}
@@ -320,8 +320,8 @@ func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
 // project's auto_done is set, moves the work item to done.
 func (s *Store) complete(ctx context.Context, tx *Tx, r wire.Run, source string) (wire.Run, error) {
 	// completed_at is the latest turn's (docs/architecture.md#working-waiting-hung).
-	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = now(),
-		completion_source = $2, updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source))
+	out, err := scanRun(tx.QueryRow(ctx, `UPDATE runs SET completed_at = $3,
+		completion_source = $2, updated_at = now() WHERE id = $1 RETURNING `+runColumns, r.ID, source, tx.Now()))
 	if err != nil {
 		return out, fmt.Errorf("mark run %s completed: %w", r.ID, err)
 	}

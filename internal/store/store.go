@@ -42,8 +42,10 @@ type Store struct {
 	AfterCommit func()
 	// Policy is the restart policy and run defaults (docs/architecture.md#configuration-and-files-on-disk, docs/architecture.md#run-status-machine).
 	Policy Policy
-	// Clock is the time decisions are made at (next_attempt_at of a
-	// requeue); nil is time.Now.
+	// Clock is the time decisions are made at: every query whose result
+	// depends on the time (timers, cutoffs, "older than") compares with
+	// it, and the times those compare against are written from it
+	// (docs/architecture.md#time); nil is time.Now.
 	Clock func() time.Time
 
 	secretMu     sync.Mutex
@@ -90,6 +92,9 @@ func (s *Store) WithOwnPool(ctx context.Context, conns int32) (*Store, error) {
 	return &Store{Pool: pool, AfterCommit: s.AfterCommit, Policy: s.Policy, Clock: s.Clock}, nil
 }
 
+// Now is the store's clock: the time its timer queries compare with.
+func (s *Store) Now() time.Time { return s.now() }
+
 // Ping checks that the database answers.
 func (s *Store) Ping(ctx context.Context) error { return s.Pool.Ping(ctx) }
 
@@ -123,7 +128,13 @@ type Tx struct {
 	// (pipeline.go); nil writes at once.
 	later  *pgx.Batch
 	events laterEvents
+	// now is the store's clock read once when the transaction began: the
+	// transaction's time, as PostgreSQL's now() is.
+	now time.Time
 }
+
+// Now is the transaction's time: the store's clock when it began.
+func (tx *Tx) Now() time.Time { return tx.now }
 
 // InTx runs fn in a transaction, committing if it returns nil.
 func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
@@ -131,7 +142,7 @@ func (s *Store) InTx(ctx context.Context, fn func(tx *Tx) error) error {
 	if err != nil {
 		return fmt.Errorf("begin a transaction: %w", translate(err))
 	}
-	tx := &Tx{Tx: ptx}
+	tx := &Tx{Tx: ptx, now: s.now()}
 	if err := fn(tx); err != nil {
 		_ = ptx.Rollback(context.Background())
 		return translate(err)

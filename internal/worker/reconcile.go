@@ -328,7 +328,7 @@ func (w *agent) discriminate(ctx context.Context, s tmux.Session, wr wire.Worker
 		w.stopSession(ctx, s, false, "the run was stopped")
 	case wr.Status == wire.RunExited || wr.Status == wire.RunFailed:
 		end := w.holdOpenEnd(wr, key)
-		if time.Now().Before(end) {
+		if w.now().Before(end) {
 			w.keepHoldOpen(s)
 			return
 		}
@@ -360,7 +360,7 @@ func (w *agent) holdOpenEnd(wr wire.WorkerRun, key string) time.Time {
 	}
 	t, ok := w.rs.endedAt[key]
 	if !ok {
-		t = time.Now()
+		t = w.now()
 		w.rs.endedAt[key] = t
 	}
 	return t.Add(w.o.HoldOpen)
@@ -422,7 +422,7 @@ func (w *agent) stopSession(ctx context.Context, s tmux.Session, force bool, why
 // carries, if any), held for OrphanHold for inspection, then killed.
 func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 	first, seen := w.rs.orphans[s.Name]
-	now := time.Now()
+	now := w.now()
 	if !seen {
 		first = now
 		w.rs.orphans[s.Name] = now

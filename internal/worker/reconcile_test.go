@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/clock"
 	"pam/internal/eventually"
 	"pam/internal/spool"
 	"pam/internal/tmux"
@@ -153,10 +154,21 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	orch := newFakeOrch(t)
 	h := newHarnessFor(t, orch, executor)
 	h.opts.ReconcileInterval = 200 * time.Millisecond
-	h.opts.OrphanHold = 1500 * time.Millisecond
+	h.opts.OrphanHold = 10 * time.Minute
 	h.opts.HoldOpen = time.Hour
 	h.opts.StopGrace = 500 * time.Millisecond
-	now := time.Now().UTC()
+	// The holds are judged at a clock the test moves: a pass within a
+	// hold keeps the session, the first past it acts.
+	clk := clock.NewManual(time.Now())
+	h.opts.Clock = clk.Now
+	var passes atomic.Int64
+	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
+	afterPasses := func(what string, n int64) {
+		t.Helper()
+		from := passes.Load()
+		eventually.Wait(t, eventually.Medium, what, func() bool { return passes.Load() >= from+n })
+	}
+	now := clk.Now().UTC()
 	orch.setRuns(func(r *fakeRuns) {
 		r.serve = true
 		hostLost := wire.RunAttempt{Attempt: 1, HostID: ptr(testHostID), Outcome: ptr("failed"), FailureReason: ptr(wire.FailHostLost)}
@@ -211,6 +223,11 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	for _, id := range []string{runPastHold, runStopped, runElse, runOlder} {
 		eventually.Wait(t, eventually.Medium, "the session of "+id+" to be stopped", func() bool { return !h.alive(names[id]) })
 	}
+	afterPasses("reconciliation passes within the orphan hold", 3)
+	if !h.alive(names[runOrphan]) {
+		t.Fatal("the orphan was killed within its hold")
+	}
+	clk.Advance(h.opts.OrphanHold + time.Second)
 	eventually.Wait(t, eventually.Medium, "the orphan to be killed after its hold", func() bool { return !h.alive(names[runOrphan]) })
 	// Several passes later: what is kept is still there, reported once.
 	if !h.alive(names[runHostLost]) || !h.alive(names[runHold]) || !h.alive(names[runDesired]) {
@@ -242,6 +259,9 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	}) {
 		t.Errorf("worker.log:\n%s", log)
 	}
+	// The finished run's hold-open ends with the clock too.
+	clk.Set(now.Add(h.opts.HoldOpen + time.Second))
+	eventually.Wait(t, eventually.Medium, "the session of the finished run to be stopped after its hold-open", func() bool { return !h.alive(names[runHold]) })
 }
 
 // Without the orchestrator's word nothing is judged: an unknown session
@@ -566,8 +586,10 @@ func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
 	orch := newFakeOrch(t)
 	h := newHarness(t, orch)
 	h.opts.ReconcileInterval = 100 * time.Millisecond
-	h.opts.OrphanHold = 300 * time.Millisecond
+	h.opts.OrphanHold = time.Minute
 	h.opts.StopGrace = 200 * time.Millisecond
+	clk := clock.NewManual(time.Now())
+	h.opts.Clock = clk.Now
 	var passes atomic.Int64
 	h.opts.hooks = &hooks{reconcilePass: func() { passes.Add(1) }}
 	const other = "f0f0f0f0-9999-4999-8999-999999999999"
@@ -607,12 +629,17 @@ func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
 	}
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
+	orch.wait(0, "the orphan report of the untagged session", func(f wire.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
+	})
+	clk.Advance(h.opts.OrphanHold + time.Second)
 	eventually.Wait(t, 15*time.Second, "the untagged orphan to be killed after its hold", func() bool { return !h.alive(untagged) })
 	from := orch.mark()
 	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runOrphan, Attempt: wire.IntPtr(1), Force: true})
 	orch.send(h.dispatchFrame(runMissing, 1))
 	orch.wait(from, "spawn_failed of the run whose name another instance holds", isState(wire.StateSpawnFailed, runMissing))
 	// Several reconciliations (each past the orphan hold) after all that.
+	clk.Advance(h.opts.OrphanHold + time.Second)
 	n := passes.Load()
 	eventually.Wait(t, 15*time.Second, "more reconciliation passes", func() bool { return passes.Load() >= n+5 })
 

@@ -34,7 +34,7 @@ func (w *agent) cleanRunLogs(ctx context.Context) {
 		}
 		return
 	}
-	now := time.Now()
+	now := w.now()
 	// The newest write of each run's log files, by run id.
 	newest := map[string]time.Time{}
 	files := map[string][]string{}

@@ -31,6 +31,7 @@ import (
 	lru "github.com/hashicorp/golang-lru/v2"
 
 	"pam/internal/apiclient"
+	"pam/internal/clock"
 	"pam/internal/datadir"
 	"pam/internal/defaults"
 	screenread "pam/internal/screen"
@@ -125,6 +126,11 @@ type Options struct {
 	// LogMaxBytes is the size past which a run log is rotated; default
 	// 64 MiB.
 	LogMaxBytes int64
+	// Clock is the time the worker's expiring timers are judged at (the
+	// orphan hold, a finished run's hold-open, worktree and run log
+	// retention); nil is time.Now. The tickers that pace its loops stay
+	// real, and so does the capture schedule (docs/architecture.md#time).
+	Clock func() time.Time
 
 	// hooks are seams for this package's tests; nil elsewhere.
 	hooks *hooks
@@ -226,6 +232,9 @@ func (o *Options) defaults() error {
 	}
 	return nil
 }
+
+// now is the worker's clock (Options.Clock).
+func (w *agent) now() time.Time { return clock.Or(w.o.Clock)() }
 
 // agent is one running worker: the state its loops and handlers share.
 type agent struct {

@@ -228,7 +228,7 @@ func (w *agent) cleanWorkspaces(ctx context.Context) {
 	mirrors := w.ws.MirrorsSize()
 	total := mirrors
 	var done []finishedWorktree
-	now := time.Now()
+	now := w.now()
 	for _, e := range entries {
 		if ctx.Err() != nil {
 			return
