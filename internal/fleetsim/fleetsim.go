@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"pam/internal/benchproc"
+	"pam/internal/procfs"
 	"pam/internal/embeddb"
 
 	"pam/internal/apiclient"
@@ -369,7 +369,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		defer t.Stop()
 		for {
 			p := current()
-			if u, ok := benchproc.ReadStat(p.PID()); ok {
+			if u, ok := procfs.ReadStat(p.PID()); ok {
 				res.ServeRSSPeak = max(res.ServeRSSPeak, u.RSS)
 			}
 			if _, n := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres"))); n > res.DBBackendsMax {
@@ -384,7 +384,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	})
 	usage := func() (serveCPU, dbCPU time.Duration) {
 		p := current()
-		u, _ := benchproc.ReadStat(p.PID())
+		u, _ := procfs.ReadStat(p.PID())
 		db, _ := clusterUsage(embeddb.RunningPID(filepath.Join(p.dataDir, "postgres")))
 		return u.CPU, db
 	}
@@ -521,7 +521,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	res.HeartbeatOffered = float64(o.Workers) / o.HeartbeatInterval.Seconds()
 	res.ServeCPUHold, res.DBCPUHold = percent(cpu1-cpu0, held), percent(db1-db0, held)
 	res.Reached = PhaseHeld
-	if u, ok := benchproc.ReadStat(current().PID()); ok {
+	if u, ok := procfs.ReadStat(current().PID()); ok {
 		res.ServeRSSHold = u.RSS
 	}
 	if res.Runtime, err = scrapeMetrics(ctx, op.HTTP, sp.url, sp.token); err != nil {
