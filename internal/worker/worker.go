@@ -209,8 +209,8 @@ func (o *Options) defaults() error {
 	if o.WorktreeBudget <= 0 {
 		o.WorktreeBudget = defaults.WorktreeBudget
 	}
-	def(&o.BackoffMin, DefaultBackoffMin)
-	def(&o.BackoffMax, DefaultBackoffMax)
+	def(&o.BackoffMin, time.Second)
+	def(&o.BackoffMax, 30*time.Second)
 	if o.MaxRuns <= 0 {
 		o.MaxRuns = defaults.MaxRuns
 	}
