@@ -60,9 +60,10 @@ func TestSmallFleet(t *testing.T) {
 		t.Errorf("%d snapshots sent, want at least one per run (40)", res.SnapshotsSent)
 	}
 	// Uplinks go down in the restart, and the workers say what failed
-	// meanwhile; nothing else may go wrong.
+	// meanwhile; a signal whose answer was lost on a busy machine is
+	// posted again and answered duplicate. Nothing else may go wrong.
 	for k, v := range res.Anomalies {
-		if k != "uplink down" && !strings.HasPrefix(k, "while serve restarted: ") {
+		if k != "uplink down" && !strings.HasPrefix(k, "while serve restarted: ") && !strings.HasSuffix(k, "(retried after a lost answer)") {
 			t.Errorf("%s: %d", k, v)
 		}
 	}

@@ -124,19 +124,25 @@ func (s *sim) noteDispatch(runID, hostID string, attempt int, at time.Time) {
 }
 
 // signalResult counts one signal's answer: result for an answer, code
-// for a refusal or a failure to deliver.
+// for a refusal or a failure to deliver. A duplicate is a signal applied
+// by an earlier try whose answer was lost (the wrapper's sender retries
+// after 3 s): the run has it, and the retry is counted apart.
 func (s *sim) signalResult(kind, result, code string) {
-	if code == "" && result == wire.ResultApplied {
+	if code == "" && (result == wire.ResultApplied || result == wire.ResultDuplicate) {
 		switch kind {
 		case wire.SignalStarted:
 			s.startedApplied.Add(1)
-			return
 		case wire.SignalFinished:
 			s.finishedApplied.Add(1)
+		}
+		if result == wire.ResultApplied {
 			return
 		}
 	}
 	key := "signal " + kind + " " + result
+	if result == wire.ResultDuplicate {
+		key += " (retried after a lost answer)"
+	}
 	if code != "" {
 		key = "signal " + kind + " " + code
 	}
