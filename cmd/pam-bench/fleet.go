@@ -11,8 +11,8 @@ import (
 	"pam/internal/fleetsim"
 )
 
-// fleetCmd is a real serve and a simulated fleet of in-process workers
-// (internal/fleetsim, docs/scaling.md).
+// fleetCmd is a real serve and a simulated fleet of real in-process
+// workers on fake sessions (internal/fleetsim, docs/scaling.md).
 var fleetCmd = &command{
 	name:    "fleet",
 	summary: "simulate a fleet of workers against a real serve: hosts held, heartbeats, dispatch, reconnect storm",
@@ -23,8 +23,7 @@ var fleetCmd = &command{
 		fs.IntVar(&o.RunsPerWorker, "runs-per-worker", 10, "max_runs of each worker, and runs created per worker")
 		fs.DurationVar(&o.Hold, "duration", time.Minute, "how long the full fleet is held for the steady-state figures")
 		fs.DurationVar(&o.HeartbeatInterval, "heartbeat", defaults.HeartbeatInterval, "each worker's heartbeat interval")
-		fs.DurationVar(&o.SnapshotInterval, "snapshot-every", 0, "how often each fake session's screen changes (0: only the greeting's)")
-		fs.BoolVar(&o.UplinkSignals, "uplink-signals", false, "send the fake wrappers' signals on the uplink, not over HTTP")
+		fs.DurationVar(&o.SnapshotInterval, "snapshot-every", 0, "how often each fake session's screen changes (0: only its first screen)")
 		fs.BoolVar(&o.NoRestart, "no-restart", false, "skip the reconnect storm (serve restart)")
 		fs.DurationVar(&o.Down, "down", 0, "how long serve stays stopped in the reconnect storm")
 		fs.DurationVar(&o.Timeout, "timeout", 15*time.Minute, "bound of the whole simulation")

@@ -1,3 +1,8 @@
+// Package benchproc starts the child processes of the bench drivers
+// (internal/loadtest, internal/fleetsim) and of the tests (package
+// pamtest): one way to start, reap and stop a process, in a group of its
+// own. It is part of the measuring tool (cmd/pam-bench) and of the
+// tests, not of bin/pam.
 package benchproc
 
 import (
@@ -12,14 +17,16 @@ import (
 	"time"
 )
 
-// Proc is a pam process a driver started. It runs in a process group of
-// its own, so that a terminal's Ctrl-C reaches only the driver, which
-// then stops everything in order; on Linux it also gets SIGTERM if the
-// driver dies outright.
+// Proc is a process a driver or a test started (pamtest's are too). It
+// runs in a process group of its own, so that a terminal's Ctrl-C
+// reaches only the driver, which then stops everything in order; on
+// Linux it also gets SIGTERM if the driver dies outright.
 type Proc struct {
 	// Name labels it in messages ("serve", "worker").
 	Name string
-	// Log is the file its stdout and stderr are appended to.
+	// Log is the file its stdout and stderr are appended to; empty for a
+	// process started by StartCmd, whose output goes where its caller
+	// said.
 	Log string
 	cmd *exec.Cmd
 	// from is where its own output starts in Log: a file a restarted
@@ -45,15 +52,29 @@ func Start(name, bin, dir, logPath string, env []string, args ...string) (*Proc,
 	cmd.Env = env
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = f, f
+	p, err := StartCmd(name, cmd, func() { f.Close() })
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	p.Log, p.from = logPath, fi.Size()
+	return p, nil
+}
+
+// StartCmd starts cmd, made by the caller, as Start does (a process
+// group of its own, SIGTERM when this process dies) and reaps it in the
+// background; reaped, when not nil, is called once it has been.
+func StartCmd(name string, cmd *exec.Cmd, reaped func()) (*Proc, error) {
 	cmd.SysProcAttr = childAttr()
 	if err := cmd.Start(); err != nil {
-		f.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &Proc{Name: name, Log: logPath, cmd: cmd, from: fi.Size(), done: make(chan struct{})}
+	p := &Proc{Name: name, cmd: cmd, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
-		f.Close()
+		if reaped != nil {
+			reaped()
+		}
 		close(p.done)
 	}()
 	return p, nil
@@ -88,11 +109,14 @@ func (p *Proc) State() string {
 
 // Stop sends SIGTERM, waits up to grace, then kills; it returns once the
 // process is reaped.
-func (p *Proc) Stop(grace time.Duration) {
+func (p *Proc) Stop(grace time.Duration) { p.StopWith(syscall.SIGTERM, grace) }
+
+// StopWith is Stop with another signal than SIGTERM.
+func (p *Proc) StopWith(sig syscall.Signal, grace time.Duration) {
 	if p.Exited() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Process.Signal(sig)
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {
@@ -103,8 +127,11 @@ func (p *Proc) Stop(grace time.Duration) {
 	}
 }
 
-// Output is what the process wrote so far.
+// Output is what the process wrote so far to its Log.
 func (p *Proc) Output() string {
+	if p.Log == "" {
+		return ""
+	}
 	b, _ := os.ReadFile(p.Log)
 	if int64(len(b)) < p.from {
 		return ""

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"pam/internal/procfs"
 )
 
 // A started process is waited on for its listening line, stopped, and
@@ -24,7 +26,7 @@ func TestStartListenStop(t *testing.T) {
 		t.Fatalf("first: %q, %v", url, err)
 	}
 	first.Stop(10 * time.Second)
-	if !first.Exited() || Alive(first.PID()) {
+	if !first.Exited() || procfs.Alive(first.PID()) {
 		t.Fatalf("first not ended: %s", first.State())
 	}
 

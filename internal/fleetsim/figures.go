@@ -25,34 +25,62 @@ type Row = benchtable.Row
 // within 2× across equal hosts, the reconnect storm settles in under 60
 // s, and no run is lost or run twice.
 func (r *Result) Rows() []Row {
-	var rows []Row
-	phase := PhaseStarted // of the rows added next: none before it was reached
-	add := func(stat string, v float64, unit string, f func(*Row)) {
-		if r.Reached < phase {
-			return
-		}
-		row := Row{Figure: Figure, Stat: stat, Value: round(v), Unit: unit}
-		if f != nil {
-			f(&row)
-		}
-		rows = append(rows, row)
-	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	mib := func(b int64) float64 { return float64(b) / (1 << 20) }
+	b := &rowBuilder{r: r}
+	r.heldRows(b)
+	r.dispatchRows(b)
+	r.resourceRows(b)
+	r.outcomeRows(b)
+	return b.rows
+}
 
+// rowBuilder collects the rows of a result: only those of the phases it
+// reached.
+type rowBuilder struct {
+	r     *Result
+	phase Phase // of the rows added next: none before it was reached
+	rows  []Row
+}
+
+func (b *rowBuilder) add(stat string, v float64, unit string, f func(*Row)) {
+	if b.r.Reached < b.phase {
+		return
+	}
+	row := Row{Figure: Figure, Stat: stat, Value: round(v), Unit: unit}
+	if f != nil {
+		f(&row)
+	}
+	b.rows = append(b.rows, row)
+}
+
+// percentiles adds a p50 and a p99 row of sorted durations, in ms.
+func (b *rowBuilder) percentiles(prefix string, sorted []time.Duration, note string) {
+	for _, q := range []struct {
+		stat string
+		q    float64
+	}{{prefix + " p50", 0.5}, {prefix + " p99", 0.99}} {
+		b.add(q.stat, ms(Percentile(sorted, q.q)), "ms", func(x *Row) {
+			x.Samples = int64(len(sorted))
+			x.Note = note
+		})
+	}
+}
+
+// heldRows: the fleet held, and its heartbeats.
+func (r *Result) heldRows(b *rowBuilder) {
 	held := r.HostsConnected == r.Workers && r.Lost == 0 && r.Reached >= PhaseVerified
 	// A hold shorter than two intervals sees too few beats per worker
 	// for a rate: the figure is printed, not judged.
 	judgeHB := r.Hold >= 2*r.HeartbeatInterval
 	hbOK := !judgeHB || r.HeartbeatRate >= 0.9*r.HeartbeatOffered
-	add("hosts held", float64(r.HostsConnected), "hosts", func(x *Row) {
+	b.phase = PhaseStarted
+	b.add("hosts held", float64(r.HostsConnected), "hosts", func(x *Row) {
 		x.Goal = fmt.Sprintf("%d × %d runs at %s heartbeats", r.Workers, r.RunsPerWorker, dur(r.HeartbeatInterval))
 		x.Met = benchtable.Ptr(held && hbOK)
 		x.Samples = int64(r.Runs)
 		x.Note = fmt.Sprintf("%d runs asked for; connected in %s, serve first start %s", r.Runs, secs(r.ConnectTime), secs(r.ServeStart))
 	})
-	phase = PhaseHeld
-	add("heartbeats", r.HeartbeatRate, "heartbeats/s", func(x *Row) {
+	b.phase = PhaseHeld
+	b.add("heartbeats", r.HeartbeatRate, "heartbeats/s", func(x *Row) {
 		x.Baseline, x.BaselineName = benchtable.Ptr(round(r.HeartbeatOffered)), "offered"
 		x.Goal = "≥ 90 % of offered"
 		if judgeHB {
@@ -61,39 +89,27 @@ func (r *Result) Rows() []Row {
 		x.Samples = int64(len(r.HeartbeatAck))
 		x.Note = fmt.Sprintf("acked during a %s hold, every %s per worker", dur(r.Hold), dur(r.HeartbeatInterval))
 	})
-	for _, q := range []struct {
-		stat string
-		q    float64
-	}{{"heartbeat ack p50", 0.5}, {"heartbeat ack p99", 0.99}} {
-		add(q.stat, ms(Percentile(r.HeartbeatAck, q.q)), "ms", func(x *Row) {
-			x.Samples = int64(len(r.HeartbeatAck))
-			x.Note = "heartbeat sent → heartbeat_ack, during the hold"
-		})
-	}
-	phase = PhaseDispatched
-	add("dispatch rate", r.DispatchRate, "runs/s", func(x *Row) {
+	b.percentiles("heartbeat ack", r.HeartbeatAck, "heartbeat sent → heartbeat_ack, during the hold")
+}
+
+// dispatchRows: how fast and how evenly the runs were placed.
+func (r *Result) dispatchRows(b *rowBuilder) {
+	b.phase = PhaseDispatched
+	b.add("dispatch rate", r.DispatchRate, "runs/s", func(x *Row) {
 		x.Baseline, x.BaselineName = benchtable.Ptr(round(r.CreateRate)), "POST /runs rate"
 		x.Samples = int64(r.Runs)
 		x.Note = "first POST /runs of a batch → started of its last run (half the runs, then the rest)"
 	})
-	add("journal writes, dispatching", float64(r.DispatchEvents)/max(1, float64(r.Runs)), "events/run", func(x *Row) {
+	b.add("journal writes, dispatching", float64(r.DispatchEvents)/max(1, float64(r.Runs)), "events/run", func(x *Row) {
 		x.Samples = int64(r.DispatchEvents)
 		x.Note = fmt.Sprintf("%d events journaled while the runs were created, placed and started", r.DispatchEvents)
 	})
-	for _, q := range []struct {
-		stat string
-		q    float64
-	}{{"dispatch p50", 0.5}, {"dispatch p99", 0.99}} {
-		add(q.stat, ms(Percentile(r.DispatchLatency, q.q)), "ms", func(x *Row) {
-			x.Samples = int64(len(r.DispatchLatency))
-			x.Note = "POST /runs → run_dispatch at the worker, while every run is being created"
-		})
-	}
+	b.percentiles("dispatch", r.DispatchLatency, "POST /runs → run_dispatch at the worker, while every run is being created")
 	spread := 0.0
 	if r.SpreadMin > 0 {
 		spread = float64(r.SpreadMax) / float64(r.SpreadMin)
 	}
-	add("dispatch spread", spread, "×", func(x *Row) {
+	b.add("dispatch spread", spread, "×", func(x *Row) {
 		// Half full is a run per host at least only from 2 runs per
 		// worker up; below that the ratio says nothing.
 		x.Goal = "≤ 2×"
@@ -103,44 +119,55 @@ func (r *Result) Rows() []Row {
 		x.Samples = int64(r.Workers)
 		x.Note = fmt.Sprintf("most / fewest runs on one equal host, fleet half full: %d / %d", r.SpreadMax, r.SpreadMin)
 	})
-	add("serve CPU, dispatching", r.ServeCPUDispatch, "core-%", func(x *Row) {
+	b.add("serve CPU, dispatching", r.ServeCPUDispatch, "core-%", func(x *Row) {
 		x.Note = fmt.Sprintf("database %.0f core-%%", r.DBCPUDispatch)
 	})
-	phase = PhaseHeld
-	add("serve CPU, holding", r.ServeCPUHold, "core-%", func(x *Row) {
+}
+
+// resourceRows: what serve and its database took.
+func (r *Result) resourceRows(b *rowBuilder) {
+	b.phase = PhaseHeld
+	b.add("serve CPU, holding", r.ServeCPUHold, "core-%", func(x *Row) {
 		x.Note = fmt.Sprintf("database %.1f core-%%", r.DBCPUHold)
 	})
-	phase = PhaseStarted
-	add("serve RSS, peak", mib(r.ServeRSSPeak), "MiB", func(x *Row) {
+	b.phase = PhaseStarted
+	b.add("serve RSS, peak", mib(r.ServeRSSPeak), "MiB", func(x *Row) {
 		x.Note = "sampled every 250 ms"
 		if r.Reached >= PhaseHeld {
 			x.Note = fmt.Sprintf("%.0f MiB at the end of the hold (Go heap %.0f MiB, stacks %.0f MiB, %.0f goroutines, %.0f uplinks); ",
 				mib(r.ServeRSSHold), r.Runtime.HeapInuse/(1<<20), r.Runtime.StackInuse/(1<<20), r.Runtime.Goroutines, r.Runtime.Uplinks) + x.Note
 		}
 	})
-	add("database connections", float64(r.DBBackendsMax), "connections", func(x *Row) {
+	b.add("database connections", float64(r.DBBackendsMax), "connections", func(x *Row) {
 		x.Note = "most client backends of the embedded PostgreSQL seen"
 	})
-	phase = PhaseRestarted
+}
+
+// outcomeRows: the reconnect storm, and whether every run ran once.
+func (r *Result) outcomeRows(b *rowBuilder) {
+	b.phase = PhaseRestarted
 	if r.Restarted {
-		add("reconnect storm settle", r.Settle.Seconds(), "s", func(x *Row) {
+		b.add("reconnect storm settle", r.Settle.Seconds(), "s", func(x *Row) {
 			x.Baseline, x.BaselineName = benchtable.Ptr(round(r.ServeRestart.Seconds())), "serve restart alone"
 			x.Goal, x.Met = "< 60 s", benchtable.Ptr(r.SettleHosts == r.Workers && r.Settle < time.Minute)
 			x.Samples = int64(r.SettleHosts)
 			x.Note = fmt.Sprintf("serve stopped, down %s, started → every worker admitted again, with the worker's own backoff and jitter", dur(r.Down))
 		})
 	}
-	phase = PhaseVerified
-	add("runs lost", float64(r.Lost), "runs", func(x *Row) {
+	b.phase = PhaseVerified
+	b.add("runs lost", float64(r.Lost), "runs", func(x *Row) {
 		x.Goal, x.Met, x.Samples = "0", benchtable.Ptr(r.Lost == 0), int64(r.Runs)
 		x.Note = "runs not read back exited 0 at attempt 1 after every session finished"
 	})
-	add("runs duplicated", float64(r.Duplicates), "runs", func(x *Row) {
+	b.add("runs duplicated", float64(r.Duplicates), "runs", func(x *Row) {
 		x.Goal, x.Met, x.Samples = "0", benchtable.Ptr(r.Duplicates == 0), int64(r.Runs)
 		x.Note = "runs offered to two hosts or at a second attempt"
 	})
-	return rows
 }
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // WriteTable writes rows as the human table of `pam-bench fleet`, then
 // the anomalies and first errors, if any.

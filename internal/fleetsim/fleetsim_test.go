@@ -18,10 +18,11 @@ import (
 // must stop every simulated worker and its connections.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(pamtest.M(m)) }
 
-// A small fleet through every phase against a real serve: all hosts
-// connect, every run is dispatched once and starts, placement spreads
-// over equal hosts, the fleet comes back after a serve restart, and every
-// run ends exited 0 on the host that ran it.
+// A small fleet of real workers on fake sessions through every phase
+// against a real serve: all hosts connect, every run is dispatched once
+// and starts, placement spreads over equal hosts, screens are uplinked,
+// the fleet comes back after a serve restart, and every run ends exited 0
+// on the host that ran it.
 func TestSmallFleet(t *testing.T) {
 	pamtest.Require(t, "postgres")
 	if testing.Short() {
@@ -32,7 +33,7 @@ func TestSmallFleet(t *testing.T) {
 		// Short intervals, so that a short hold judges the heartbeat rate
 		// and every worker reconciles during it.
 		HeartbeatInterval: 500 * time.Millisecond, ReconcileInterval: time.Second, SnapshotInterval: 500 * time.Millisecond,
-		Hold: 2 * time.Second, Timeout: 2 * time.Minute,
+		Hold: 4 * time.Second, Timeout: 3 * time.Minute,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,9 +56,14 @@ func TestSmallFleet(t *testing.T) {
 	if res.HeartbeatRate < 0.9*res.HeartbeatOffered {
 		t.Errorf("%.1f heartbeats/s acked of %.1f offered", res.HeartbeatRate, res.HeartbeatOffered)
 	}
-	// Uplinks go down in the restart; nothing else may go wrong.
+	if res.SnapshotsSent < 40 {
+		t.Errorf("%d snapshots sent, want at least one per run (40)", res.SnapshotsSent)
+	}
+	// Uplinks go down in the restart, and the workers say what failed
+	// meanwhile; a signal whose answer was lost on a busy machine is
+	// posted again and answered duplicate. Nothing else may go wrong.
 	for k, v := range res.Anomalies {
-		if k != "uplink down" {
+		if k != "uplink down" && !strings.HasPrefix(k, "while serve restarted: ") && !strings.HasSuffix(k, "(retried after a lost answer)") {
 			t.Errorf("%s: %d", k, v)
 		}
 	}

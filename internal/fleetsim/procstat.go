@@ -4,7 +4,7 @@ import (
 	"strings"
 	"time"
 
-	"pam/internal/benchproc"
+	"pam/internal/procfs"
 )
 
 // clusterUsage sums CPU time over the embedded cluster's postmaster and
@@ -15,16 +15,16 @@ func clusterUsage(postmaster int) (cpu time.Duration, backends int) {
 	if postmaster <= 0 {
 		return 0, 0
 	}
-	if u, ok := benchproc.ReadStat(postmaster); ok {
+	if u, ok := procfs.ReadStat(postmaster); ok {
 		cpu += u.CPU
 	}
-	for _, pid := range benchproc.ChildrenOf(postmaster) {
-		u, ok := benchproc.ReadStat(pid)
+	for _, pid := range procfs.ChildrenOf(postmaster) {
+		u, ok := procfs.ReadStat(pid)
 		if !ok {
 			continue
 		}
 		cpu += u.CPU
-		if isClientBackend(string(benchproc.File(pid, "cmdline"))) {
+		if isClientBackend(string(procfs.File(pid, "cmdline"))) {
 			backends++
 		}
 	}

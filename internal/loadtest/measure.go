@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"pam/internal/benchproc"
 	"pam/internal/embeddb"
+	"pam/internal/procfs"
 )
 
 // measured is what the load phase observed.
@@ -40,19 +40,19 @@ type cpuDelta struct {
 
 func (l *load) cpuNow(ctx context.Context) cpuTimes {
 	var c cpuTimes
-	if st, ok := benchproc.ReadStat(l.serve.PID()); ok {
+	if st, ok := procfs.ReadStat(l.serve.PID()); ok {
 		c.serve = st.CPU
 	}
-	if st, ok := benchproc.ReadStat(l.worker.PID()); ok {
+	if st, ok := procfs.ReadStat(l.worker.PID()); ok {
 		c.worker, c.workerChildren = st.CPU, st.Children
 	}
 	for _, p := range l.sess.pids(ctx) {
-		if st, ok := benchproc.ReadStat(p); ok {
+		if st, ok := procfs.ReadStat(p); ok {
 			c.sess += st.CPU
 		}
 	}
-	c.postgres = benchproc.GroupCPU(embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")))
-	if st, ok := benchproc.ReadStat(os.Getpid()); ok {
+	c.postgres = procfs.GroupCPU(embeddb.RunningPID(filepath.Join(l.dir, "serve", "postgres")))
+	if st, ok := procfs.ReadStat(os.Getpid()); ok {
 		c.self = st.CPU
 	}
 	return c
@@ -118,7 +118,7 @@ func (l *load) measureLoad(ctx, loadCtx context.Context) measured {
 		serve: c1.serve - c0.serve, worker: c1.worker - c0.worker, workerChildren: c1.workerChildren - c0.workerChildren,
 		sess: c1.sess - c0.sess, postgres: c1.postgres - c0.postgres, self: c1.self - c0.self}}
 	m.serveEndRSS = rssBytes(l.serve.PID())
-	m.serveHWM = benchproc.StatusBytes(l.serve.PID(), "VmHWM:")
+	m.serveHWM = procfs.StatusBytes(l.serve.PID(), "VmHWM:")
 	if m.err == nil && m.gen.sent.Load() == 0 {
 		m.err = fmt.Errorf("the event generator wrote nothing: %v", m.gen.firstErr)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"pam/internal/benchproc"
 	"pam/internal/holder"
+	"pam/internal/procfs"
 	"pam/internal/tmux"
 )
 
@@ -99,13 +100,13 @@ func (s *sessions) pids(ctx context.Context) []int {
 	defer s.mu.Unlock()
 	if list, err := s.tmux.ListSessions(ctx); err == nil {
 		for _, l := range list {
-			if st, ok := benchproc.ReadStat(l.PanePID); ok && st.PPID > 1 {
+			if st, ok := procfs.ReadStat(l.PanePID); ok && st.PPID > 1 {
 				s.server = st.PPID
 				break
 			}
 		}
 	}
-	if benchproc.Alive(s.server) {
+	if procfs.Alive(s.server) {
 		return []int{s.server}
 	}
 	return nil
@@ -148,15 +149,15 @@ func (s *sessions) kill(ctx context.Context) error {
 // endProcess sends sig to a process that is not the driver's child, and
 // SIGKILL if it is still there after grace.
 func endProcess(pid int, sig syscall.Signal, grace time.Duration) error {
-	if !benchproc.Alive(pid) {
+	if !procfs.Alive(pid) {
 		return nil
 	}
 	_ = syscall.Kill(pid, sig)
-	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }) == nil {
+	if waitFor(context.Background(), grace, "exit", func() (bool, error) { return !procfs.Alive(pid), nil }) == nil {
 		return nil
 	}
 	_ = syscall.Kill(pid, syscall.SIGKILL)
-	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !benchproc.Alive(pid), nil }); err != nil {
+	if err := waitFor(context.Background(), 5*time.Second, "exit", func() (bool, error) { return !procfs.Alive(pid), nil }); err != nil {
 		return fmt.Errorf("process %d survived SIGKILL", pid)
 	}
 	return nil
@@ -199,11 +200,11 @@ func sweep(dir string) error {
 	var left []int
 	for range 5 {
 		left = left[:0]
-		for _, pid := range benchproc.PIDs() {
-			if pid == self || !benchproc.Alive(pid) {
+		for _, pid := range procfs.PIDs() {
+			if pid == self || !procfs.Alive(pid) {
 				continue
 			}
-			if bytes.Contains(benchproc.File(pid, "cmdline"), []byte(dir)) || bytes.Contains(benchproc.File(pid, "environ"), []byte(dir)) {
+			if bytes.Contains(procfs.File(pid, "cmdline"), []byte(dir)) || bytes.Contains(procfs.File(pid, "environ"), []byte(dir)) {
 				left = append(left, pid)
 				_ = syscall.Kill(pid, syscall.SIGKILL)
 			}

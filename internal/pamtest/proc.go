@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"pam/internal/benchproc"
 )
 
 // StopGrace is how long a process has to exit after SIGTERM when a test
@@ -36,15 +38,17 @@ func (w *Buffer) String() string {
 	return w.b.String()
 }
 
-// Proc is a pam process under test. It runs in its own process group, so
-// a terminal's Ctrl-C reaches only the test binary, which then ends it.
+// Proc is a pam process under test, started by benchproc (the one
+// process helper of the tests and the bench drivers). It runs in its own
+// process group, so a terminal's Ctrl-C reaches only the test binary,
+// which then ends it.
 type Proc struct {
 	t      testing.TB
 	name   string
 	Cmd    *exec.Cmd
 	Stdout *Buffer
 	Stderr *Buffer
-	done   chan struct{}
+	proc   *benchproc.Proc
 }
 
 // Start runs `pam args...` with the environment plus env, and ends it when
@@ -54,13 +58,13 @@ func Start(t testing.TB, name string, env []string, args ...string) *Proc {
 	t.Helper()
 	cmd := Command(t, args...)
 	cmd.Env = append(cmd.Env, env...)
-	p := &Proc{t: t, name: name, Cmd: cmd, Stdout: &Buffer{}, Stderr: &Buffer{}, done: make(chan struct{})}
+	p := &Proc{t: t, name: name, Cmd: cmd, Stdout: &Buffer{}, Stderr: &Buffer{}}
 	cmd.Stdout, cmd.Stderr = p.Stdout, p.Stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	proc, err := benchproc.StartCmd(name, cmd, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
+	p.proc = proc
 	t.Cleanup(func() {
 		p.Stop(syscall.SIGTERM, StopGrace)
 		if t.Failed() {
@@ -81,17 +85,10 @@ func Command(t testing.TB, args ...string) *exec.Cmd {
 }
 
 // Done is closed when the process has exited and been reaped.
-func (p *Proc) Done() <-chan struct{} { return p.done }
+func (p *Proc) Done() <-chan struct{} { return p.proc.Done() }
 
 // Exited reports whether the process has exited.
-func (p *Proc) Exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
+func (p *Proc) Exited() bool { return p.proc.Exited() }
 
 // Signal sends sig to the process (not its group).
 func (p *Proc) Signal(sig syscall.Signal) error {
@@ -100,17 +97,7 @@ func (p *Proc) Signal(sig syscall.Signal) error {
 
 // Stop sends sig and waits up to d for the exit, then kills the process.
 // It returns once the process is reaped.
-func (p *Proc) Stop(sig syscall.Signal, d time.Duration) {
-	_ = p.Signal(sig)
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-p.done:
-	case <-timer.C:
-		_ = p.Cmd.Process.Kill()
-		<-p.done
-	}
-}
+func (p *Proc) Stop(sig syscall.Signal, d time.Duration) { p.proc.StopWith(sig, d) }
 
 // Kill9 kills the process with SIGKILL (no cleanup of any kind) and waits
 // until it is reaped.
@@ -119,7 +106,7 @@ func (p *Proc) Kill9() {
 	if err := syscall.Kill(p.Cmd.Process.Pid, syscall.SIGKILL); err != nil && !p.Exited() {
 		p.t.Fatalf("kill -9 %s (pid %d): %v", p.name, p.Cmd.Process.Pid, err)
 	}
-	<-p.done
+	<-p.Done()
 }
 
 // Wait waits up to d for the process to exit and returns its exit code,
@@ -129,7 +116,7 @@ func (p *Proc) Wait(d time.Duration) int {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
-	case <-p.done:
+	case <-p.Done():
 		return p.Cmd.ProcessState.ExitCode()
 	case <-timer.C:
 		p.t.Fatalf("%s did not exit within %s: %s", p.name, d, p.Stderr.String())

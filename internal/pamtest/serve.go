@@ -91,7 +91,7 @@ func (s *Serve) WaitListening(d time.Duration) {
 		}
 		select {
 		case <-tick.C:
-		case <-s.done:
+		case <-s.Done():
 			if s.URL = ListenURL(s.Stdout.String()); s.URL == "" {
 				s.t.Fatalf("pam serve exited (%s) before listening: %s", s.Cmd.ProcessState, s.Stderr.String())
 			}
@@ -123,7 +123,7 @@ func (s *Serve) WaitStandby(d time.Duration) string {
 		}
 		select {
 		case <-tick.C:
-		case <-s.done:
+		case <-s.Done():
 			if m := standbyRe.FindStringSubmatch(s.Stdout.String()); m != nil {
 				return m[1]
 			}

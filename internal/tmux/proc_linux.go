@@ -1,10 +1,10 @@
 package tmux
 
 import (
-	"bytes"
 	"os"
-	"strconv"
 	"syscall"
+
+	"pam/internal/procfs"
 )
 
 // growPipe makes the control client's output pipe hold a whole round of
@@ -30,28 +30,12 @@ func groupAlive(g int) bool {
 	if !killable(g) {
 		return false
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return killable(g)
+	pids := procfs.PIDs()
+	if pids == nil {
+		return killable(g) // no /proc to read
 	}
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp …; comm may hold spaces and parens.
-		i := bytes.LastIndexByte(b, ')')
-		if i < 0 {
-			continue
-		}
-		f := bytes.Fields(b[i+1:])
-		if len(f) < 3 {
-			continue
-		}
-		if pgrp, err := strconv.Atoi(string(f[2])); err == nil && pgrp == g && string(f[0]) != "Z" && string(f[0]) != "X" {
+	for _, pid := range pids {
+		if st, ok := procfs.ReadStat(pid); ok && st.PGRP == g && !st.Zombie {
 			return true
 		}
 	}
@@ -63,22 +47,9 @@ func groupAlive(g int) bool {
 // TIOCGPGRP ioctl would not do: it answers only for the caller's own
 // controlling terminal.
 func foregroundGroup(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
+	st, ok := procfs.ReadStat(pid)
+	if !ok || st.TPGID < 0 {
 		return 0
 	}
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0
-	}
-	// After the comm: state ppid pgrp session tty_nr tpgid.
-	f := bytes.Fields(b[i+1:])
-	if len(f) < 6 {
-		return 0
-	}
-	g, err := strconv.Atoi(string(f[5]))
-	if err != nil {
-		return 0
-	}
-	return g
+	return st.TPGID
 }

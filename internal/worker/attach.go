@@ -40,7 +40,7 @@ type relaySet struct {
 type relay struct {
 	id    string
 	runID string
-	term  attachment
+	term  Attachment
 	input chan []byte
 
 	once   sync.Once

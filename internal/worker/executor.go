@@ -14,9 +14,10 @@ import (
 	"pam/internal/wire"
 )
 
-// executor is what the worker needs of whatever runs its sessions: tmux
-// (package tmux, PAM_EXECUTOR=tmux) or the built-in PTY holder (package
-// holder, PAM_EXECUTOR=pty). Everything above it — dispatch,
+// Executor is what the worker needs of whatever runs its sessions: tmux
+// (package tmux, PAM_EXECUTOR=tmux), the built-in PTY holder (package
+// holder, PAM_EXECUTOR=pty), or one given in Options.Sessions (the
+// simulated fleet's fake sessions, internal/fleetsim). Everything above it — dispatch,
 // reconciliation, liveness, capture, logs, attach relays — is the same
 // for both (docs/architecture.md#the-pty-holder).
 //
@@ -24,7 +25,7 @@ import (
 // SessionName is checked against ^pam-[0-9a-f]{8}$ by either executor,
 // and a Session carries the run id, attempt and instance that the tmux
 // executor keeps as user options and the holder keeps in its note.
-type executor interface {
+type Executor interface {
 	// Harden prepares the executor before any relay opens (tmux: no key
 	// bindings on an older server).
 	Harden(ctx context.Context) error
@@ -44,7 +45,7 @@ type executor interface {
 	Stop(ctx context.Context, name tmux.SessionName, grace time.Duration, force bool) error
 	// Attach opens an interactive terminal on the session, sized
 	// rows×cols.
-	Attach(name tmux.SessionName, rows, cols int) (attachment, error)
+	Attach(name tmux.SessionName, rows, cols int) (Attachment, error)
 }
 
 // batchCapturer is what an executor offers when it can tell cheaply
@@ -69,9 +70,9 @@ type batchCapturer interface {
 	close()
 }
 
-// attachment is one interactive terminal on a session: Read is its
+// Attachment is one interactive terminal on a session: Read is its
 // output, Write its input. Close detaches; it never ends the session.
-type attachment interface {
+type Attachment interface {
 	io.ReadWriter
 	Resize(rows, cols int) error
 	Close() error
@@ -119,7 +120,7 @@ func (tmuxExecutor) sharedServer() bool { return true }
 
 // Attach runs `tmux attach-session` on a PTY sized to the remote
 // terminal (tmux sizes the window to its latest client).
-func (t tmuxExecutor) Attach(name tmux.SessionName, rows, cols int) (attachment, error) {
+func (t tmuxExecutor) Attach(name tmux.SessionName, rows, cols int) (Attachment, error) {
 	cmd, err := t.AttachCommand(name)
 	if err != nil {
 		return nil, err

@@ -293,7 +293,7 @@ type harness struct {
 	// ex is the executor the worker under test runs (tmux unless
 	// newHarnessFor says pty), for the helpers that make and list
 	// sessions as an earlier worker would have.
-	ex      executor
+	ex      Executor
 	tmuxDir string
 	calls   string // log of every tmux invocation
 	cancel  context.CancelFunc

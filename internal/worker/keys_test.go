@@ -41,7 +41,7 @@ func TestExecutorsSendTheSameBytes(t *testing.T) {
 	}
 	executors := []struct {
 		name string
-		ex   executor
+		ex   Executor
 	}{{"tmux", tmuxExecutor{tm}}, {"pty", testPTYExecutor(t)}}
 	for _, x := range executors {
 		for i, m := range modes {

@@ -35,8 +35,12 @@ const ptyStopPoll = 50 * time.Millisecond
 // ptyKillWait bounds how long a killed holder may take to go.
 const ptyKillWait = 5 * time.Second
 
-// newExecutor is the executor o.Executor names.
-func newExecutor(o Options, dir, instanceID string) (executor, error) {
+// newExecutor is o.Sessions when set, else the executor o.Executor
+// names.
+func newExecutor(o Options, dir, instanceID string) (Executor, error) {
+	if o.Sessions != nil {
+		return o.Sessions, nil
+	}
 	if o.Executor == "pty" {
 		return newPTYExecutor(o, dir, o.Logger), nil
 	}

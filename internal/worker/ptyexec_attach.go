@@ -11,7 +11,7 @@ import (
 
 // Attach is a write-mode reader sized to the remote terminal: the
 // holder resizes the PTY and the program repaints for it.
-func (e *ptyExecutor) Attach(name tmux.SessionName, rows, cols int) (attachment, error) {
+func (e *ptyExecutor) Attach(name tmux.SessionName, rows, cols int) (Attachment, error) {
 	c, err := e.dial(name, holder.Hello{Rows: rows, Cols: cols, Write: true})
 	if err != nil {
 		return nil, err

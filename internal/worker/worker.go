@@ -57,6 +57,11 @@ type Options struct {
 	// Executor is "tmux" or "pty" (the built-in PTY holder, package
 	// holder).
 	Executor string
+	// Sessions, when set, runs the sessions in place of the executor
+	// Executor names (which is still what registration reports): the
+	// simulated fleet of `pam-bench fleet` (internal/fleetsim) runs real
+	// workers on fake sessions with it. Nil in pam itself.
+	Sessions Executor
 	// MaxRuns is how many runs this host takes at once.
 	MaxRuns int
 	// Timers (PAM_HEARTBEAT_INTERVAL, PAM_CAPTURE_INTERVAL,
@@ -210,8 +215,8 @@ func (o *Options) defaults() error {
 	if o.WorktreeBudget <= 0 {
 		o.WorktreeBudget = defaults.WorktreeBudget
 	}
-	def(&o.BackoffMin, DefaultBackoffMin)
-	def(&o.BackoffMax, DefaultBackoffMax)
+	def(&o.BackoffMin, time.Second)
+	def(&o.BackoffMax, 30*time.Second)
 	if o.MaxRuns <= 0 {
 		o.MaxRuns = defaults.MaxRuns
 	}
@@ -240,7 +245,7 @@ func (w *agent) now() time.Time { return clock.Or(w.o.Clock)() }
 type agent struct {
 	o          Options
 	log        *slog.Logger
-	tm         executor // tmux or the PTY holder (executor.go)
+	tm         Executor // tmux, the PTY holder or Options.Sessions (executor.go)
 	dir        string   // <data>/worker
 	instanceID string
 	client     *apiclient.Client

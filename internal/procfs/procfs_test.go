@@ -1,10 +1,11 @@
-package benchproc
+package procfs
 
 import (
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -13,7 +14,7 @@ import (
 // a pid that is not there reads as gone.
 func TestReadSelf(t *testing.T) {
 	st, ok := ReadStat(os.Getpid())
-	if !ok || st.PPID != os.Getppid() || st.RSS <= 0 || st.Zombie {
+	if !ok || st.PPID != os.Getppid() || st.PGRP != syscall.Getpgrp() || st.RSS <= 0 || st.Zombie {
 		t.Fatalf("ReadStat(self) = %+v, %v", st, ok)
 	}
 	if !Alive(os.Getpid()) {

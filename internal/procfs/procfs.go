@@ -1,9 +1,11 @@
-// Package benchproc is what the bench drivers (internal/loadtest,
-// internal/fleetsim) read of the processes they start and measure: one
-// reader of /proc (Linux), so that CPU, memory and process trees are
-// taken the same way in every figure. It is part of the measuring tool
-// (cmd/pam-bench), not of bin/pam.
-package benchproc
+// Package procfs is pam's one reader of /proc/<pid> (Linux): the state,
+// parent, process group, terminal, CPU and memory of a process, and the
+// process list. tmux's stop ladder reads process groups and a pane's
+// foreground group with it, and the bench drivers (internal/loadtest,
+// internal/fleetsim) the CPU, memory and process trees of what they
+// measure, so that every figure is taken the same way. Off Linux every
+// read answers "gone".
+package procfs
 
 import (
 	"bufio"
@@ -22,10 +24,13 @@ const clockTick = time.Second / 100
 // pageSize is the unit of rss in /proc/<pid>/stat.
 var pageSize = int64(os.Getpagesize())
 
-// Stat is what the drivers read of /proc/<pid>/stat.
+// Stat is what is read of /proc/<pid>/stat.
 type Stat struct {
 	PPID int
-	// Zombie: the process has exited and waits to be reaped.
+	// PGRP is its process group; TPGID the foreground process group of
+	// the terminal it controls (0 or -1 for none).
+	PGRP, TPGID int
+	// Zombie: the process has exited (it waits to be reaped, or is dead).
 	Zombie bool
 	// CPU is the process's own user+system time; Children is that of the
 	// children it has waited for.
@@ -50,15 +55,17 @@ func ReadStat(pid int) (Stat, bool) {
 		return Stat{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	// f[0] is field 3 (state); ppid is field 4, utime..cstime 14..17,
-	// rss 24.
+	// f[0] is field 3 (state); ppid is field 4, pgrp 5, tpgid 8,
+	// utime..cstime 14..17, rss 24.
 	if len(f) < 22 {
 		return Stat{}, false
 	}
 	n := func(k int) int64 { v, _ := strconv.ParseInt(f[k-3], 10, 64); return v }
 	return Stat{
 		PPID:     int(n(4)),
-		Zombie:   f[0] == "Z",
+		PGRP:     int(n(5)),
+		TPGID:    int(n(8)),
+		Zombie:   f[0] == "Z" || f[0] == "X",
 		CPU:      time.Duration(n(14)+n(15)) * clockTick,
 		Children: time.Duration(n(16)+n(17)) * clockTick,
 		RSS:      n(24) * pageSize,
