@@ -68,6 +68,9 @@ func (w *agent) settleCapacity(ctx context.Context) {
 		}
 		wr, err := w.lookupRun(ctx, c.id)
 		if err != nil {
+			if ctx.Err() != nil {
+				return // the worker is stopping
+			}
 			w.log.Warn("capacity: look up a session's run", "run_id", c.id, "err", err)
 			continue
 		}

@@ -296,7 +296,9 @@ func (w *agent) judgeSession(ctx context.Context, s tmux.Session, desired map[st
 		return
 	}
 	if err != nil {
-		w.log.Warn("reconcile: look up a session's run", "run_id", s.RunID, "err", err)
+		if ctx.Err() == nil { // a worker stopping cancels its lookups: nothing to say
+			w.log.Warn("reconcile: look up a session's run", "run_id", s.RunID, "err", err)
+		}
 		return
 	}
 	delete(w.rs.orphans, s.Name)
