@@ -14,11 +14,13 @@ import (
 	"pam/internal/wire"
 )
 
-// settingsChannels: Settings → Notification channels. A webhook added in
+// TestDashboardSettingsChannels: Settings → Notification channels. A webhook added in
 // the dialog shows its secret once; Test sends a message the receiver
 // can verify with that secret, and the delivery appears in the card; a
 // failing channel shows its failed attempt. Desktop and phone.
-func settingsChannels(t *testing.T, d *dash) {
+func TestDashboardSettingsChannels(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	var mu sync.Mutex
 	var bodies [][]byte
 	var sigs []string

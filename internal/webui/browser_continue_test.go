@@ -12,13 +12,15 @@ import (
 	"pam/internal/wire"
 )
 
-// continueFromRunPage (docs/architecture.md#resume-and-continue): on a
+// TestDashboardContinueFromRunPage (docs/architecture.md#resume-and-continue): on a
 // host of its own whose catalog has an agent that resumes, a run whose
 // hook reported a session ends; its page offers Continue; the dialog's
 // message starts the continuation, which opens, shows the chain of runs
 // and resumes the session with the message; the old run's page shows the
 // chain too. A live run offers no Continue.
-func continueFromRunPage(t *testing.T, d *dash) {
+func TestDashboardContinueFromRunPage(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	conf := pamtest.ShortDir(t, "pamc-")
 	agent := filepath.Join(pamtest.ShortDir(t, "pamb-"), "agent")
 	script := fmt.Sprintf("#!/bin/sh\nprintf '%%s\\n' \"$@\" > \"$PWD/argv.$PAM_RUN_ID\"\n"+

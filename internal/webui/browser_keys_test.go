@@ -23,7 +23,7 @@ import (
 )
 
 // The dashboard's fleet actions, keyboard and notifications
-// (docs/architecture.md#web-dashboard), run by TestDashboard on its one serve, worker and browser.
+// (docs/architecture.md#web-dashboard).
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
@@ -56,16 +56,19 @@ func (d *dash) registerAs(token, host string) int {
 	return res.StatusCode
 }
 
-// fleetActions: a host of its own (not the worker's) disabled and enabled
+// TestDashboardFleetDisableEnableRotateRemove: a host of its own (not the worker's) disabled and enabled
 // from its card's menu, its token rotated (the new one shown once, the old
 // one refused at register), then removed: gone from the page and the API.
-func fleetActions(t *testing.T, d *dash) {
+func TestDashboardFleetDisableEnableRotateRemove(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	const name = "spare-box"
+	d.open(d.ctx, "/fleet")
+	d.waitJS(d.ctx, eventually.Medium, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 	var created wire.HostCreated
 	d.api(201, "POST", "/hosts", map[string]any{"name": name, "max_runs": 2}, &created)
 	old := created.WorkerToken
 	card := fmt.Sprintf(`document.querySelector('[data-testid=host-card][data-host=%q]')`, name)
-	d.goTo(d.ctx, "/fleet")
 	d.waitJS(d.ctx, eventually.Medium, "the new host's card (live)", card)
 	// The confirm dialogs of rotate and remove are answered yes.
 	_ = eval[bool](d, d.ctx, `(window.__confirm = window.confirm, window.confirm = () => true, true)`)
@@ -127,18 +130,48 @@ func fleetActions(t *testing.T, d *dash) {
 	d.mu.Unlock()
 }
 
-// keyboard: ? lists the shortcuts, / searches (a task's title, then a
-// run's short id, Enter goes there), g i goes to the inbox, and on the
-// runs list j/k move the selection and Enter opens the selected run.
-func keyboard(t *testing.T, d *dash) {
-	var w wire.WorkItem
-	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Polish the keyboard"}, &w)
+// pendingRuns starts n runs of a provider no host has on a task of
+// browser-test: they stay pending, listed and never spawned. It returns
+// the API's runs, newest first.
+func (d *dash) pendingRuns(n int) []wire.Run {
+	d.t.Helper()
+	d.browserTest()
+	var task wire.WorkItem
+	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Run it often"}, &task)
+	for range n {
+		d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "nowhere"}, nil)
+	}
 	var l wire.RunList
 	d.api(200, "GET", "/runs", nil, &l)
-	if len(l.Runs) < 3 {
-		t.Fatalf("%d runs, want 3 to move among", len(l.Runs))
+	if len(l.Runs) != n {
+		d.t.Fatalf("%d runs, want %d", len(l.Runs), n)
 	}
-	d.goTo(d.ctx, "/fleet")
+	return l.Runs
+}
+
+// search presses / (the search field takes the focus), types query and,
+// once the first result is what first (a JS expression on it, a) says,
+// presses Enter.
+func (d *dash) search(query, what, first string) {
+	d.t.Helper()
+	d.do(d.ctx, press("/"))
+	d.waitJS(d.ctx, eventually.Short, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
+	d.insertText(d.ctx, query)
+	d.waitJS(d.ctx, eventually.Medium, what+" first among the results", `(() => { const a = document.querySelector('.results a.sel'); return a && (`+first+`); })()`)
+	d.do(d.ctx, press(kb.Enter))
+}
+
+// TestDashboardKeyboard: ? lists the shortcuts, / searches (a task's
+// title, then a run's short id, Enter goes there), g i goes to the inbox,
+// and on the runs list j/k move the selection and Enter opens the
+// selected run.
+func TestDashboardKeyboard(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	runs := d.pendingRuns(3)
+	var w wire.WorkItem
+	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Polish the keyboard"}, &w)
+	d.open(d.ctx, "/fleet")
 	d.waitJS(d.ctx, eventually.Short, "the fleet", `document.querySelector('[data-testid=host-card]')`)
 	d.do(d.ctx, press("?"))
 	d.waitJS(d.ctx, eventually.Short, "the shortcuts dialog listing j/k and g i", `[...document.querySelectorAll('dialog[open] .shortcuts tr')].some((r) => r.textContent.startsWith('gi'))
@@ -147,23 +180,15 @@ func keyboard(t *testing.T, d *dash) {
 	d.waitJS(d.ctx, eventually.Short, "the shortcuts closed", `!document.querySelector('dialog .shortcuts')`)
 
 	// / then a task's title: Enter opens it on its board.
-	d.do(d.ctx, press("/"))
-	d.waitJS(d.ctx, eventually.Short, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
-	d.insertText(d.ctx, "Polish the keyboard")
-	d.waitJS(d.ctx, eventually.Medium, "the task among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').textContent.includes('Polish the keyboard')`)
-	d.do(d.ctx, press(kb.Enter))
+	d.search("Polish the keyboard", "the task", `a.textContent.includes('Polish the keyboard')`)
 	d.waitJS(d.ctx, eventually.Short, "its board with the task open", fmt.Sprintf(`location.pathname === '/projects/browser-test' && location.search === '?item=%s'`, w.ID))
 	d.do(d.ctx, press(kb.Escape))
 
 	// / then a run's short id: Enter opens the run.
-	target := l.Runs[len(l.Runs)-1]
+	target := runs[len(runs)-1]
 	d.goTo(d.ctx, "/inbox")
 	d.waitJS(d.ctx, eventually.Short, "no dialog", `!document.querySelector('dialog')`)
-	d.do(d.ctx, press("/"))
-	d.waitJS(d.ctx, eventually.Short, "the search field focused", `document.activeElement && document.activeElement.classList.contains('search-input')`)
-	d.insertText(d.ctx, target.ID[:8])
-	d.waitJS(d.ctx, eventually.Medium, "the run first among the results", `document.querySelector('.results a.sel') && document.querySelector('.results a.sel').getAttribute('href') === '/runs/`+target.ID+`'`)
-	d.do(d.ctx, press(kb.Enter))
+	d.search(target.ID[:8], "the run", `a.getAttribute('href') === '/runs/`+target.ID+`'`)
 	d.waitJS(d.ctx, eventually.Short, "the run page", `location.pathname === '/runs/`+target.ID+`' && !document.querySelector('dialog')`)
 
 	// g i from the run page.
@@ -184,9 +209,9 @@ func keyboard(t *testing.T, d *dash) {
 		d.waitJS(d.ctx, eventually.Short, fmt.Sprintf("key %d (%s) to select row %d", i+1, step.key, step.want), fmt.Sprintf(`%s === %d`, selected, step.want))
 	}
 	href := eval[string](d, d.ctx, `document.activeElement.querySelector('a').getAttribute('href')`)
-	if href != "/runs/"+l.Runs[1].ID {
+	if href != "/runs/"+runs[1].ID {
 		// The page and the API order the runs alike (newest first).
-		t.Errorf("the second row opens %s, want the API's second run %s", href, l.Runs[1].ID)
+		t.Errorf("the second row opens %s, want the API's second run %s", href, runs[1].ID)
 	}
 	d.do(d.ctx, press(kb.Enter))
 	d.waitJS(d.ctx, eventually.Short, "Enter to open the selected run", `location.pathname === '`+href+`'`)
@@ -209,12 +234,14 @@ const notifyCapture = `(() => {
 	window.Notification = Captured;
 })()`
 
-// notifications: with the permission granted and notifications switched
+// TestDashboardNotifications: with the permission granted and notifications switched
 // on in the settings menu, a run that fails gives a notification naming
 // the run whose click opens the run's page, and the tab title counts it.
-func notifications(t *testing.T, d *dash) {
-	if _, err := chromedp.CallBrowser(d.ctx, browser.SetPermission, browser.SetPermissionParams{
-		Permission: &browser.PermissionDescriptor{Name: "notifications"}, Setting: browser.PermissionSettingGranted, Origin: d.url}); err != nil {
+func TestDashboardNotifications(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	if _, err := chromedp.CallBrowser(d.ctx, browser.SetPermission, browser.SetPermissionParams{Permission: &browser.PermissionDescriptor{Name: "notifications"},
+		Setting: browser.PermissionSettingGranted, Origin: d.url, BrowserContextID: chromedp.FromContext(d.ctx).BrowserContextID}); err != nil {
 		t.Fatalf("grant notifications: %v", err)
 	}
 	tab, closeTab := d.tab(d.ctx)

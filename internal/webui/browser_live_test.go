@@ -22,10 +22,9 @@ import (
 )
 
 // The dashboard's live scenarios (docs/architecture.md#web-dashboard, #attention): a run asking
-// for input in the Inbox, a host going offline on the Fleet, serve
-// killed and started again under an open page, and the board and run
-// page on a 375×812 touch screen. TestDashboard runs them in its order,
-// on its one serve, worker and browser.
+// for input in the Inbox, a host added and going offline on the Fleet,
+// serve killed and started again under an open page, and the board and
+// run page on a 375×812 touch screen.
 
 // insertText types text as an input method does: CDP's key events
 // would type each character twice (a keyDown with text and a char event).
@@ -36,10 +35,52 @@ func (d *dash) insertText(ctx context.Context, text string) {
 	}
 }
 
+// browserTest makes, once, the project the scenarios' tasks go in:
+// Browser Test (browser-test), through the API.
+func (d *dash) browserTest() {
+	d.t.Helper()
+	if !d.project {
+		d.api(201, "POST", "/projects", map[string]any{"name": "Browser Test"}, nil)
+		d.project = true
+	}
+}
+
+// boardItems fills browser-test's board as an operator's looks: "Wire
+// the pane" in Doing, and an epic, "Terminal epic", grouping its task
+// "Key bar".
+func (d *dash) boardItems() {
+	d.t.Helper()
+	d.browserTest()
+	var w, epic wire.WorkItem
+	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Wire the pane"}, &w)
+	d.api(200, "PATCH", "/work-items/"+w.ID, map[string]any{"status": "doing"}, nil)
+	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "epic", "title": "Terminal epic"}, &epic)
+	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Key bar", "parent_id": epic.ID}, nil)
+}
+
+// readyScript prints ui-42-ready (worked out by the shell, so that the
+// echo of the command line is not it), then echoes what it is typed.
+const readyScript = `echo ui-$((6*7))-ready; exec cat`
+
+// readyRun starts readyScript on a task "Say hello" and waits until it runs.
+func (d *dash) readyRun() wire.Run {
+	d.t.Helper()
+	return d.shellRun("Say hello", readyScript)
+}
+
+// openRun loads run id's page in ctx and waits until its terminal shows
+// readyScript's line.
+func (d *dash) openRun(ctx context.Context, id string) {
+	d.t.Helper()
+	d.open(ctx, "/runs/"+id)
+	d.waitJS(ctx, eventually.Medium, "the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+}
+
 // shellRun creates a task titled title in the browser-test project and
 // starts a one-attempt shell run of script on it, waiting until it runs.
 func (d *dash) shellRun(title, script string) wire.Run {
 	d.t.Helper()
+	d.browserTest()
 	var w wire.WorkItem
 	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": title}, &w)
 	var r wire.Run
@@ -94,12 +135,16 @@ func (d *dash) askingRun(t *testing.T, title string) wire.Run {
 const inboxState = `JSON.stringify({cards: [...document.querySelectorAll('[data-testid=inbox-card]')].map((c) => c.dataset.run + ':' + c.dataset.why),
 	count: (document.querySelector('[data-testid=inbox-count]') || {}).textContent || '', title: document.title})`
 
-// needsInputLeavesInbox: a run whose agent asks for input (provider hook
-// `pam hook needs-input`) shows in the Inbox as needs_input, live, with
-// the badge and the tab title counting it; an answer typed under control
-// clears its attention and it leaves the Inbox, live.
-func needsInputLeavesInbox(t *testing.T, d *dash) {
-	d.goTo(d.ctx, "/inbox")
+// TestDashboardNeedsInputInInbox: a run whose agent asks for input
+// (provider hook `pam hook needs-input`) shows in the Inbox as
+// needs_input, live, with the badge and the tab title counting it; an
+// answer typed under control clears its attention and it leaves the
+// Inbox, live.
+func TestDashboardNeedsInputInInbox(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	d.browserTest()
+	d.open(d.ctx, "/inbox")
 	d.waitJS(d.ctx, eventually.Medium, "the inbox", `document.querySelector('.inbox')`)
 	before := eval[int](d, d.ctx, `document.querySelectorAll('[data-testid=inbox-card]').length`)
 	r := d.askingRun(t, "Migrate the schema")
@@ -137,10 +182,46 @@ func needsInputLeavesInbox(t *testing.T, d *dash) {
 		` && (document.querySelector('[data-testid=inbox-count]') || {textContent: '0'}).textContent === '`+fmt.Sprint(before)+`'`)
 }
 
-// hostGoesOffline: the host added through the dashboard runs its worker
-// with the token the dialog showed; the fleet page shows it online, and
-// offline once its worker stops (PAM_HOST_OFFLINE_AFTER is 4 s here).
-func hostGoesOffline(t *testing.T, d *dash, workerToken string) {
+// addHostInDialog adds a host named name in the fleet page's Add host
+// dialog and returns the worker token and command it shows once; the
+// dialog is closed.
+func (d *dash) addHostInDialog(name string) (token, cmd string) {
+	d.t.Helper()
+	d.open(d.ctx, "/fleet")
+	d.waitJS(d.ctx, eventually.Short, "the fleet", `document.querySelector('[data-testid=host-card]')`)
+	d.click(d.ctx, d.sel("add-host"))
+	d.setField(d.ctx, `.dialog input[name=name]`, name)
+	d.click(d.ctx, `.dialog button[type=submit]`)
+	d.waitJS(d.ctx, eventually.Medium, "the worker token, shown once", `document.querySelector('[data-testid=worker-token]')`)
+	token = eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-token]').textContent`)
+	cmd = eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-cmd]').textContent`)
+	d.shot(d.ctx, "desktop-fleet-add-host")
+	d.do(d.ctx, press(kb.Escape))
+	d.waitJS(d.ctx, eventually.Short, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
+	return token, cmd
+}
+
+// TestDashboardFleetAddHost: Add host on the fleet page makes the host
+// (the API has it) and shows its worker token once, and the command to
+// start its worker, which names the host and serve but not the token.
+func TestDashboardFleetAddHost(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	tok, cmd := d.addHostInDialog("gpu-box")
+	if len(tok) != 64 || strings.Contains(cmd, tok) || !strings.Contains(cmd, "PAM_HOST_NAME=gpu-box") || !strings.Contains(cmd, d.url) {
+		t.Errorf("token %q, command %q", tok, cmd)
+	}
+	d.api(200, "GET", "/hosts/gpu-box", nil, nil)
+}
+
+// TestDashboardFleetHostOffline: the host added through the dashboard
+// runs its worker with the token the dialog showed; the fleet page shows
+// it online, and offline once its worker stops (PAM_HOST_OFFLINE_AFTER
+// is 4 s here).
+func TestDashboardFleetHostOffline(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	workerToken, _ := d.addHostInDialog("gpu-box")
 	w := pamtest.StartWorker(t, pamtest.WorkerOptions{URL: d.url, Token: workerToken, Name: "gpu-box", Env: workerEnv})
 	d.goTo(d.ctx, "/fleet")
 	card := `document.querySelector('[data-testid=host-card][data-host=gpu-box]')`
@@ -158,14 +239,16 @@ func hostGoesOffline(t *testing.T, d *dash, workerToken string) {
 	d.shot(d.ctx, "desktop-fleet-offline")
 }
 
-// serveRestartMissesNothing: with a run journaling progress twice a
+// TestDashboardServeRestartMissesNothing: with a run journaling progress twice a
 // second, serve is killed (-9) under an open run page whose stream is
 // held off until events have happened that it has not seen; the page
 // shows it reconnects, then the run's Events tab lists exactly the
 // journal's events of the run (nothing missed, nothing twice), and the
 // stream delivered exactly the journal after the page's first load, in
 // order.
-func serveRestartMissesNothing(t *testing.T, d *dash) {
+func TestDashboardServeRestartMissesNothing(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	r := d.shellRun("Report progress", fmt.Sprintf(`echo reporting; while :; do %s; sleep 0.5; done`, hookScript(t, "progress")))
 	tab, closeTab := d.tab(d.ctx)
 	defer closeTab()
@@ -181,7 +264,7 @@ func serveRestartMissesNothing(t *testing.T, d *dash) {
 	defer d.excuse(mark)
 	d.serve.Kill9()
 	d.waitJS(tab, eventually.Medium, "the reconnecting state and banner", `document.querySelector('[data-testid=conn]').dataset.state === 'reconnecting' && document.querySelector('.banner')`)
-	d.serve = pamtest.StartServe(d.root, d.serveOpts)
+	d.serve = pamtest.StartServe(t, d.serveOpts)
 	if d.serve.URL != d.url {
 		t.Fatalf("serve came back on %s, not %s", d.serve.URL, d.url)
 	}
@@ -215,17 +298,24 @@ func serveRestartMissesNothing(t *testing.T, d *dash) {
 		t.Errorf("the Events tab lists seqs %v, the journal %v", rows, seqs)
 	}
 
-	// The stream itself: every event after the first load, once, in order.
+	d.streamMatchesJournal(tab)
+}
+
+// streamMatchesJournal checks what the tab's event stream delivered
+// (window.__pamStream): it reconnected at least once, and delivered every
+// event of the journal after the page's first load, once, in order.
+func (d *dash) streamMatchesJournal(tab context.Context) {
+	d.t.Helper()
 	var rec struct {
 		After      int64
 		Seqs       []int64
 		Reconnects int
 	}
 	if err := json.Unmarshal([]byte(eval[string](d, tab, `JSON.stringify(window.__pamStream)`)), &rec); err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
 	if rec.Reconnects < 1 || len(rec.Seqs) == 0 {
-		t.Fatalf("the stream record %+v: no reconnect, or nothing received", rec)
+		d.t.Fatalf("the stream record %+v: no reconnect, or nothing received", rec)
 	}
 	last := rec.Seqs[len(rec.Seqs)-1]
 	var journal []int64
@@ -243,9 +333,9 @@ func serveRestartMissesNothing(t *testing.T, d *dash) {
 		after = l.Events[len(l.Events)-1].Seq
 	}
 	if !slices.Equal(rec.Seqs, journal) {
-		t.Errorf("the page's stream delivered %d events %v,\nthe journal after %d holds %d: %v", len(rec.Seqs), rec.Seqs, rec.After, len(journal), journal)
+		d.t.Errorf("the page's stream delivered %d events %v,\nthe journal after %d holds %d: %v", len(rec.Seqs), rec.Seqs, rec.After, len(journal), journal)
 	}
-	t.Logf("the page's stream delivered %d events after seq %d across %d reconnect(s)", len(rec.Seqs), rec.After, rec.Reconnects)
+	d.t.Logf("the page's stream delivered %d events after seq %d across %d reconnect(s)", len(rec.Seqs), rec.After, rec.Reconnects)
 }
 
 // runEventCount is how many events the journal holds for run id.
@@ -294,11 +384,14 @@ func (d *dash) touch(ctx context.Context, typ input.DispatchTouchEventType, x, y
 	}
 }
 
-// phoneTouch: on a 375×812 touch screen the board and the run page fit
+// TestDashboardPhoneTouch: on a 375×812 touch screen the board and the run page fit
 // the width; a card dragged by touch to the board's edge scrolls the
 // board one column and drops there (the API says so); the run page's
 // key bar shows under control and types what the phone lacks.
-func phoneTouch(t *testing.T, d *dash, runID string) {
+func TestDashboardPhoneTouch(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
+	run := d.readyRun()
 	phone := d.phoneTab()
 	var w wire.WorkItem
 	d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Drag me by touch"}, &w)
@@ -332,8 +425,7 @@ func phoneTouch(t *testing.T, d *dash, runID string) {
 
 	// The run page: it fits, and under control the key bar shows, fits
 	// and types: ↑ reaches cat as ESC [ A, which the tty echoes as ^[[A.
-	d.open(phone, "/runs/"+runID)
-	d.waitJS(phone, eventually.Medium, "the pane", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
+	d.openRun(phone, run.ID)
 	d.noOverflow(phone, "the run page")
 	d.click(phone, d.sel("take-control"))
 	d.waitJS(phone, eventually.Medium, "control and the key bar on the phone", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control' && getComputedStyle(document.querySelector('.keybar')).display === 'flex'`)

@@ -15,10 +15,12 @@ import (
 	"pam/internal/wire"
 )
 
-// archivedRestore: an archived project is not among the projects until
+// TestDashboardArchivedProjectRestore: an archived project is not among the projects until
 // "Show archived" is ticked; then it is listed apart with a Restore
 // button, which brings it back among the active ones, live.
-func archivedRestore(t *testing.T, d *dash) {
+func TestDashboardArchivedProjectRestore(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	var p wire.Project
 	d.api(201, "POST", "/projects", map[string]any{"name": "Old times", "description": "Archived, then restored from the dashboard."}, &p)
 	d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Still here"}, nil)
@@ -57,10 +59,12 @@ func archivedRestore(t *testing.T, d *dash) {
 	d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "New again"}, nil)
 }
 
-// runsLoadMore: with more runs than the first load reads, the runs list
+// TestDashboardRunsLoadMore: with more runs than the first load reads, the runs list
 // ends with "Load older runs", which brings the rest; once every run is
 // there it goes away.
-func runsLoadMore(t *testing.T, d *dash) {
+func TestDashboardRunsLoadMore(t *testing.T) {
+	t.Parallel()
+	d := newDash(t)
 	var p wire.Project
 	d.api(201, "POST", "/projects", map[string]any{"name": "Many runs"}, &p)
 	var task wire.WorkItem

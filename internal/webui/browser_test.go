@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +17,8 @@ import (
 	"time"
 
 	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/log"
-	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
@@ -34,10 +31,14 @@ import (
 	"pam/internal/wire"
 )
 
-// The dashboard's browser tests (docs/architecture.md#web-dashboard): a real serve, worker and
-// tmux, driven through Debian's Chromium with chromedp. Screenshots of
-// every page, desktop and phone, go to $TEST_ARTIFACTS (or a temporary
-// folder the test logs).
+// The dashboard's browser tests (docs/architecture.md#web-dashboard):
+// real serve, worker and tmux processes, driven through Debian's Chromium
+// with chromedp. Each TestDashboard… test has a system of its own (newDash:
+// its own serve on its own database, its own worker) and a browser profile
+// of its own in the one Chromium the package shares, so any one runs alone
+// and in any order, most of them in parallel. Screenshots of every page,
+// desktop and phone, go to $TEST_ARTIFACTS/dashboard (or a temporary
+// folder the tests log).
 
 // TestMain fails the package when a goroutine outlives its tests.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(storetest.M(m)) }
@@ -49,10 +50,10 @@ const (
 	firstRender     = time.Second
 )
 
-// dash is one serve with one worker, and a Chromium tab on its dashboard.
+// dash is one serve with one worker, and a Chromium tab on its dashboard
+// in a browser profile of its own, for one test.
 type dash struct {
 	t     *testing.T
-	root  *testing.T // TestDashboard's own: what outlives a subtest (a restarted serve) is cleaned up with it
 	url   string
 	token string
 	host  string // the worker's host id
@@ -62,6 +63,8 @@ type dash struct {
 	serve     *pamtest.Serve
 	serveOpts pamtest.ServeOptions // to start serve again on its port, data dir and database
 	phone     context.Context      // a 375×812 touch screen tab, once opened
+	allowed   []string             // browser errors the test expects (see newDash)
+	project   bool                 // the browser-test project exists (shellRun)
 
 	mu   sync.Mutex
 	logs []string // console errors, CSP reports, exceptions
@@ -76,6 +79,42 @@ func chromiumPath() string {
 	return ""
 }
 
+// The one Chromium of the package: a browser is heavy, a profile
+// (chromedp.WithNewBrowserContext) is cheap and as separate as another
+// person's browser (its own localStorage, cookies and permissions). It is
+// closed when the package's tests have finished.
+var (
+	browserOnce sync.Once
+	browserCtx  context.Context
+	browserErr  error
+)
+
+func sharedBrowser(t *testing.T) context.Context {
+	t.Helper()
+	browserOnce.Do(func() {
+		opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath()), chromedp.NoSandbox,
+			chromedp.WindowSize(1440, 900), chromedp.Flag("lang", "en-US"))
+		alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+		ctx, cancel := chromedp.NewContext(alloc)
+		pamtest.AtExit(func() {
+			cancel()
+			cancelAlloc()
+		})
+		if browserErr = chromedp.Do(ctx); browserErr == nil {
+			browserCtx = ctx
+		}
+	})
+	if browserErr != nil {
+		t.Fatalf("start chromium: %v", browserErr)
+	}
+	return browserCtx
+}
+
+// newDash starts a serve (PAM_HOST_OFFLINE_AFTER=4s: a host silent for
+// 4 s goes offline) and one online worker, web-host, on a database of
+// the test's own, and opens a tab in a new browser profile already
+// signed in (its localStorage holds the token). When the test ends it
+// fails if the browser logged an error that d.allowed does not excuse.
 func newDash(t *testing.T) *dash {
 	t.Helper()
 	pamtest.Require(t, "chromium", "tmux")
@@ -86,12 +125,10 @@ func newDash(t *testing.T) *dash {
 		}
 		t.Skip("SKIP: " + msg)
 	}
-	// A host silent for 4 s goes offline (the fleet scenario stops a
-	// worker); the worker heartbeats every second.
 	opts := pamtest.ServeOptions{DatabaseURL: storetest.URL(t), DataDir: pamtest.ShortDir(t, "pams-"), Env: []string{"PAM_HOST_OFFLINE_AFTER=4s"}}
 	sv := pamtest.StartServe(t, opts)
 	opts.Port = sv.Port
-	d := &dash{t: t, root: t, url: sv.URL, token: sv.Token, serve: sv, serveOpts: opts}
+	d := &dash{t: t, url: sv.URL, token: sv.Token, serve: sv, serveOpts: opts, shots: shotsDir(t), allowed: []string{"favicon"}}
 	var created wire.HostCreated
 	d.api(201, "POST", "/hosts", map[string]any{"name": "web-host", "max_runs": 20}, &created)
 	d.host = created.Host.ID
@@ -103,26 +140,39 @@ func newDash(t *testing.T) *dash {
 		return h.Status == "online"
 	})
 
-	d.shots = os.Getenv("TEST_ARTIFACTS")
-	if d.shots == "" {
-		dir, err := os.MkdirTemp("", "pam-dashboard-")
-		if err != nil {
+	d.ctx, _ = d.tab(sharedBrowser(t), chromedp.WithNewBrowserContext())
+	// Signed in as the fragment sign-in leaves it (TestDashboardSignInThroughFragment
+	// covers that path), on a page of the origin that is not the app.
+	d.do(d.ctx, chromedp.Navigate(d.url+"/healthz"))
+	_ = eval[bool](d, d.ctx, `(localStorage.setItem('pam.token', '`+d.token+`'), true)`)
+	t.Cleanup(func() {
+		if errs := d.errors(d.allowed...); len(errs) > 0 {
+			t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+	return d
+}
+
+// tempShots is the package's temporary folder for screenshots when
+// $TEST_ARTIFACTS is not set.
+var tempShots = sync.OnceValues(func() (string, error) { return os.MkdirTemp("", "pam-dashboard-") })
+
+// shotsDir is $TEST_ARTIFACTS/dashboard, or one in a temporary folder.
+func shotsDir(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("TEST_ARTIFACTS")
+	if dir == "" {
+		var err error
+		if dir, err = tempShots(); err != nil {
 			t.Fatal(err)
 		}
-		d.shots = dir
 	}
-	d.shots = filepath.Join(d.shots, "dashboard")
-	if err := os.MkdirAll(d.shots, 0o755); err != nil {
+	dir = filepath.Join(dir, "dashboard")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("screenshots in %s", d.shots)
-
-	copts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(chromiumPath()), chromedp.NoSandbox,
-		chromedp.WindowSize(1440, 900), chromedp.Flag("lang", "en-US"))
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), copts...)
-	t.Cleanup(cancelAlloc)
-	d.ctx, _ = d.tab(alloc)
-	return d
+	t.Logf("screenshots in %s", dir)
+	return dir
 }
 
 // workerEnv makes a worker quick to notice changes and to stop; its
@@ -131,18 +181,19 @@ func newDash(t *testing.T) *dash {
 var workerEnv = []string{"PAM_CAPTURE_INTERVAL=200ms", "PAM_LIVENESS_INTERVAL=500ms", "PAM_HEARTBEAT_INTERVAL=1s",
 	"PAM_STOP_GRACE=2s", "PAM_HOLD_OPEN=1s", "PAM_IDLE_AFTER=1h"}
 
-// tab opens a browser tab (the first one starts the browser) whose console
-// errors, CSP violations and exceptions are kept for errors. Close the
-// tab when done with it: each holds an event stream, and a browser opens
-// at most six HTTP/1.1 connections to one server. With
-// chromedp.WithNewBrowserContext() the tab is a browser profile of its
-// own (its own localStorage), as another person's browser is.
+// tab opens a browser tab whose console errors, CSP violations and
+// exceptions are kept for errors; it is closed when the test ends. Close
+// a tab when done with it sooner: each holds an event stream, and a
+// browser opens at most six HTTP/1.1 connections to one server. A tab
+// opened from d.ctx is in the test's browser profile; with
+// chromedp.WithNewBrowserContext() it is a profile of its own (its own
+// localStorage), as another person's browser is.
 func (d *dash) tab(parent context.Context, opts ...chromedp.ContextOption) (context.Context, context.CancelFunc) {
 	d.t.Helper()
 	ctx, cancel := chromedp.NewContext(parent, opts...)
-	d.root.Cleanup(cancel) // a tab may outlive the subtest that opened it (the phone)
+	d.t.Cleanup(cancel)
 	if err := chromedp.Do(ctx); err != nil {
-		d.t.Fatalf("start chromium: %v", err)
+		d.t.Fatalf("open a tab: %v", err)
 	}
 	err := chromedp.Listen(ctx, func(ev any) {
 		var line string
@@ -174,7 +225,7 @@ func (d *dash) tab(parent context.Context, opts ...chromedp.ContextOption) (cont
 	return ctx, cancel
 }
 
-// errorsMatching returns the kept browser errors that contain none of allowed.
+// errors returns the kept browser errors that contain none of allowed.
 func (d *dash) errors(allowed ...string) []string {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -360,466 +411,6 @@ func (d *dash) item(id string) wire.WorkItem {
 	return w
 }
 
-// TestDashboard walks the dashboard as an operator does, one feature
-// after the other on one system (Chromium is heavy: one browser, one
-// serve, one worker for all of it).
-func TestDashboard(t *testing.T) {
-	d := newDash(t)
-	var runID string
-	var project wire.Project
-
-	t.Run("SignInThroughFragment", func(t *testing.T) {
-		d.t = t
-		d.do(d.ctx, chromedp.Navigate(d.url+"/inbox#token="+d.token))
-		d.waitJS(d.ctx, 15*time.Second, "the signed-in shell", `document.querySelector('[data-testid=conn]')`)
-		if href := eval[string](d, d.ctx, `location.href`); strings.Contains(href, d.token) || strings.Contains(href, "token") {
-			t.Errorf("the token stays in the address bar: %s", href)
-		}
-		if got := eval[string](d, d.ctx, `localStorage.getItem('pam.token')`); got != d.token {
-			t.Errorf("localStorage token %q", got)
-		}
-		d.waitJS(d.ctx, eventually.Medium, "the stream to be live", `document.querySelector('[data-testid=conn]').dataset.state === 'live'`)
-		res, err := http.Get(d.url + "/inbox")
-		if err != nil {
-			t.Fatal(err)
-		}
-		res.Body.Close()
-		if csp := res.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "default-src 'self'") || strings.Contains(csp, "script-src") {
-			t.Errorf("CSP %q", csp)
-		}
-		d.shot(d.ctx, "desktop-inbox-empty")
-	})
-
-	t.Run("SignOutAndForm", func(t *testing.T) {
-		d.t = t
-		d.click(d.ctx, `button[aria-label=Settings]`)
-		d.click(d.ctx, `.menu button.danger`)
-		d.waitJS(d.ctx, eventually.Short, "the sign-in form", `document.querySelector('#token')`)
-		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
-			t.Error("the token stays in localStorage after sign-out")
-		}
-		d.shot(d.ctx, "desktop-signin")
-		d.setField(d.ctx, "#token", strings.Repeat("0", 32))
-		d.click(d.ctx, `.signin-card button[type=submit]`)
-		d.waitJS(d.ctx, eventually.Short, "a refused token's message", `document.querySelector('.form-error')`)
-		d.setField(d.ctx, "#token", d.token)
-		d.click(d.ctx, `.signin-card button[type=submit]`)
-		d.waitJS(d.ctx, eventually.Medium, "the shell after the form", `document.querySelector('[data-testid=conn]')`)
-		// A token the server refuses later (rotated, say) returns to the form.
-		_ = eval[bool](d, d.ctx, `(localStorage.setItem('pam.token', '`+strings.Repeat("1", 32)+`'), true)`)
-		d.do(d.ctx, chromedp.Reload())
-		d.waitJS(d.ctx, eventually.Medium, "the form after a 401", `document.querySelector('#token') && document.querySelector('.notice')`)
-		if got := eval[bool](d, d.ctx, `localStorage.getItem('pam.token') === null`); !got {
-			t.Error("a refused token stays in localStorage")
-		}
-		d.open(d.ctx, "/inbox#token="+d.token)
-	})
-
-	t.Run("BoardCreateAndMove", func(t *testing.T) {
-		d.t = t
-		d.goTo(d.ctx, "/projects")
-		d.click(d.ctx, d.sel("new-project"))
-		d.setField(d.ctx, `#new-project-form input[name=name]`, "Browser Test")
-		d.click(d.ctx, `#new-project-form button[type=submit]`)
-		d.waitJS(d.ctx, eventually.Medium, "the new project's board", `location.pathname === '/projects/browser-test' && document.querySelector('[data-testid=board]')`)
-		d.api(200, "GET", "/projects/browser-test", nil, &project)
-		for _, title := range []string{"Wire the pane", "Say hello"} {
-			d.click(d.ctx, d.sel("new-item"))
-			d.setField(d.ctx, `#item-form input[name=title]`, title)
-			d.click(d.ctx, `#item-form button[type=submit]`)
-			d.waitJS(d.ctx, eventually.Medium, "the card "+title, fmt.Sprintf(`[...document.querySelectorAll('[data-testid=col-todo] [data-testid=item-card]')].some((c) => c.textContent.includes(%q))`, title))
-		}
-		var l wire.WorkItemList
-		d.api(200, "GET", "/projects/browser-test/work-items", nil, &l)
-		if len(l.WorkItems) != 2 {
-			t.Fatalf("the API lists %d items, want 2", len(l.WorkItems))
-		}
-		first := l.WorkItems[0]
-		for _, w := range l.WorkItems {
-			if w.Title == "Wire the pane" {
-				first = w
-			}
-		}
-		card := fmt.Sprintf(`[data-item=%q]`, first.ID)
-		d.do(d.ctx, chromedp.DragAndDrop(chromedp.CSS(card), chromedp.CSS(`[data-testid=col-doing] .column-body`)))
-		eventually.Wait(t, eventually.Medium, "the dragged card to be doing in the API", func() bool { return d.item(first.ID).Status == "doing" })
-		d.waitJS(d.ctx, eventually.Short, "the card in the doing column", `document.querySelector('[data-testid=col-doing] `+card+`')`)
-		// Keyboard: Shift+→ moves the focused card one column right.
-		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowRight, chromedp.KeyModifiers(chromedp.ModifierShift)))
-		eventually.Wait(t, eventually.Medium, "the card moved by keyboard to be done", func() bool { return d.item(first.ID).Status == "done" })
-		// The page may show the move a moment after the API has it: a
-		// Shift+← on the card still drawn in doing would send it to todo.
-		d.waitJS(d.ctx, eventually.Short, "the card in the done column", `document.querySelector('[data-testid=col-done] `+card+`')`)
-		d.do(d.ctx, chromedp.Focus(chromedp.CSS(card)), press(kb.ArrowLeft, chromedp.KeyModifiers(chromedp.ModifierShift)))
-		eventually.Wait(t, eventually.Medium, "the card moved back to doing", func() bool { return d.item(first.ID).Status == "doing" })
-		// An epic groups its tasks.
-		var epic wire.WorkItem
-		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "epic", "title": "Terminal epic"}, &epic)
-		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Key bar", "parent_id": epic.ID}, nil)
-		d.waitJS(d.ctx, eventually.Medium, "the epic's group on the board (live, from the stream)", `[...document.querySelectorAll('.group-label')].some((g) => g.textContent === 'Terminal epic')`)
-		d.shot(d.ctx, "desktop-board")
-	})
-
-	t.Run("StartShellRunAndSeeOutput", func(t *testing.T) {
-		d.t = t
-		var l wire.WorkItemList
-		d.api(200, "GET", "/projects/browser-test/work-items", nil, &l)
-		var task wire.WorkItem
-		for _, w := range l.WorkItems {
-			if w.Title == "Say hello" {
-				task = w
-			}
-		}
-		d.click(d.ctx, fmt.Sprintf(`[data-item=%q]`, task.ID))
-		d.click(d.ctx, d.sel("start-run"))
-		d.setField(d.ctx, `#start-run-form select[name=provider]`, "shell")
-		d.setField(d.ctx, `#start-run-form textarea[name=prompt]`, `echo ui-$((6*7))-ready; exec cat`)
-		d.click(d.ctx, `#start-run-form button[type=submit]`)
-		d.waitJS(d.ctx, eventually.Medium, "the run page", `/^\/runs\/[0-9a-f-]{36}$/.test(location.pathname)`)
-		runID = strings.TrimPrefix(eval[string](d, d.ctx, `location.pathname`), "/runs/")
-		eventually.Wait(t, eventually.Long, "the run to be running", func() bool {
-			var r wire.Run
-			d.api(200, "GET", "/runs/"+runID, nil, &r)
-			return r.Status == "running"
-		})
-		start := time.Now()
-		d.waitJS(d.ctx, eventually.Medium, "the run's output in the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
-		if took := time.Since(start); took > 2*time.Second {
-			t.Errorf("the output reached the terminal %s after the run was running, want ≤ 2s", took.Round(time.Millisecond))
-		} else {
-			t.Logf("output in the terminal %s after the run was running", took.Round(time.Millisecond))
-		}
-		d.waitJS(d.ctx, eventually.Medium, "the run's status badge live", `document.querySelector('.run-meta .badge.st-running')`)
-		d.shot(d.ctx, "desktop-run")
-	})
-
-	t.Run("TakeControlTypeEcho", func(t *testing.T) {
-		d.t = t
-		if runID == "" {
-			t.Skip("no run")
-		}
-		d.click(d.ctx, d.sel("take-control"))
-		d.waitJS(d.ctx, eventually.Medium, "control of the run", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
-		d.insertText(d.ctx, "hello-attach")
-		d.do(d.ctx, press(kb.Enter))
-		d.waitJS(d.ctx, eventually.Short, "the typed text echoed twice (tty and cat)", `window.__pamTerm.buffer.split('hello-attach').length >= 3`)
-		d.shot(d.ctx, "desktop-run-control")
-
-		// Another browser (a profile of its own: its own localStorage,
-		// signed in with the token in its address) finds the lease held,
-		// sees by whom, cannot type, revokes the lease and takes control.
-		other, closeOther := d.tab(d.ctx, chromedp.WithNewBrowserContext())
-		defer closeOther()
-		d.do(other, chromedp.Navigate(d.url+"/runs/"+runID))
-		d.waitJS(other, eventually.Medium, "the sign-in form: the other browser has no token", `document.querySelector('#token')`)
-		d.open(other, "/runs/"+runID+"#token="+d.token)
-		d.waitJS(other, eventually.Medium, "the other browser's read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
-		d.click(other, d.sel("take-control"))
-		d.waitJS(other, eventually.Medium, "the lease held elsewhere", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'held'`)
-		holder := eval[string](d, other, `document.querySelector('[data-testid=holder]').textContent`)
-		if !strings.Contains(holder, "Chrome") || !strings.Contains(holder, "127.0.0.1") {
-			t.Errorf("holder shown as %q", holder)
-		}
-		d.shot(other, "desktop-run-held")
-		// Typing there reaches nothing. The holder then types a marker:
-		// once its echo is back, keys sent before it would be too.
-		d.do(other, chromedp.Focus(chromedp.CSS(`[data-testid=terminal] textarea`)))
-		d.insertText(other, "intruder-keys")
-		d.do(other, press(kb.Enter))
-		d.insertText(d.ctx, "marker-after")
-		d.do(d.ctx, press(kb.Enter))
-		d.waitJS(d.ctx, eventually.Short, "the holder's marker echoed", `window.__pamTerm.buffer.split('marker-after').length >= 3`)
-		if buf := eval[string](d, d.ctx, `window.__pamTerm.buffer`); strings.Contains(buf, "intruder") {
-			t.Errorf("keys typed without the lease reached the run:\n%s", buf)
-		}
-		d.click(other, d.sel("revoke"))
-		d.waitJS(other, eventually.Medium, "control after the revoke", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'control'`)
-		d.waitJS(d.ctx, eventually.Medium, "the first browser back to the read-only view", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view' && document.querySelector('.term-msg').textContent.includes('revoked')`)
-		d.insertText(other, "typed-by-the-other")
-		d.do(other, press(kb.Enter))
-		d.waitJS(other, eventually.Short, "the other browser's typing echoed", `window.__pamTerm.buffer.split('typed-by-the-other').length >= 3`)
-		d.click(other, d.sel("release"))
-		d.waitJS(other, eventually.Medium, "the other browser released", `document.querySelector('[data-testid=term-mode]').dataset.mode === 'view'`)
-	})
-
-	t.Run("NeedsInputInInbox", func(t *testing.T) {
-		d.t = t
-		needsInputLeavesInbox(t, d)
-	})
-
-	t.Run("AnswerWithoutTerminal", func(t *testing.T) {
-		d.t = t
-		answerWithoutTerminal(t, d)
-	})
-
-	var gpuToken string
-	t.Run("FleetAddHost", func(t *testing.T) {
-		d.t = t
-		d.goTo(d.ctx, "/fleet")
-		d.waitJS(d.ctx, eventually.Short, "the fleet", `document.querySelector('[data-testid=host-card]')`)
-		d.click(d.ctx, d.sel("add-host"))
-		d.setField(d.ctx, `.dialog input[name=name]`, "gpu-box")
-		d.click(d.ctx, `.dialog button[type=submit]`)
-		d.waitJS(d.ctx, eventually.Medium, "the worker token, shown once", `document.querySelector('[data-testid=worker-token]')`)
-		tok := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-token]').textContent`)
-		cmd := eval[string](d, d.ctx, `document.querySelector('[data-testid=worker-cmd]').textContent`)
-		if len(tok) != 64 || strings.Contains(cmd, tok) || !strings.Contains(cmd, "PAM_HOST_NAME=gpu-box") || !strings.Contains(cmd, d.url) {
-			t.Errorf("token %q, command %q", tok, cmd)
-		}
-		var h wire.Host
-		d.api(200, "GET", "/hosts/gpu-box", nil, &h)
-		d.shot(d.ctx, "desktop-fleet-add-host")
-		d.do(d.ctx, press(kb.Escape))
-		d.waitJS(d.ctx, eventually.Short, "two hosts", `document.querySelectorAll('[data-testid=host-card]').length === 2`)
-		gpuToken = tok
-	})
-
-	t.Run("FleetHostOffline", func(t *testing.T) {
-		d.t = t
-		if gpuToken == "" {
-			t.Skip("no host added")
-		}
-		hostGoesOffline(t, d, gpuToken)
-	})
-
-	t.Run("Budget", func(t *testing.T) {
-		d.t = t
-		if runID == "" {
-			t.Skip("no run")
-		}
-		tab, closeTab := d.tab(d.ctx)
-		defer closeTab()
-		if _, err := chromedp.Call(tab, network.SetCacheDisabled, network.SetCacheDisabledParams{CacheDisabled: true}); err != nil {
-			t.Fatal(err)
-		}
-		var mu sync.Mutex
-		urls := map[network.RequestID]string{}
-		gz := map[network.RequestID]bool{}
-		sizes := map[network.RequestID]float64{}
-		if err := chromedp.Listen(tab, func(ev any) {
-			mu.Lock()
-			defer mu.Unlock()
-			switch ev := ev.(type) {
-			case *network.EventResponseReceived:
-				urls[ev.RequestID] = ev.Response.URL
-				for k, v := range ev.Response.Headers {
-					if strings.EqualFold(k, "Content-Encoding") && v == "gzip" {
-						gz[ev.RequestID] = true
-					}
-				}
-			case *network.EventLoadingFinished:
-				sizes[ev.RequestID] = ev.EncodedDataLength
-			}
-		}); err != nil {
-			t.Fatal(err)
-		}
-		measure := func() (total float64, files []string) {
-			mu.Lock()
-			defer mu.Unlock()
-			for id, u := range urls {
-				pu, _ := url.Parse(u)
-				if pu == nil || !strings.HasPrefix(u, d.url) || strings.HasPrefix(pu.Path, "/api/") {
-					continue
-				}
-				total += sizes[id]
-				files = append(files, fmt.Sprintf("%s %.1f KiB gzip=%v", pu.Path, sizes[id]/1024, gz[id]))
-				if strings.HasPrefix(pu.Path, "/assets/") && strings.HasSuffix(pu.Path, ".js") && !gz[id] {
-					t.Errorf("%s was not sent gzipped", pu.Path)
-				}
-			}
-			return total, files
-		}
-		// The render budget is what the page costs, not what a loaded
-		// machine adds: the suite runs this beside other packages against
-		// a race-built serve, so one load can be slowed by others' work.
-		// The best of three cold loads (the cache is disabled) is judged;
-		// the bytes are those of the first load, and every load is logged.
-		var render float64
-		var total float64
-		var files []string
-		for i := range 3 {
-			if i > 0 {
-				mu.Lock()
-				urls, sizes, gz = map[network.RequestID]string{}, map[network.RequestID]float64{}, map[network.RequestID]bool{}
-				mu.Unlock()
-			}
-			d.open(tab, "/inbox")
-			d.waitJS(tab, eventually.Medium, "the first render mark", `performance.getEntriesByName('pam-first-render').length`)
-			r := eval[float64](d, tab, `performance.getEntriesByName('pam-first-render')[0].startTime`)
-			t.Logf("load %d: first render %.0f ms; timings: %s", i+1, r, eval[string](d, tab, `JSON.stringify(performance.getEntriesByType('resource').map((e) => [e.name.replace(location.origin, ''), Math.round(e.startTime), Math.round(e.responseEnd)]).concat([['document', 0, Math.round(performance.getEntriesByType('navigation')[0].responseEnd)]]))`))
-			if i == 0 || r < render {
-				render = r
-			}
-			if i == 0 {
-				total, files = measure()
-			}
-		}
-		t.Logf("first page: %.1f KiB on the wire, first render %.0f ms: %s", total/1024, render, strings.Join(files, ", "))
-		if total > firstPageBudget {
-			t.Errorf("the first page moved %.1f KiB, budget %d KiB", total/1024, firstPageBudget>>10)
-		}
-		if render > float64(firstRender/time.Millisecond) {
-			t.Errorf("first render at %.0f ms, budget %s", render, firstRender)
-		}
-		mu.Lock()
-		urls, sizes, gz = map[network.RequestID]string{}, map[network.RequestID]float64{}, map[network.RequestID]bool{}
-		mu.Unlock()
-		d.open(tab, "/runs/"+runID)
-		d.waitJS(tab, eventually.Medium, "the terminal", `window.__pamTerm && window.__pamTerm.buffer.includes('ui-42-ready')`)
-		total, files = measure()
-		t.Logf("run page with the terminal: %.1f KiB on the wire: %s", total/1024, strings.Join(files, ", "))
-		if total > terminalBudget {
-			t.Errorf("the run page moved %.1f KiB, budget %d KiB", total/1024, terminalBudget>>10)
-		}
-	})
-
-	t.Run("ServeRestartMissesNothing", func(t *testing.T) {
-		d.t = t
-		serveRestartMissesNothing(t, d)
-	})
-
-	t.Run("PhoneTouch", func(t *testing.T) {
-		d.t = t
-		if runID == "" {
-			t.Skip("no run")
-		}
-		phoneTouch(t, d, runID)
-	})
-
-	t.Run("Screenshots", func(t *testing.T) {
-		d.t = t
-		// Something for the inbox: a run that fails, and one that asks.
-		var w wire.WorkItem
-		d.api(201, "POST", "/projects/browser-test/work-items", map[string]any{"kind": "task", "title": "Build the release"}, &w)
-		var r wire.Run
-		d.api(202, "POST", "/runs", map[string]any{"task_id": w.ID, "provider": "shell", "prompt": "echo compiling; echo 'error: 3 tests failed'; sleep 1; exit 3", "max_attempts": 1}, &r)
-		d.waitRun(r.ID, "to fail", func(r wire.Run) bool { return r.Status == wire.RunFailed })
-		asking := d.askingRun(t, "Approve the release notes")
-		d.goTo(d.ctx, "/inbox")
-		want := asking.ID + ":needs_input," + r.ID + ":failed"
-		if !eventually.Within(eventually.Medium, func() bool {
-			return eval[string](d, d.ctx, `[...document.querySelectorAll('[data-testid=inbox-card]')].map((c) => c.dataset.run + ':' + c.dataset.why).join()`) == want
-		}) {
-			t.Fatalf("the inbox %s, want the asking and the failed run, newest first: %s", eval[string](d, d.ctx, inboxState), want)
-		}
-		d.waitJS(d.ctx, eventually.Medium, "the inbox thumbnails", `document.querySelectorAll('.thumb:not(.thumb-empty)').length === 2`)
-		if title := eval[string](d, d.ctx, `document.title`); !strings.HasPrefix(title, "(2)") {
-			t.Errorf("tab title %q, want the inbox count", title)
-		}
-		pages := []struct{ name, path, ready string }{
-			{"inbox", "/inbox", `[data-testid=inbox-card][data-run="` + asking.ID + `"] .thumb:not(.thumb-empty)`},
-			{"projects", "/projects", `[data-testid=project-card]`},
-			{"board", "/projects/browser-test", `[data-testid=item-card]`},
-			{"runs", "/runs", `[data-testid=run-row]`},
-			{"run", "/runs/" + runID, `[data-testid=terminal] .xterm`},
-			{"run-asking", "/runs/" + asking.ID, `[data-testid=terminal] .xterm`},
-			{"fleet", "/fleet", `[data-testid=host-card]`},
-		}
-		for _, p := range pages {
-			d.goTo(d.ctx, p.path)
-			d.waitJS(d.ctx, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
-			d.shot(d.ctx, "desktop-"+p.name)
-		}
-		// Dark, as a system set to dark gets it.
-		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{
-			Features: []*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: "dark"}}}); err != nil {
-			t.Fatal(err)
-		}
-		for _, p := range pages {
-			d.goTo(d.ctx, p.path)
-			d.waitJS(d.ctx, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
-			if bg := eval[string](d, d.ctx, `getComputedStyle(document.body).backgroundColor`); bg != "rgb(14, 15, 18)" {
-				t.Errorf("dark %s: body background %s", p.name, bg)
-			}
-			d.shot(d.ctx, "desktop-dark-"+p.name)
-		}
-		if _, err := chromedp.Call(d.ctx, emulation.SetEmulatedMedia, emulation.SetEmulatedMediaParams{}); err != nil {
-			t.Fatal(err)
-		}
-		d.goTo(d.ctx, "/fleet")
-		// Shortcuts: ? opens the list, g i goes to the inbox.
-		d.do(d.ctx, press("?"))
-		d.waitJS(d.ctx, eventually.Short, "the shortcuts dialog", `document.querySelector('dialog[open] .shortcuts')`)
-		d.shot(d.ctx, "desktop-shortcuts")
-		d.do(d.ctx, press(kb.Escape), press("gi"))
-		d.waitJS(d.ctx, eventually.Short, "g i to the inbox", `location.pathname === '/inbox'`)
-
-		phone := d.phoneTab()
-		for _, p := range pages {
-			d.open(phone, p.path)
-			d.waitJS(phone, eventually.Medium, p.name, `document.querySelector('`+p.ready+`')`)
-			if p.name == "run" {
-				d.waitJS(phone, eventually.Medium, "the pane", `window.__pamTerm.buffer.includes('ui-42-ready')`)
-			}
-			d.noOverflow(phone, p.path)
-			d.shot(phone, "phone-"+p.name)
-		}
-		d.click(phone, `.nav-toggle`)
-		d.waitJS(phone, eventually.Short, "the collapsed nav open", `document.querySelector('.nav.open')`)
-		d.shot(phone, "phone-nav")
-	})
-
-	t.Run("ChangesTab", func(t *testing.T) {
-		d.t = t
-		changesTab(t, d)
-	})
-
-	t.Run("ContinueFromRunPage", func(t *testing.T) {
-		d.t = t
-		continueFromRunPage(t, d)
-	})
-
-	t.Run("StopFromRunPage", func(t *testing.T) {
-		d.t = t
-		if runID == "" {
-			t.Skip("no run")
-		}
-		d.goTo(d.ctx, "/runs/"+runID)
-		d.click(d.ctx, d.sel("stop"))
-		eventually.Wait(t, eventually.Medium, "the run stopped in the API", func() bool {
-			var r wire.Run
-			d.api(200, "GET", "/runs/"+runID, nil, &r)
-			return r.Status == "stopped"
-		})
-		d.waitJS(d.ctx, eventually.Medium, "the stopped badge and run.stopped in Events, live",
-			`document.querySelector('.run-meta .badge.st-stopped') && document.querySelector('[data-testid=events]').textContent.includes('run.stopped') && !document.querySelector('[data-testid=stop]')`)
-	})
-
-	t.Run("FleetDisableEnableRotateRemove", func(t *testing.T) {
-		d.t = t
-		fleetActions(t, d)
-	})
-
-	t.Run("Keyboard", func(t *testing.T) {
-		d.t = t
-		keyboard(t, d)
-	})
-
-	t.Run("Notifications", func(t *testing.T) {
-		d.t = t
-		notifications(t, d)
-	})
-
-	t.Run("SettingsChannels", func(t *testing.T) {
-		d.t = t
-		settingsChannels(t, d)
-	})
-
-	t.Run("ArchivedProjectRestore", func(t *testing.T) {
-		d.t = t
-		archivedRestore(t, d)
-	})
-
-	t.Run("RunsLoadMore", func(t *testing.T) {
-		d.t = t
-		runsLoadMore(t, d)
-	})
-
-	if errs := d.errors("401", "Unauthorized", "favicon"); len(errs) > 0 {
-		t.Errorf("the browser reported errors:\n%s", strings.Join(errs, "\n"))
-	}
-}
-
 // press types keys as a keyboard does: for each key one keyDown that
 // carries its character, then a keyUp. chromedp.KeyEvent sends the
 // character as a separate "char" event after the keyDown, a round trip
@@ -854,108 +445,4 @@ func press(keys string, opts ...chromedp.KeyOption) chromedp.Action[chromedp.Voi
 		}
 		return nil
 	})
-}
-
-// changesTab: the Changes tab shows a run's changes in two parts — what
-// its branch's commits hold (what Push sends), among them a file the
-// agent committed and then deleted in its working tree, and what only
-// the working tree holds — with their counts and diffs, live; Push sends
-// the head it showed: once the branch has moved on behind the page's
-// back, the push is refused and nothing reaches the repository; after
-// the tab reads the new head, it pushes that.
-func changesTab(t *testing.T, d *dash) {
-	remote := pamtest.GitRemote(t, map[string]string{"tracked.txt": "one\ntwo\n"})
-	var p wire.Project
-	d.api(201, "POST", "/projects", map[string]any{"name": "Changes", "repo": map[string]any{"url": remote}}, &p)
-	var task wire.WorkItem
-	d.api(201, "POST", "/projects/"+p.Slug+"/work-items", map[string]any{"kind": "task", "title": "Edit files"}, &task)
-	var r wire.Run
-	d.api(202, "POST", "/runs", map[string]any{"task_id": task.ID, "provider": "shell",
-		"prompt": `echo shipped > secret.txt; git add secret.txt; git -c user.name=agent -c user.email=agent@example.com commit -qm secret; rm secret.txt; ` +
-			`printf 'one\nTWO\n' > tracked.txt; echo new > added.txt; git add added.txt; echo edited; exec cat`}, &r)
-	eventually.Wait(t, eventually.Long, "the run running in its worktree", func() bool {
-		d.api(200, "GET", "/runs/"+r.ID, nil, &r)
-		return r.Status == "running" && r.Workspace != nil
-	})
-	tab, closeTab := d.tab(d.ctx)
-	defer closeTab()
-	d.open(tab, "/runs/"+r.ID)
-	d.click(tab, d.sel("tab-changes"))
-	files := `[...document.querySelectorAll('[data-testid=changes-file]')].map((e) => e.closest('[data-part]').dataset.part + ' ' + e.dataset.committed + ' ' + e.dataset.path + ' ' + e.textContent)`
-	d.waitJS(tab, 20*time.Second, "the committed part and the uncommitted part with their files and counts",
-		`(() => { const f = `+files+`; const has = (s) => f.some((x) => x.startsWith(s));
-			return f.length === 4 && has('committed true secret.txt A') && has('uncommitted false secret.txt D') &&
-				f.some((x) => x.startsWith('uncommitted false tracked.txt') && x.includes('+1') && x.includes('−1')) && has('uncommitted false added.txt A'); })()`)
-	head := pamtest.Git(t, r.Workspace.Path, "rev-parse", r.Workspace.Branch)
-	if got := eval[string](d, tab, `document.querySelector('[data-testid=push]').dataset.commit`); got != head {
-		t.Errorf("the tab shows head %q, the branch is at %s", got, head)
-	}
-	d.waitJS(tab, eventually.Short, "each part's diff", `[...document.querySelectorAll('[data-part=committed] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+shipped') &&
-		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.del')].some((e) => e.textContent === '-shipped') &&
-		[...document.querySelectorAll('[data-part=uncommitted] [data-testid=diff-line] .code.add')].some((e) => e.textContent === '+TWO')`)
-	d.shot(tab, "desktop-run-changes")
-	d.click(tab, d.sel("diff-mode"))
-	d.waitJS(tab, eventually.Short, "the side-by-side diff: the old line beside the new",
-		`[...document.querySelectorAll('[data-testid=diff-row]')].some((row) => { const c = row.querySelectorAll('.code'); return c[0].classList.contains('del') && c[0].textContent === 'two' && c[1].classList.contains('add') && c[1].textContent === 'TWO'; })`)
-	d.shot(tab, "desktop-run-changes-split")
-	d.click(tab, d.sel("diff-mode"))
-	// Live: a file the agent writes now shows without a reload.
-	if err := os.WriteFile(filepath.Join(r.Workspace.Path, "later.txt"), []byte("a\nb\nc\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d.waitJS(tab, 15*time.Second, "the new file, live", `[...document.querySelectorAll('[data-part=uncommitted] [data-testid=changes-file]')].some((e) => e.dataset.path === 'later.txt' && e.textContent.includes('+3'))`)
-
-	// The run ends (the tab stops reading on a timer); then the branch
-	// moves on behind the page's back.
-	d.api(202, "POST", "/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
-	d.waitJS(tab, 15*time.Second, "the tab no longer live", `!document.querySelector('[data-testid=changes] .changes-bar').textContent.includes('live')`)
-	shown := eval[string](d, tab, `document.querySelector('[data-testid=push]').dataset.commit`)
-	if shown != head {
-		t.Fatalf("the tab shows head %q, want %s", shown, head)
-	}
-	write := func(name string) {
-		if err := os.WriteFile(filepath.Join(r.Workspace.Path, name), []byte(name+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("sneaked-in.txt")
-	pamtest.Git(t, r.Workspace.Path, "add", "sneaked-in.txt")
-	pamtest.Git(t, r.Workspace.Path, "commit", "--quiet", "-m", "not reviewed")
-	moved := pamtest.Git(t, r.Workspace.Path, "rev-parse", "HEAD")
-	mark := d.logMark()
-	d.click(tab, d.sel("push"))
-	d.waitJS(tab, eventually.Long, "the push refused: the branch moved on", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'false' && e.textContent.includes('moved on'); })()`)
-	d.mu.Lock() // the refusal is the browser's one expected error
-	kept := d.logs[:mark:mark]
-	for _, l := range d.logs[mark:] {
-		if !strings.Contains(l, "status of 409") || !strings.Contains(l, "/push") {
-			kept = append(kept, l)
-		}
-	}
-	d.logs = kept
-	d.mu.Unlock()
-	if out, err := exec.Command("git", "-C", remote, "rev-parse", "--verify", "--quiet", "refs/heads/"+r.Workspace.Branch).CombinedOutput(); err == nil {
-		t.Fatalf("a push of a head the page did not show reached the repository: %s", out)
-	}
-	d.waitJS(tab, 15*time.Second, "the tab reads the new head", `document.querySelector('[data-testid=push]').dataset.commit === '`+moved+`' &&
-		[...document.querySelectorAll('[data-part=committed] [data-testid=changes-file]')].some((e) => e.dataset.path === 'sneaked-in.txt')`)
-	d.click(tab, d.sel("push"))
-	d.waitJS(tab, eventually.Long, "the push done", `(() => { const e = document.querySelector('[data-testid=push-result]'); return e && e.dataset.ok === 'true'; })()`)
-	if got := pamtest.Git(t, remote, "rev-parse", "refs/heads/"+r.Workspace.Branch); got != moved {
-		t.Errorf("the repository's branch is at %s, want the head shown %s", got, moved)
-	}
-	d.shot(tab, "desktop-run-changes-pushed")
-
-	// On a phone: both parts, nothing wider than the screen.
-	phone := d.phoneTab()
-	d.open(phone, "/runs/"+r.ID)
-	d.click(phone, d.sel("tab-changes"))
-	// The commit behind the page's back took the file the agent had
-	// staged with it.
-	d.waitJS(phone, 20*time.Second, "both parts on the phone", `document.querySelectorAll('[data-part=committed] [data-testid=changes-file]').length === 3 &&
-		document.querySelectorAll('[data-part=uncommitted] [data-testid=changes-file]').length === 3`)
-	d.noOverflow(phone, "/runs/"+r.ID+" changes")
-	_ = eval[bool](d, phone, `(() => { document.querySelector('[data-testid=changes]').scrollIntoView({ block: 'start' }); scrollBy(0, -64); return true; })()`)
-	d.shot(phone, "phone-run-changes")
-	d.goTo(phone, "/")
 }
