@@ -206,7 +206,7 @@ func (w *simWorker) heartbeat(conn *websocket.Conn) error {
 	w.mu.Lock()
 	w.hbSent = append(w.hbSent, now)
 	w.mu.Unlock()
-	return w.send(conn, wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &utc})
+	return w.send(conn, wire.HeartbeatFrame{HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &utc})
 }
 
 // heartbeats beats every HeartbeatInterval from the connection's start
@@ -327,7 +327,7 @@ func (w *simWorker) liveSnapshots(tick bool) []wire.Frame {
 			r.ticks++
 		}
 		capture := fmt.Sprintf("simulated session of run %s\r\nattempt %d, screen %d\r\n$ ", r.id, r.attempt, r.ticks)
-		out = append(out, wire.Frame{Type: wire.FrameSnapshot, RunID: r.id, Attempt: wire.IntPtr(r.attempt), Capture: capture, Timestamp: &now})
+		out = append(out, wire.SnapshotFrame{RunID: r.id, Attempt: wire.IntPtr(r.attempt), Capture: capture, Timestamp: &now})
 	}
 	return out
 }
@@ -335,7 +335,7 @@ func (w *simWorker) liveSnapshots(tick bool) []wire.Frame {
 // send writes one frame, checked as the real worker's are.
 func (w *simWorker) send(conn *websocket.Conn, f wire.Frame) error {
 	if err := f.Validate(); err != nil {
-		return fmt.Errorf("simulated worker built an invalid %s frame: %w", f.Type, err)
+		return fmt.Errorf("simulated worker built an invalid %s frame: %w", f.Type(), err)
 	}
 	b, err := json.Marshal(f)
 	if err != nil {
@@ -357,21 +357,21 @@ func (w *simWorker) handle(conn *websocket.Conn, data []byte) {
 		w.sim.noteErr("frame from serve", err)
 		return
 	}
-	switch f.Type {
-	case wire.FrameHeartbeatAck:
+	switch f := f.(type) {
+	case wire.HeartbeatAckFrame:
 		w.heartbeatAcked()
-	case wire.FrameRunDispatch:
+	case wire.RunDispatchFrame:
 		w.dispatch(conn, f)
-	case wire.FrameRunStop:
+	case wire.RunStopFrame:
 		w.stop(f)
-	case wire.FrameSignalAck:
+	case wire.SignalAckFrame:
 		w.sim.signalResult(f.Kind, f.Result, f.Code)
-	case wire.FrameError:
+	case wire.ErrorFrame:
 		w.sim.errorFrames.Add(1)
 		w.sim.noteErr("error frame", fmt.Errorf("%s: %s", f.Code, f.Message))
-	case wire.FrameAttachOpen:
+	case wire.AttachOpenFrame:
 		// Nobody attaches to a simulated session.
-		_ = w.send(conn, wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: "simulated session"})
+		_ = w.send(conn, wire.AttachClosedFrame{AttachID: f.AttachID, Reason: "simulated session"})
 	default:
 		// send_keys, log_request and workspace requests: nothing here
 		// asks for them.
@@ -403,11 +403,11 @@ func (w *simWorker) heartbeatAcked() {
 // dispatch answers run_dispatch as the real worker does: ack at once
 // (again if the run is already here), refuse past max_runs, then start
 // the fake session, whose wrapper posts started.
-func (w *simWorker) dispatch(conn *websocket.Conn, f wire.Frame) {
+func (w *simWorker) dispatch(conn *websocket.Conn, f wire.RunDispatchFrame) {
 	attempt := *f.Attempt
 	w.sim.noteDispatch(f.RunID, w.hostID, attempt)
 	ack := func(ok bool, reason string) {
-		if err := w.send(conn, wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &ok, Reason: reason}); err != nil {
+		if err := w.send(conn, wire.RunDispatchAckFrame{RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &ok, Reason: reason}); err != nil {
 			w.sim.noteErr("ack", err)
 		}
 	}
@@ -441,7 +441,7 @@ func (w *simWorker) dispatch(conn *websocket.Conn, f wire.Frame) {
 
 // stop ends a fake session as SIGTERM ends a CLI: its wrapper posts
 // finished with 143.
-func (w *simWorker) stop(f wire.Frame) {
+func (w *simWorker) stop(f wire.RunStopFrame) {
 	w.mu.Lock()
 	r := w.runs[f.RunID]
 	ok := r != nil && r.attempt == *f.Attempt && !r.finished
@@ -522,7 +522,7 @@ func (w *simWorker) postSignal(ctx context.Context, j signalJob) {
 		sig.Payload = json.RawMessage(fmt.Sprintf(`{"exit_code":%d}`, j.code))
 	}
 	if w.sim.o.UplinkSignals {
-		f := wire.Frame{Type: wire.FrameSignal, RunID: id, Kind: sig.Kind, Attempt: sig.Attempt, Source: sig.Source, Payload: sig.Payload, Timestamp: sig.Timestamp}
+		f := wire.SignalFrame{RunID: id, Kind: sig.Kind, Attempt: sig.Attempt, Source: sig.Source, Payload: sig.Payload, Timestamp: sig.Timestamp}
 		w.mu.Lock()
 		conn := w.conn
 		w.mu.Unlock()

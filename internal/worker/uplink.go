@@ -256,11 +256,11 @@ func (w *agent) requeue(frames []wire.Frame) {
 	}
 }
 
-func (w *agent) heartbeat() wire.Frame {
+func (w *agent) heartbeat() wire.HeartbeatFrame {
 	now := time.Now().UTC()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &now}
+	return wire.HeartbeatFrame{HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &now}
 }
 
 // heartbeats sends a heartbeat every HeartbeatInterval and pings the
@@ -299,7 +299,7 @@ func (w *agent) sendOn(conn *websocket.Conn, f wire.Frame) error {
 		return err
 	}
 	if len(b) > wire.MaxFrame {
-		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type, len(b), wire.MaxFrame)
+		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type(), len(b), wire.MaxFrame)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
@@ -319,7 +319,7 @@ func (w *agent) send(f wire.Frame) error {
 
 // sendState reports a run_state; without an uplink it waits for the next.
 func (w *agent) sendState(runID string, attempt int, state, detail string) {
-	f := wire.Frame{Type: wire.FrameRunState, RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: wire.BoundText(detail)}
+	f := wire.RunStateFrame{RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: wire.BoundText(detail)}
 	if err := w.send(f); err != nil {
 		w.requeue([]wire.Frame{f})
 	}

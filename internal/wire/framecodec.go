@@ -1,0 +1,576 @@
+package wire
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// The codec of uplink frames: each type's name, its encoding (the type
+// written first, then the struct's own fields) and its strict decoding.
+func (HeartbeatAckFrame) Type() string     { return FrameHeartbeatAck }
+func (RunDispatchFrame) Type() string      { return FrameRunDispatch }
+func (RunStopFrame) Type() string          { return FrameRunStop }
+func (SendKeysFrame) Type() string         { return FrameSendKeys }
+func (SignalAckFrame) Type() string        { return FrameSignalAck }
+func (AttachOpenFrame) Type() string       { return FrameAttachOpen }
+func (AttachInputFrame) Type() string      { return FrameAttachInput }
+func (AttachResizeFrame) Type() string     { return FrameAttachResize }
+func (AttachCloseFrame) Type() string      { return FrameAttachClose }
+func (LogRequestFrame) Type() string       { return FrameLogRequest }
+func (ErrorFrame) Type() string            { return FrameError }
+func (PaneWatchFrame) Type() string        { return FramePaneWatch }
+func (WorkspaceRequestFrame) Type() string { return FrameWorkspaceRequest }
+func (HeartbeatFrame) Type() string        { return FrameHeartbeat }
+func (RunDispatchAckFrame) Type() string   { return FrameRunDispatchAck }
+func (SnapshotFrame) Type() string         { return FrameSnapshot }
+func (SignalFrame) Type() string           { return FrameSignal }
+func (LogChunkFrame) Type() string         { return FrameLogChunk }
+func (RunStateFrame) Type() string         { return FrameRunState }
+func (AttachOutputFrame) Type() string     { return FrameAttachOutput }
+func (AttachClosedFrame) Type() string     { return FrameAttachClosed }
+func (ScreenFrame) Type() string           { return FrameScreen }
+func (WorkspaceReplyFrame) Type() string   { return FrameWorkspaceReply }
+func (WorkspaceReadyFrame) Type() string   { return FrameWorkspaceReady }
+func (WorkspaceRemovedFrame) Type() string { return FrameWorkspaceRemoved }
+func (WorkspacePushedFrame) Type() string  { return FrameWorkspacePushed }
+
+func (f HeartbeatAckFrame) MarshalJSON() ([]byte, error) {
+	type plain HeartbeatAckFrame
+	return withType(FrameHeartbeatAck, plain(f))
+}
+func (f RunDispatchFrame) MarshalJSON() ([]byte, error) {
+	type plain RunDispatchFrame
+	return withType(FrameRunDispatch, plain(f))
+}
+func (f RunStopFrame) MarshalJSON() ([]byte, error) {
+	type plain RunStopFrame
+	return withType(FrameRunStop, plain(f))
+}
+func (f SendKeysFrame) MarshalJSON() ([]byte, error) {
+	type plain SendKeysFrame
+	return withType(FrameSendKeys, plain(f))
+}
+func (f SignalAckFrame) MarshalJSON() ([]byte, error) {
+	type plain SignalAckFrame
+	return withType(FrameSignalAck, plain(f))
+}
+func (f AttachOpenFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachOpenFrame
+	return withType(FrameAttachOpen, plain(f))
+}
+func (f AttachInputFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachInputFrame
+	return withType(FrameAttachInput, plain(f))
+}
+func (f AttachResizeFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachResizeFrame
+	return withType(FrameAttachResize, plain(f))
+}
+func (f AttachCloseFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachCloseFrame
+	return withType(FrameAttachClose, plain(f))
+}
+func (f LogRequestFrame) MarshalJSON() ([]byte, error) {
+	type plain LogRequestFrame
+	return withType(FrameLogRequest, plain(f))
+}
+func (f ErrorFrame) MarshalJSON() ([]byte, error) {
+	type plain ErrorFrame
+	return withType(FrameError, plain(f))
+}
+func (f PaneWatchFrame) MarshalJSON() ([]byte, error) {
+	type plain PaneWatchFrame
+	return withType(FramePaneWatch, plain(f))
+}
+func (f WorkspaceRequestFrame) MarshalJSON() ([]byte, error) {
+	type plain WorkspaceRequestFrame
+	return withType(FrameWorkspaceRequest, plain(f))
+}
+func (f HeartbeatFrame) MarshalJSON() ([]byte, error) {
+	type plain HeartbeatFrame
+	return withType(FrameHeartbeat, plain(f))
+}
+func (f RunDispatchAckFrame) MarshalJSON() ([]byte, error) {
+	type plain RunDispatchAckFrame
+	return withType(FrameRunDispatchAck, plain(f))
+}
+func (f SnapshotFrame) MarshalJSON() ([]byte, error) {
+	type plain SnapshotFrame
+	return withType(FrameSnapshot, plain(f))
+}
+func (f SignalFrame) MarshalJSON() ([]byte, error) {
+	type plain SignalFrame
+	return withType(FrameSignal, plain(f))
+}
+func (f LogChunkFrame) MarshalJSON() ([]byte, error) {
+	type plain LogChunkFrame
+	return withType(FrameLogChunk, plain(f))
+}
+func (f RunStateFrame) MarshalJSON() ([]byte, error) {
+	type plain RunStateFrame
+	return withType(FrameRunState, plain(f))
+}
+func (f AttachOutputFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachOutputFrame
+	return withType(FrameAttachOutput, plain(f))
+}
+func (f AttachClosedFrame) MarshalJSON() ([]byte, error) {
+	type plain AttachClosedFrame
+	return withType(FrameAttachClosed, plain(f))
+}
+func (f ScreenFrame) MarshalJSON() ([]byte, error) {
+	type plain ScreenFrame
+	return withType(FrameScreen, plain(f))
+}
+func (f WorkspaceReplyFrame) MarshalJSON() ([]byte, error) {
+	type plain WorkspaceReplyFrame
+	return withType(FrameWorkspaceReply, plain(f))
+}
+func (f WorkspaceReadyFrame) MarshalJSON() ([]byte, error) {
+	type plain WorkspaceReadyFrame
+	return withType(FrameWorkspaceReady, plain(f))
+}
+func (f WorkspaceRemovedFrame) MarshalJSON() ([]byte, error) {
+	type plain WorkspaceRemovedFrame
+	return withType(FrameWorkspaceRemoved, plain(f))
+}
+func (f WorkspacePushedFrame) MarshalJSON() ([]byte, error) {
+	type plain WorkspacePushedFrame
+	return withType(FrameWorkspacePushed, plain(f))
+}
+
+// Validate checks a frame's contents (framecheck.go); its error's
+// message starts with the frame type.
+func (f HeartbeatAckFrame) Validate() error     { return framed(f.Type(), f.check()) }
+func (f RunDispatchFrame) Validate() error      { return framed(f.Type(), f.check()) }
+func (f RunStopFrame) Validate() error          { return framed(f.Type(), f.check()) }
+func (f SendKeysFrame) Validate() error         { return framed(f.Type(), f.check()) }
+func (f SignalAckFrame) Validate() error        { return framed(f.Type(), f.check()) }
+func (f AttachOpenFrame) Validate() error       { return framed(f.Type(), f.check()) }
+func (f AttachInputFrame) Validate() error      { return framed(f.Type(), f.check()) }
+func (f AttachResizeFrame) Validate() error     { return framed(f.Type(), f.check()) }
+func (f AttachCloseFrame) Validate() error      { return framed(f.Type(), f.check()) }
+func (f LogRequestFrame) Validate() error       { return framed(f.Type(), f.check()) }
+func (f ErrorFrame) Validate() error            { return framed(f.Type(), f.check()) }
+func (f PaneWatchFrame) Validate() error        { return framed(f.Type(), f.check()) }
+func (f WorkspaceRequestFrame) Validate() error { return framed(f.Type(), f.check()) }
+func (f HeartbeatFrame) Validate() error        { return framed(f.Type(), f.check()) }
+func (f RunDispatchAckFrame) Validate() error   { return framed(f.Type(), f.check()) }
+func (f SnapshotFrame) Validate() error         { return framed(f.Type(), f.check()) }
+func (f SignalFrame) Validate() error           { return framed(f.Type(), f.check()) }
+func (f LogChunkFrame) Validate() error         { return framed(f.Type(), f.check()) }
+func (f RunStateFrame) Validate() error         { return framed(f.Type(), f.check()) }
+func (f AttachOutputFrame) Validate() error     { return framed(f.Type(), f.check()) }
+func (f AttachClosedFrame) Validate() error     { return framed(f.Type(), f.check()) }
+func (f ScreenFrame) Validate() error           { return framed(f.Type(), f.check()) }
+func (f WorkspaceReplyFrame) Validate() error   { return framed(f.Type(), f.check()) }
+func (f WorkspaceReadyFrame) Validate() error   { return framed(f.Type(), f.check()) }
+func (f WorkspaceRemovedFrame) Validate() error { return framed(f.Type(), f.check()) }
+func (f WorkspacePushedFrame) Validate() error  { return framed(f.Type(), f.check()) }
+
+// RunOf is the run a frame names ("" for a frame that names none: a
+// heartbeat, an attach frame, an orphan without a run).
+func RunOf(f Frame) string {
+	if r, ok := f.(interface{ run() string }); ok {
+		return r.run()
+	}
+	return ""
+}
+
+func (f RunDispatchFrame) run() string      { return f.RunID }
+func (f RunStopFrame) run() string          { return f.RunID }
+func (f SendKeysFrame) run() string         { return f.RunID }
+func (f SignalAckFrame) run() string        { return f.RunID }
+func (f AttachOpenFrame) run() string       { return f.RunID }
+func (f LogRequestFrame) run() string       { return f.RunID }
+func (f ErrorFrame) run() string            { return f.RunID }
+func (f PaneWatchFrame) run() string        { return f.RunID }
+func (f WorkspaceRequestFrame) run() string { return f.RunID }
+func (f RunDispatchAckFrame) run() string   { return f.RunID }
+func (f SnapshotFrame) run() string         { return f.RunID }
+func (f SignalFrame) run() string           { return f.RunID }
+func (f LogChunkFrame) run() string         { return f.RunID }
+func (f RunStateFrame) run() string         { return f.RunID }
+func (f ScreenFrame) run() string           { return f.RunID }
+func (f WorkspaceReplyFrame) run() string   { return f.RunID }
+func (f WorkspaceReadyFrame) run() string   { return f.RunID }
+func (f WorkspaceRemovedFrame) run() string { return f.RunID }
+func (f WorkspacePushedFrame) run() string  { return f.RunID }
+
+// frameDecoders are the frame types pam knows, each with the strict
+// decoding of its struct: the object's "type" is read into the wrapper,
+// any other field the struct does not have is refused.
+var frameDecoders = map[string]func(*json.Decoder) (Frame, error){
+	FrameHeartbeatAck: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			HeartbeatAckFrame
+		}
+		err := d.Decode(&v)
+		return v.HeartbeatAckFrame, err
+	},
+	FrameRunDispatch: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			RunDispatchFrame
+		}
+		err := d.Decode(&v)
+		return v.RunDispatchFrame, err
+	},
+	FrameRunStop: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			RunStopFrame
+		}
+		err := d.Decode(&v)
+		return v.RunStopFrame, err
+	},
+	FrameSendKeys: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			SendKeysFrame
+		}
+		err := d.Decode(&v)
+		return v.SendKeysFrame, err
+	},
+	FrameSignalAck: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			SignalAckFrame
+		}
+		err := d.Decode(&v)
+		return v.SignalAckFrame, err
+	},
+	FrameAttachOpen: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachOpenFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachOpenFrame, err
+	},
+	FrameAttachInput: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachInputFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachInputFrame, err
+	},
+	FrameAttachResize: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachResizeFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachResizeFrame, err
+	},
+	FrameAttachClose: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachCloseFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachCloseFrame, err
+	},
+	FrameLogRequest: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			LogRequestFrame
+		}
+		err := d.Decode(&v)
+		return v.LogRequestFrame, err
+	},
+	FrameError: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			ErrorFrame
+		}
+		err := d.Decode(&v)
+		return v.ErrorFrame, err
+	},
+	FramePaneWatch: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			PaneWatchFrame
+		}
+		err := d.Decode(&v)
+		return v.PaneWatchFrame, err
+	},
+	FrameWorkspaceRequest: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			WorkspaceRequestFrame
+		}
+		err := d.Decode(&v)
+		return v.WorkspaceRequestFrame, err
+	},
+	FrameHeartbeat: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			HeartbeatFrame
+		}
+		err := d.Decode(&v)
+		return v.HeartbeatFrame, err
+	},
+	FrameRunDispatchAck: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			RunDispatchAckFrame
+		}
+		err := d.Decode(&v)
+		return v.RunDispatchAckFrame, err
+	},
+	FrameSnapshot: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			SnapshotFrame
+		}
+		err := d.Decode(&v)
+		return v.SnapshotFrame, err
+	},
+	FrameSignal: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			SignalFrame
+		}
+		err := d.Decode(&v)
+		return v.SignalFrame, err
+	},
+	FrameLogChunk: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			LogChunkFrame
+		}
+		err := d.Decode(&v)
+		return v.LogChunkFrame, err
+	},
+	FrameRunState: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			RunStateFrame
+		}
+		err := d.Decode(&v)
+		return v.RunStateFrame, err
+	},
+	FrameAttachOutput: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachOutputFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachOutputFrame, err
+	},
+	FrameAttachClosed: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			AttachClosedFrame
+		}
+		err := d.Decode(&v)
+		return v.AttachClosedFrame, err
+	},
+	FrameScreen: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			ScreenFrame
+		}
+		err := d.Decode(&v)
+		return v.ScreenFrame, err
+	},
+	FrameWorkspaceReply: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			WorkspaceReplyFrame
+		}
+		err := d.Decode(&v)
+		return v.WorkspaceReplyFrame, err
+	},
+	FrameWorkspaceReady: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			WorkspaceReadyFrame
+		}
+		err := d.Decode(&v)
+		return v.WorkspaceReadyFrame, err
+	},
+	FrameWorkspaceRemoved: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			WorkspaceRemovedFrame
+		}
+		err := d.Decode(&v)
+		return v.WorkspaceRemovedFrame, err
+	},
+	FrameWorkspacePushed: func(d *json.Decoder) (Frame, error) {
+		var v struct {
+			typeKey
+			WorkspacePushedFrame
+		}
+		err := d.Decode(&v)
+		return v.WorkspacePushedFrame, err
+	},
+}
+
+// typeKey takes a frame's "type" while its struct takes the rest.
+type typeKey struct {
+	Type string `json:"type"`
+}
+
+// withType encodes v, a frame's fields, with "type" first.
+func withType(typ string, v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	head := `{"type":` + fmt.Sprintf("%q", typ)
+	if len(b) <= 2 { // {}
+		return []byte(head + "}"), nil
+	}
+	out := make([]byte, 0, len(head)+len(b))
+	out = append(out, head...)
+	out = append(out, ',')
+	return append(out, b[1:]...), nil
+}
+
+// DecodeFrame parses one frame, refusing oversized input, input that is
+// not one JSON object and unknown types: those return a nil frame. A
+// frame of a known type is decoded into its struct with unknown fields
+// refused; a field the type does not carry (or of the wrong JSON type)
+// returns the frame, decoded as far as it goes, with a *Error naming the
+// field, so that the receiver answers it as it answers a frame Validate
+// refuses (a refused signal gets its signal_ack). It checks the shape
+// only: Validate checks the contents.
+func DecodeFrame(b []byte) (Frame, error) {
+	if len(b) > MaxFrame {
+		return nil, fmt.Errorf("frame of %d bytes exceeds %d", len(b), MaxFrame)
+	}
+	var head struct {
+		Type *string `json:"type"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return nil, err
+	}
+	if head.Type == nil || *head.Type == "" {
+		return nil, fmt.Errorf("frame without a type")
+	}
+	decode, ok := frameDecoders[*head.Type]
+	if !ok {
+		return nil, fmt.Errorf("unknown frame type %s", quote(*head.Type))
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	f, err := decode(dec)
+	if err == nil {
+		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
+			return nil, errors.New("trailing data after the JSON value")
+		}
+	}
+	if s, ok := f.(SignalFrame); ok && string(s.Payload) == "null" {
+		s.Payload = nil // an empty payload, as a carried field spells it
+		f = s
+	}
+	if err != nil {
+		return f, fieldError(*head.Type, err)
+	}
+	return f, nil
+}
+
+// fieldError turns what encoding/json says about one field into a
+// *Error naming it.
+func fieldError(typ string, err error) error {
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &te) && te.Field != "":
+		// The path starts at the decoding wrapper: XFrame.field.
+		field := te.Field
+		if head, rest, ok := strings.Cut(field, "."); ok && strings.HasSuffix(head, "Frame") {
+			field = rest
+		}
+		return framed(typ, Invalid(field, "%s must be a JSON %s", field, jsonKind(te.Type.Kind().String())))
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+		field := echo(name)
+		if field == "" {
+			field = `""`
+		}
+		return framed(typ, Invalid(field, "%s is not a field of this frame", quote(name)))
+	}
+	return framed(typ, Invalid("type", "%s", err.Error()))
+}
+
+// jsonKind names a Go kind as JSON spells it, for a message.
+func jsonKind(k string) string {
+	switch {
+	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"), strings.HasPrefix(k, "float"):
+		return "number"
+	case k == "bool":
+		return "boolean"
+	case k == "slice":
+		return "array"
+	case k == "struct", k == "map":
+		return "object"
+	case k == "ptr":
+		return "value of its kind"
+	}
+	return k
+}
+
+// echo cuts a name read from a peer short for the error that names it.
+func echo(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
+}
+
+func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// Handler is one entry of a receiver's table of frame handlers: a frame
+// type and what to do with a frame of it. S is the receiver's own state
+// (a connection, a session).
+type Handler[S any] struct {
+	typ string
+	fn  func(S, context.Context, Frame)
+}
+
+// On makes the entry of h, a handler of one frame type, which it names.
+func On[S any, F Frame](h func(S, context.Context, F)) Handler[S] {
+	var zero F
+	return Handler[S]{typ: zero.Type(), fn: func(s S, ctx context.Context, f Frame) { h(s, ctx, f.(F)) }}
+}
+
+// Handlers maps frame types to their handlers: one place to see what a
+// receiver understands.
+type Handlers[S any] map[string]func(S, context.Context, Frame)
+
+// NewHandlers builds a table; a type handled twice is a bug and panics.
+func NewHandlers[S any](hs ...Handler[S]) Handlers[S] {
+	t := Handlers[S]{}
+	for _, h := range hs {
+		if _, dup := t[h.typ]; dup {
+			panic("frame type " + h.typ + " handled twice")
+		}
+		t[h.typ] = h.fn
+	}
+	return t
+}
+
+// Handle runs f's handler; false when the table has none for its type.
+func (t Handlers[S]) Handle(s S, ctx context.Context, f Frame) bool {
+	h, ok := t[f.Type()]
+	if ok {
+		h(s, ctx, f)
+	}
+	return ok
+}
