@@ -358,9 +358,11 @@ func TestAgentSessionOf(t *testing.T) {
 }
 
 // TestDecodeFrameStrict: a frame is decoded into its type's struct with
-// any other field refused, naming it, so that a field of another frame
-// type is never silently dropped; input that is not one frame of a known
-// type is no frame at all.
+// any other field refused. A field of another frame type comes back as
+// the frame with an error naming the field, answered as a Validate
+// refusal is (a signal by its signal_ack); input that is not one frame of
+// a known type, a field no frame type has, or a value of the wrong JSON
+// type is no frame at all (malformed_frame).
 func TestDecodeFrameStrict(t *testing.T) {
 	for typ, f := range validFrames() {
 		b, err := json.Marshal(f)
@@ -374,27 +376,30 @@ func TestDecodeFrameStrict(t *testing.T) {
 		if err != nil || back.Type() != typ || !reflect.DeepEqual(back, f) {
 			t.Errorf("%s: %s decodes to %+v, %v", typ, b, back, err)
 		}
-		for _, extra := range []string{"bogus", "capture", "detail", "force", "rows"} {
-			if strings.Contains(string(b), `"`+extra+`":`) {
+		for _, extra := range []string{`"capture":"x"`, `"detail":""`, `"force":true`, `"rows":1`, `"host_id":"h"`} {
+			name := strings.Trim(strings.Split(extra, ":")[0], `"`)
+			if strings.Contains(string(b), `"`+name+`":`) {
 				continue // one of its own
 			}
-			bad := append(b[:len(b)-1:len(b)-1], `,"`+extra+`":1}`...)
+			bad := append(b[:len(b)-1:len(b)-1], `,`+extra+`}`...)
 			got, err := DecodeFrame(bad)
 			e, ok := AsError(err)
-			if !ok || got == nil || got.Type() != typ || e.Details["field"] != extra || !strings.HasPrefix(e.Message, typ+": ") {
-				t.Errorf("%s with %s: decoded %+v, %v; want the frame and an error naming %s", typ, extra, got, err, extra)
+			if !ok || got == nil || got.Type() != typ || e.Details["field"] != name || !strings.HasPrefix(e.Message, typ+": ") {
+				t.Errorf("%s with %s: decoded %+v, %v; want the frame and an error naming %s", typ, extra, got, err, name)
+			}
+		}
+		for _, extra := range []string{`"bogus":1`, `"":1`, `"capture":1`, `"capture":"x","attempt":"x"`} {
+			bad := append(b[:len(b)-1:len(b)-1], `,`+extra+`}`...)
+			if got, err := DecodeFrame(bad); got != nil || err == nil {
+				t.Errorf("%s with %s: decoded %+v, %v; want no frame", typ, extra, got, err)
 			}
 		}
 	}
-	// A field of the wrong JSON type is named too.
-	got, err := DecodeFrame([]byte(`{"type":"run_stop","run_id":"` + tRun + `","attempt":"1","force":false}`))
-	if e, ok := AsError(err); !ok || got == nil || e.Details["field"] != "attempt" {
-		t.Errorf("attempt as a string: %+v, %v", got, err)
-	}
 	for _, s := range []string{``, `null`, `[]`, `{}`, `{"type":""}`, `{"type":null}`, `{"type":"no_such_frame"}`, `{"type":1}`,
-		`{"type":"heartbeat"} {}`, `{"type":"heartbeat"`, strings.Repeat(" ", MaxFrame+1)} {
+		`{"type":"heartbeat"} {}`, `{"type":"heartbeat"`, strings.Repeat(" ", MaxFrame+1),
+		`{"type":"run_stop","run_id":"` + tRun + `","attempt":"1","force":false}`} {
 		if f, err := DecodeFrame([]byte(s)); f != nil || err == nil {
-			t.Errorf("%.40q decoded to %+v, %v", s, f, err)
+			t.Errorf("%.60q decoded to %+v, %v", s, f, err)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -439,13 +440,14 @@ func withType(typ string, v any) ([]byte, error) {
 }
 
 // DecodeFrame parses one frame, refusing oversized input, input that is
-// not one JSON object and unknown types: those return a nil frame. A
-// frame of a known type is decoded into its struct with unknown fields
-// refused; a field the type does not carry (or of the wrong JSON type)
-// returns the frame, decoded as far as it goes, with a *Error naming the
-// field, so that the receiver answers it as it answers a frame Validate
-// refuses (a refused signal gets its signal_ack). It checks the shape
-// only: Validate checks the contents.
+// not one JSON object of a known type, and values of the wrong JSON type:
+// those return a nil frame, answered as malformed. A frame of a known
+// type is decoded into its struct with unknown fields refused. A field of
+// another frame type (a capture on a run_state) returns the frame with a
+// *Error naming the field, so that the receiver answers it as it answers
+// a frame Validate refuses (a refused signal gets its signal_ack); a
+// field no frame type has is malformed. It checks the shape only:
+// Validate checks the contents.
 func DecodeFrame(b []byte) (Frame, error) {
 	if len(b) > MaxFrame {
 		return nil, fmt.Errorf("frame of %d bytes exceeds %d", len(b), MaxFrame)
@@ -459,82 +461,117 @@ func DecodeFrame(b []byte) (Frame, error) {
 	if head.Type == nil || *head.Type == "" {
 		return nil, fmt.Errorf("frame without a type")
 	}
-	decode, ok := frameDecoders[*head.Type]
+	typ := *head.Type
+	decode, ok := frameDecoders[typ]
 	if !ok {
-		return nil, fmt.Errorf("unknown frame type %s", quote(*head.Type))
+		return nil, fmt.Errorf("unknown frame type %s", quote(typ))
 	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	f, err := decode(dec)
-	if err == nil {
-		if _, terr := dec.Token(); !errors.Is(terr, io.EOF) {
-			return nil, errors.New("trailing data after the JSON value")
+	f, err := decodeOne(decode, b, true)
+	if err != nil {
+		name, unknown := strings.CutPrefix(err.Error(), "json: unknown field ")
+		name, _ = strconv.Unquote(name)
+		if !unknown || !frameFieldNames[name] {
+			return nil, err
 		}
+		// A field of another type: the frame is answered as refused,
+		// unless it is malformed besides.
+		if f, err = decodeOne(decode, b, false); err != nil {
+			return nil, err
+		}
+		if err := checkForeignFields(f, b); err != nil {
+			return nil, err
+		}
+		return f, framed(typ, Invalid(name, "%s is not a field of this frame", name))
+	}
+	return f, nil
+}
+
+// decodeOne decodes exactly one JSON value with decode, refusing unknown
+// fields when strict.
+func decodeOne(decode func(*json.Decoder) (Frame, error), b []byte, strict bool) (Frame, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
+	f, err := decode(dec)
+	if err != nil {
+		return f, err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return f, errors.New("trailing data after the JSON value")
 	}
 	if s, ok := f.(SignalFrame); ok && string(s.Payload) == "null" {
 		s.Payload = nil // an empty payload, as a carried field spells it
 		f = s
 	}
-	if err != nil {
-		return f, fieldError(*head.Type, err)
-	}
 	return f, nil
 }
 
-// fieldError turns what encoding/json says about one field into a
-// *Error naming it.
-func fieldError(typ string, err error) error {
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &te) && te.Field != "":
-		// The path starts at the decoding wrapper: XFrame.field.
-		field := te.Field
-		if head, rest, ok := strings.Cut(field, "."); ok && strings.HasSuffix(head, "Frame") {
-			field = rest
+// frameFieldTypes are the JSON names of every field of every frame type,
+// with their Go types, read from the structs themselves; frameFieldNames
+// is the same as a set.
+var frameFieldTypes = func() map[string]reflect.Type {
+	types := map[string]reflect.Type{}
+	for _, decode := range frameDecoders {
+		f, _ := decode(json.NewDecoder(strings.NewReader("{}")))
+		for name, t := range jsonFields(reflect.TypeOf(f)) {
+			types[name] = t
 		}
-		return framed(typ, Invalid(field, "%s must be a JSON %s", field, jsonKind(te.Type.Kind().String())))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		name, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
-		field := echo(name)
-		if field == "" {
-			field = `""`
+	}
+	return types
+}()
+
+var frameFieldNames = func() map[string]bool {
+	names := map[string]bool{}
+	for name := range frameFieldTypes {
+		names[name] = true
+	}
+	return names
+}()
+
+// jsonFields maps the JSON names of a frame struct's fields to their types.
+func jsonFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		out[name] = t.Field(i).Type
+	}
+	return out
+}
+
+// checkForeignFields holds the fields of b that f's type does not carry
+// to the JSON type they have in the frame types that do: a value no
+// frame could hold is malformed, whichever frame it came in.
+func checkForeignFields(f Frame, b []byte) error {
+	var all map[string]json.RawMessage
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	own := jsonFields(reflect.TypeOf(f))
+	for key, raw := range all {
+		if strings.EqualFold(key, "type") || hasFold(own, key) {
+			continue
 		}
-		return framed(typ, Invalid(field, "%s is not a field of this frame", quote(name)))
+		name := strings.ToLower(key)
+		t, ok := frameFieldTypes[name]
+		if !ok {
+			return fmt.Errorf("json: unknown field %q", key)
+		}
+		if err := json.Unmarshal(raw, reflect.New(t).Interface()); err != nil {
+			return err
+		}
 	}
-	return framed(typ, Invalid("type", "%s", err.Error()))
+	return nil
 }
 
-// jsonKind names a Go kind as JSON spells it, for a message.
-func jsonKind(k string) string {
-	switch {
-	case strings.HasPrefix(k, "int"), strings.HasPrefix(k, "uint"), strings.HasPrefix(k, "float"):
-		return "number"
-	case k == "bool":
-		return "boolean"
-	case k == "slice":
-		return "array"
-	case k == "struct", k == "map":
-		return "object"
-	case k == "ptr":
-		return "value of its kind"
+func hasFold(m map[string]reflect.Type, key string) bool {
+	for name := range m {
+		if strings.EqualFold(name, key) {
+			return true
+		}
 	}
-	return k
+	return false
 }
-
-// echo cuts a name read from a peer short for the error that names it.
-func echo(s string) string {
-	const max = 64
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
-
-func utf8RuneStart(b byte) bool { return b&0xC0 != 0x80 }
 
 // Handler is one entry of a receiver's table of frame handlers: a frame
 // type and what to do with a frame of it. S is the receiver's own state
