@@ -42,11 +42,14 @@ type fakeOrch struct {
 	registrations []wire.Register
 	failRegister  int    // answer this many registrations with 503
 	regStatus     string // the host status registration answers; "" is online
-	conn          *websocket.Conn
-	conns         int
-	frames        []wiretest.Frame
-	bad           []string // frames the worker sent that do not decode or validate
-	signals       []postedSignal
+	// protocol is the uplink protocol the fake speaks, 0 for this
+	// build's: a worker claiming another is refused as serve refuses it.
+	protocol int
+	conn     *websocket.Conn
+	conns    int
+	frames   []wiretest.Frame
+	bad      []string // frames the worker sent that do not decode or validate
+	signals  []postedSignal
 	// runs is what GET /api/internal/worker/runs[/{id}] answer (reconcile_test.go).
 	runs fakeRuns
 
@@ -110,12 +113,20 @@ func (o *fakeOrch) register(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	o.mu.Lock()
-	status := o.regStatus
+	status, protocol := o.regStatus, o.protocol
 	o.mu.Unlock()
 	if status == "" {
 		status = "online"
 	}
-	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: status, Protocol: wire.UplinkProtocol})
+	if protocol == 0 {
+		protocol = wire.UplinkProtocol
+		if err := wire.CheckUplinkProtocol(reg.Protocol); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(wire.Envelope{Error: err.(*wire.Error)})
+			return
+		}
+	}
+	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: status, Protocol: protocol})
 }
 
 func (o *fakeOrch) signal(w http.ResponseWriter, r *http.Request) {
