@@ -191,25 +191,33 @@ func (u *uplinkSession) readFrames(ctx context.Context, ws *websocket.Conn) {
 		if err != nil || u.ended() {
 			break
 		}
+		// err, with a frame, is a field of another frame type: answered
+		// as a frame Validate refuses.
 		f, err := wire.DecodeFrame(data)
-		if f != nil && err == nil {
-			err = f.Validate()
-		}
 		switch {
 		case f == nil:
 			jobs <- func() {
 				u.send(wire.ErrorFrame{Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
 			}
-		case err != nil:
-			// Decoded, but with a field its type does not carry, or
-			// refused by Validate: answered in order, and dropped.
-			jobs <- func() { u.refuseInvalid(f, err) }
-		case f.Type() == wire.FrameAttachOutput || f.Type() == wire.FrameAttachClosed:
+		case err == nil && (f.Type() == wire.FrameAttachOutput || f.Type() == wire.FrameAttachClosed):
+			if err := f.Validate(); err != nil {
+				jobs <- func() { u.refuseInvalid(f, err) }
+				continue
+			}
 			// To the attach socket whose relay this host opened; anything
 			// else (a relay already let go, or another host's) is dropped.
 			s.opts.Fleet.DeliverAttach(u.host.ID, f)
 		default:
-			jobs <- func() { u.handle(ctx, f) }
+			jobs <- func() {
+				if err == nil {
+					err = f.Validate()
+				}
+				if err != nil {
+					u.refuseInvalid(f, err)
+					return
+				}
+				u.handle(ctx, f)
+			}
 		}
 	}
 	close(jobs)
