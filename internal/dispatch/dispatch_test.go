@@ -62,13 +62,14 @@ func (f *fakeFleet) Send(h string, fr wire.Frame) error {
 
 func (f *fakeFleet) set(fn func(*fakeFleet)) { f.mu.Lock(); defer f.mu.Unlock(); fn(f) }
 
-func (f *fakeFleet) frames(h, typ string) []wire.Frame {
+// sentOf lists the frames of type T sent to h.
+func sentOf[T wire.Frame](f *fakeFleet, h string) []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []wire.Frame
+	var out []T
 	for _, fr := range f.sent[h] {
-		if fr.Type == typ {
-			out = append(out, fr)
+		if t, ok := fr.(T); ok {
+			out = append(out, t)
 		}
 	}
 	return out
@@ -213,25 +214,25 @@ func TestOffersToTheEligibleHost(t *testing.T) {
 	pin := y.run("shell", &pinned.ID)
 	y.start(dispatch.Options{})
 
-	offers := func() []wire.Frame {
-		return append(y.fleet.frames(good.ID, wire.FrameRunDispatch), y.fleet.frames(pinned.ID, wire.FrameRunDispatch)...)
+	offers := func() []wire.RunDispatchFrame {
+		return append(sentOf[wire.RunDispatchFrame](y.fleet, good.ID), sentOf[wire.RunDispatchFrame](y.fleet, pinned.ID)...)
 	}
 	eventually.Wait(t, eventually.Medium, "run_dispatch of both runs", func() bool { return len(offers()) == 2 })
 	y.waitPasses(2)
 	if n := len(offers()); n != 2 {
 		t.Fatalf("%d offers, want 2", n)
 	}
-	var f wire.Frame
+	var f wire.RunDispatchFrame
 	for _, fr := range offers() {
 		if fr.RunID == free.ID {
 			f = fr
 		}
 	}
-	if fs := y.fleet.frames(pinned.ID, wire.FrameRunDispatch); !slices.ContainsFunc(fs, func(f wire.Frame) bool { return f.RunID == pin.ID }) {
+	if fs := sentOf[wire.RunDispatchFrame](y.fleet, pinned.ID); !slices.ContainsFunc(fs, func(f wire.RunDispatchFrame) bool { return f.RunID == pin.ID }) {
 		t.Fatalf("the pinned run was not offered to its host: %+v", fs)
 	}
 	freeHost := good.ID
-	if slices.ContainsFunc(y.fleet.frames(pinned.ID, wire.FrameRunDispatch), func(f wire.Frame) bool { return f.RunID == free.ID }) {
+	if slices.ContainsFunc(sentOf[wire.RunDispatchFrame](y.fleet, pinned.ID), func(f wire.RunDispatchFrame) bool { return f.RunID == free.ID }) {
 		freeHost = pinned.ID
 	}
 	host, attempt, err := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
@@ -259,10 +260,10 @@ func TestCapacityAndSpread(t *testing.T) {
 	}
 	y.start(dispatch.Options{})
 	eventually.Wait(t, eventually.Medium, "four offers", func() bool {
-		return len(y.fleet.frames(a.ID, wire.FrameRunDispatch))+len(y.fleet.frames(b.ID, wire.FrameRunDispatch)) == 4
+		return len(sentOf[wire.RunDispatchFrame](y.fleet, a.ID))+len(sentOf[wire.RunDispatchFrame](y.fleet, b.ID)) == 4
 	})
 	y.waitPasses(3)
-	if na, nb := len(y.fleet.frames(a.ID, wire.FrameRunDispatch)), len(y.fleet.frames(b.ID, wire.FrameRunDispatch)); na != 2 || nb != 2 {
+	if na, nb := len(sentOf[wire.RunDispatchFrame](y.fleet, a.ID)), len(sentOf[wire.RunDispatchFrame](y.fleet, b.ID)); na != 2 || nb != 2 {
 		t.Fatalf("offers a=%d b=%d, want 2 and 2 (max_runs 2 each)", na, nb)
 	}
 	waiting := 0
@@ -299,7 +300,7 @@ func TestFailedPushIsWithdrawnAndReoffered(t *testing.T) {
 	}
 	y.advance(2 * time.Second)
 	eventually.Wait(t, eventually.Medium, "run_dispatch to the good host", func() bool {
-		return len(y.fleet.frames(good.ID, wire.FrameRunDispatch)) == 1
+		return len(sentOf[wire.RunDispatchFrame](y.fleet, good.ID)) == 1
 	})
 	if got := y.topics(r.ID); !slices.Equal(got, []string{"run.created", "run.dispatched", "run.dispatch_withdrawn", "run.dispatched"}) {
 		t.Errorf("events %v", got)
@@ -315,12 +316,12 @@ func TestBackoffThenReoffer(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	d := y.start(dispatch.Options{Tick: time.Hour})
-	eventually.Wait(t, eventually.Medium, "first offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "first offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 	yes := true
-	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
+	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	got := y.get(r.ID)
@@ -332,8 +333,8 @@ func TestBackoffThenReoffer(t *testing.T) {
 	// nothing but its own next-due timer does (the tick is an hour): the
 	// offer of attempt 2 comes when the backoff ends, not an hour later.
 	d.Wake()
-	eventually.Wait(t, eventually.Medium, "the offer of attempt 2", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 2 })
-	f := y.fleet.frames(h.ID, wire.FrameRunDispatch)[1]
+	eventually.Wait(t, eventually.Medium, "the offer of attempt 2", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 2 })
+	f := sentOf[wire.RunDispatchFrame](y.fleet, h.ID)[1]
 	if *f.Attempt != 2 {
 		t.Errorf("second offer is attempt %d", *f.Attempt)
 	}
@@ -376,18 +377,18 @@ func TestHungRunStopped(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	y.start(dispatch.Options{CLIHangTimeout: hang, HostOfflineAfter: time.Hour, Tick: 20 * time.Millisecond})
-	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 	one := 1
 	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
 		t.Fatal(err)
 	}
 	y.advance(hang - time.Second)
-	if got := y.get(r.ID); got.Status != wire.RunRunning || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+	if got := y.get(r.ID); got.Status != wire.RunRunning || len(sentOf[wire.RunStopFrame](y.fleet, h.ID)) > 0 {
 		t.Fatalf("a run quiet for less than the hang timeout: %s, events %v", got.Status, y.topics(r.ID))
 	}
 	y.advance(2 * time.Second)
-	eventually.Wait(t, eventually.Medium, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
-	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
+	eventually.Wait(t, eventually.Medium, "run_stop of the hung run", func() bool { return len(sentOf[wire.RunStopFrame](y.fleet, h.ID)) == 1 })
+	stop := sentOf[wire.RunStopFrame](y.fleet, h.ID)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
 		t.Errorf("run_stop %+v", stop)
 	}
@@ -409,7 +410,7 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 	h := y.host("h", 4, true, "shell")
 	r := y.run("shell", nil)
 	y.start(dispatch.Options{CLIHangTimeout: hang, CompletedStopAfter: stopAfter, HostOfflineAfter: time.Hour, Tick: 20 * time.Millisecond})
-	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 	one := 1
 	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
 		{Kind: wire.SignalCompleted, Source: wire.SourceProviderHook, Attempt: &one}} {
@@ -419,17 +420,17 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 	}
 	for range 4 { // to twice the hang timeout
 		y.advance(hang / 2)
-		if got := y.get(r.ID); got.Status != wire.RunRunning || got.Attempt != 1 || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+		if got := y.get(r.ID); got.Status != wire.RunRunning || got.Attempt != 1 || len(sentOf[wire.RunStopFrame](y.fleet, h.ID)) > 0 {
 			t.Fatalf("a completed run within twice the hang timeout: %s at attempt %d; events %v", got.Status, got.Attempt, y.topics(r.ID))
 		}
 	}
 	y.advance(stopAfter - 2*hang - time.Second)
-	if got := y.get(r.ID); got.Status != wire.RunRunning || len(y.fleet.frames(h.ID, wire.FrameRunStop)) > 0 {
+	if got := y.get(r.ID); got.Status != wire.RunRunning || len(sentOf[wire.RunStopFrame](y.fleet, h.ID)) > 0 {
 		t.Fatalf("a completed run stopped within PAM_COMPLETED_STOP_AFTER: %s; events %v", got.Status, y.topics(r.ID))
 	}
 	y.advance(2 * time.Second)
-	eventually.Wait(t, eventually.Medium, "run_stop of the idle run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
-	stop := y.fleet.frames(h.ID, wire.FrameRunStop)[0]
+	eventually.Wait(t, eventually.Medium, "run_stop of the idle run", func() bool { return len(sentOf[wire.RunStopFrame](y.fleet, h.ID)) == 1 })
+	stop := sentOf[wire.RunStopFrame](y.fleet, h.ID)[0]
 	if stop.RunID != r.ID || stop.Attempt == nil || *stop.Attempt != 1 || stop.Force {
 		t.Errorf("run_stop %+v", stop)
 	}
@@ -448,7 +449,7 @@ func TestWake(t *testing.T) {
 	y.waitPasses(1) // the first pass runs at start
 	y.run("shell", nil)
 	d.Wake()
-	eventually.Wait(t, eventually.Medium, "the offer after Wake", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
+	eventually.Wait(t, eventually.Medium, "the offer after Wake", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 }
 
 // A pass that comes after a run's dispatch timeout has passed (a loaded
@@ -502,7 +503,7 @@ func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
 	// Five ack timeouts (55 s): each withdraws the offer and the next pass
 	// offers the run again; the run stays pending.
 	for i := range 5 {
-		eventually.Wait(t, eventually.Medium, "an offer", func() bool { return len(y.fleet.frames(silent.ID, wire.FrameRunDispatch)) == i+1 })
+		eventually.Wait(t, eventually.Medium, "an offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, silent.ID)) == i+1 })
 		if got := y.get(r.ID); got.Status != wire.RunPending {
 			t.Fatalf("%s within the dispatch timeout; events %v", got.Status, y.topics(r.ID))
 		}
@@ -514,7 +515,7 @@ func TestDispatchTimeoutCountsWhateverTheOffers(t *testing.T) {
 	if got.FailureReason == nil || *got.FailureReason != wire.FailDispatchTimeout {
 		t.Errorf("failure reason %v, want dispatch_timeout", got.FailureReason)
 	}
-	if n := len(y.fleet.frames(silent.ID, wire.FrameRunDispatch)); n < 2 {
+	if n := len(sentOf[wire.RunDispatchFrame](y.fleet, silent.ID)); n < 2 {
 		t.Errorf("%d offers before the timeout, want it re-offered after each ack timeout", n)
 	}
 }
@@ -536,11 +537,12 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 	var refusals atomic.Int64
 	y.fleet.set(func(f *fakeFleet) {
 		f.onSend = func(host string, fr wire.Frame) {
-			if host != h.ID || fr.Type != wire.FrameRunDispatch {
+			offer, ok := fr.(wire.RunDispatchFrame)
+			if host != h.ID || !ok {
 				return
 			}
 			no := false
-			res, err := y.s.AckOffer(t.Context(), host, wire.Frame{RunID: fr.RunID, Attempt: fr.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
+			res, err := y.s.AckOffer(t.Context(), host, wire.RunDispatchAckFrame{RunID: offer.RunID, Attempt: offer.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
 			if err != nil {
 				t.Errorf("refuse: %v", err)
 				return
@@ -552,7 +554,7 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 		}
 	})
 	d.Store(y.start(dispatch.Options{AckTimeout: ack, DispatchTimeout: time.Hour, Tick: 20 * time.Millisecond}))
-	offers := func() int { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) }
+	offers := func() int { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) }
 	// Each window: many passes within the ack timeout after the latest
 	// refusal (each could have offered the run again) make no offer; the
 	// first pass past it offers the run once more.

@@ -66,7 +66,7 @@ func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 // (SIGTERM first: the CLI may still save its state). A host that is not
 // connected finds the ended run when its reconciliation runs.
 func (d *Dispatcher) stopSession(hostID, runID string, attempt int) {
-	if err := d.fleet.Send(hostID, wire.Frame{Type: wire.FrameRunStop, RunID: runID, Attempt: wire.IntPtr(attempt)}); err != nil {
+	if err := d.fleet.Send(hostID, wire.RunStopFrame{RunID: runID, Attempt: wire.IntPtr(attempt)}); err != nil {
 		d.o.Logger.Warn("push run_stop", "run_id", runID, "host_id", hostID, "err", err)
 	}
 }

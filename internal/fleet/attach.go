@@ -35,7 +35,7 @@ type AttachRoute struct {
 // uplink. sink receives the worker's attach_output and attach_closed
 // frames for it, on the uplink's reader: it must not block. A route ends
 // with exactly one attach_closed handed to sink, or with Close.
-func (f *Fleet) OpenAttach(hostID string, open wire.Frame, sink func(wire.Frame)) (*AttachRoute, error) {
+func (f *Fleet) OpenAttach(hostID string, open wire.AttachOpenFrame, sink func(wire.Frame)) (*AttachRoute, error) {
 	f.mu.Lock()
 	c := f.conns[hostID]
 	if c == nil {
@@ -59,11 +59,14 @@ func (f *Fleet) OpenAttach(hostID string, open wire.Frame, sink func(wire.Frame)
 	return r, nil
 }
 
-// Send queues a frame of this relay on its connection, never waiting and
-// never resetting the uplink.
-func (r *AttachRoute) Send(fr wire.Frame) error {
-	fr.AttachID = r.ID
-	return trySend(r.conn, fr)
+// Input and Resize queue a frame of this relay on its connection, never
+// waiting and never resetting the uplink.
+func (r *AttachRoute) Input(b []byte) error {
+	return trySend(r.conn, wire.AttachInputFrame{AttachID: r.ID, Bytes: b})
+}
+
+func (r *AttachRoute) Resize(rows, cols int) error {
+	return trySend(r.conn, wire.AttachResizeFrame{AttachID: r.ID, Rows: rows, Cols: cols})
 }
 
 // Backlog is how many frames wait on the relay's uplink. Input is held
@@ -77,7 +80,7 @@ func (r *AttachRoute) Backlog() int { return len(r.conn.Out) }
 func (r *AttachRoute) Close() {
 	r.once.Do(func() {
 		if r.f.forget(r) {
-			_ = trySend(r.conn, wire.Frame{Type: wire.FrameAttachClose, AttachID: r.ID})
+			_ = trySend(r.conn, wire.AttachCloseFrame{AttachID: r.ID})
 		}
 	})
 }
@@ -97,13 +100,23 @@ func (f *Fleet) forget(r *AttachRoute) bool {
 // its relay. A frame for an attach id this host did not open is not
 // delivered (false): a worker speaks only for its own relays.
 func (f *Fleet) DeliverAttach(hostID string, fr wire.Frame) bool {
+	var id string
+	closed := false
+	switch fr := fr.(type) {
+	case wire.AttachOutputFrame:
+		id = fr.AttachID
+	case wire.AttachClosedFrame:
+		id, closed = fr.AttachID, true
+	default:
+		return false
+	}
 	f.mu.Lock()
-	r := f.attaches[fr.AttachID]
+	r := f.attaches[id]
 	if r == nil || r.HostID != hostID {
 		f.mu.Unlock()
 		return false
 	}
-	if fr.Type == wire.FrameAttachClosed {
+	if closed {
 		delete(f.attaches, r.ID)
 	}
 	f.mu.Unlock()
@@ -135,7 +148,7 @@ func (f *Fleet) dropAttachesWhere(match func(*AttachRoute) bool, reason string) 
 	}
 	f.mu.Unlock()
 	for _, r := range gone {
-		r.sink(wire.Frame{Type: wire.FrameAttachClosed, AttachID: r.ID, Reason: reason})
+		r.sink(wire.AttachClosedFrame{AttachID: r.ID, Reason: reason})
 	}
 }
 
@@ -153,7 +166,7 @@ func trySend(c *Conn, fr wire.Frame) error {
 	default:
 	}
 	select {
-	case c.Out <- &fr:
+	case c.Out <- fr:
 		return nil
 	case <-c.Done:
 		return ErrNotConnected

@@ -24,9 +24,10 @@ type Conn struct {
 	// InstanceID is the worker instance admitted on this connection
 	// (empty for one made by Attach).
 	InstanceID string
-	// Out is drained by the uplink's writer. Pointers: a queue of
-	// sendQueue frames by value would cost 148 KiB per connected worker.
-	Out    chan *wire.Frame
+	// Out is drained by the uplink's writer. Interface values (two
+	// words each): a queue of sendQueue frames of one catch-all struct by
+	// value cost 148 KiB per connected worker.
+	Out    chan wire.Frame
 	Done   chan struct{} // closed when the connection must end
 	once   sync.Once
 	gen    uint64 // the host's credential generation when admitted
@@ -137,7 +138,7 @@ func (f *Fleet) Admit(hostID, instanceID string, gen uint64) (*Conn, error) {
 		f.mu.Unlock()
 		return nil, ErrNotRegistered
 	}
-	c := &Conn{HostID: hostID, InstanceID: instanceID, gen: gen, Out: make(chan *wire.Frame, sendQueue), Done: make(chan struct{})}
+	c := &Conn{HostID: hostID, InstanceID: instanceID, gen: gen, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
 	old := f.conns[hostID]
 	f.conns[hostID] = c
 	f.mu.Unlock()
@@ -193,7 +194,7 @@ func (f *Fleet) cred(hostID string) *hostCred {
 // connection of the same host, without the checks of Admit (which the
 // uplink uses); it is for tests of the fleet's plumbing.
 func (f *Fleet) Attach(hostID string) *Conn {
-	c := &Conn{HostID: hostID, Out: make(chan *wire.Frame, sendQueue), Done: make(chan struct{})}
+	c := &Conn{HostID: hostID, Out: make(chan wire.Frame, sendQueue), Done: make(chan struct{})}
 	f.mu.Lock()
 	old := f.conns[hostID]
 	f.conns[hostID] = c
@@ -235,7 +236,7 @@ func (f *Fleet) Send(hostID string, fr wire.Frame) error {
 		return ErrNotConnected
 	}
 	select {
-	case c.Out <- &fr:
+	case c.Out <- fr:
 		return nil
 	case <-c.Done:
 		return ErrNotConnected
@@ -297,12 +298,21 @@ func (f *Fleet) AwaitLog(requestID, hostID, runID string) (<-chan wire.Frame, fu
 // it reports false when nobody waits (a late or forged answer, or one from
 // another host or about another run), and never blocks.
 func (f *Fleet) DeliverLog(hostID string, fr wire.Frame) bool {
-	v, ok := f.logs.Load(fr.RequestID)
+	var requestID, runID string
+	switch fr := fr.(type) {
+	case wire.LogChunkFrame:
+		requestID, runID = fr.RequestID, fr.RunID
+	case wire.WorkspaceReplyFrame:
+		requestID, runID = fr.RequestID, fr.RunID
+	default:
+		return false
+	}
+	v, ok := f.logs.Load(requestID)
 	if !ok {
 		return false
 	}
 	w := v.(logWait)
-	if w.hostID != hostID || w.runID != fr.RunID {
+	if w.hostID != hostID || w.runID != runID {
 		return false
 	}
 	select {

@@ -34,16 +34,16 @@ func TestPaneSeqCountsDistinctSnapshots(t *testing.T) {
 
 func TestSendToMissingOrFullConnection(t *testing.T) {
 	f := New(10)
-	if err := f.Send("h", wire.Frame{Type: wire.FrameRunStop}); err != ErrNotConnected {
+	if err := f.Send("h", wire.RunStopFrame{}); err != ErrNotConnected {
 		t.Fatalf("send to an absent host: %v", err)
 	}
 	c := f.Attach("h")
 	for i := 0; i < sendQueue; i++ {
-		if err := f.Send("h", wire.Frame{Type: wire.FrameRunStop}); err != nil {
+		if err := f.Send("h", wire.RunStopFrame{}); err != nil {
 			t.Fatalf("send %d: %v", i, err)
 		}
 	}
-	if err := f.Send("h", wire.Frame{Type: wire.FrameRunStop}); err == nil {
+	if err := f.Send("h", wire.RunStopFrame{}); err == nil {
 		t.Fatal("a full queue accepted another frame")
 	}
 	select {

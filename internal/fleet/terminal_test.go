@@ -152,7 +152,7 @@ func TestPaneSubBound(t *testing.T) {
 // frames never reset an uplink, even when its queue is full.
 func TestAttachRoutes(t *testing.T) {
 	f := New(10)
-	if _, err := f.OpenAttach("h1", wire.Frame{Type: wire.FrameAttachOpen, AttachID: "a"}, func(wire.Frame) {}); err != ErrNotConnected {
+	if _, err := f.OpenAttach("h1", wire.AttachOpenFrame{AttachID: "a"}, func(wire.Frame) {}); err != ErrNotConnected {
 		t.Fatalf("open on an absent host: %v", err)
 	}
 	c1 := f.Attach("h1")
@@ -160,30 +160,30 @@ func TestAttachRoutes(t *testing.T) {
 	var mu sync.Mutex
 	var got []wire.Frame
 	sink := func(fr wire.Frame) { mu.Lock(); got = append(got, fr); mu.Unlock() }
-	r, err := f.OpenAttach("h1", wire.Frame{Type: wire.FrameAttachOpen, AttachID: "a", RunID: "run"}, sink)
+	r, err := f.OpenAttach("h1", wire.AttachOpenFrame{AttachID: "a", RunID: "run"}, sink)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if open := <-c1.Out; open.Type != wire.FrameAttachOpen || open.AttachID != "a" {
+	if open, ok := (<-c1.Out).(wire.AttachOpenFrame); !ok || open.AttachID != "a" {
 		t.Fatalf("queued %+v", open)
 	}
-	if f.DeliverAttach("h2", wire.Frame{Type: wire.FrameAttachOutput, AttachID: "a", Bytes: []byte("forged")}) {
+	if f.DeliverAttach("h2", wire.AttachOutputFrame{AttachID: "a", Bytes: []byte("forged")}) {
 		t.Fatal("another host's frame was delivered")
 	}
-	if !f.DeliverAttach("h1", wire.Frame{Type: wire.FrameAttachOutput, AttachID: "a", Bytes: []byte("ok")}) {
+	if !f.DeliverAttach("h1", wire.AttachOutputFrame{AttachID: "a", Bytes: []byte("ok")}) {
 		t.Fatal("the host's own frame was not delivered")
 	}
-	if err := r.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: []byte("x")}); err != nil {
+	if err := r.Input([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
-	if in := <-c1.Out; in.AttachID != "a" || string(in.Bytes) != "x" {
+	if in, ok := (<-c1.Out).(wire.AttachInputFrame); !ok || in.AttachID != "a" || string(in.Bytes) != "x" {
 		t.Fatalf("input %+v", in)
 	}
 	// Fill the queue: relay frames are refused, the uplink stays.
 	for len(c1.Out) < cap(c1.Out) {
-		c1.Out <- &wire.Frame{Type: wire.FrameHeartbeatAck}
+		c1.Out <- wire.HeartbeatAckFrame{}
 	}
-	if err := r.Send(wire.Frame{Type: wire.FrameAttachInput}); err != ErrUplinkBusy {
+	if err := r.Input(nil); err != ErrUplinkBusy {
 		t.Fatalf("send on a full queue: %v", err)
 	}
 	select {
@@ -197,22 +197,22 @@ func TestAttachRoutes(t *testing.T) {
 	for len(c1.Out) > 0 {
 		<-c1.Out
 	}
-	if !f.DeliverAttach("h1", wire.Frame{Type: wire.FrameAttachClosed, AttachID: "a", Reason: "bye"}) || f.Attaches() != 0 {
+	if !f.DeliverAttach("h1", wire.AttachClosedFrame{AttachID: "a", Reason: "bye"}) || f.Attaches() != 0 {
 		t.Fatal("attach_closed did not end the route")
 	}
-	if f.DeliverAttach("h1", wire.Frame{Type: wire.FrameAttachOutput, AttachID: "a"}) {
+	if f.DeliverAttach("h1", wire.AttachOutputFrame{AttachID: "a"}) {
 		t.Fatal("output after attach_closed was delivered")
 	}
 	// Close asks the worker to tear down, once.
-	r2, _ := f.OpenAttach("h1", wire.Frame{Type: wire.FrameAttachOpen, AttachID: "b"}, sink)
+	r2, _ := f.OpenAttach("h1", wire.AttachOpenFrame{AttachID: "b"}, sink)
 	<-c1.Out
 	r2.Close()
 	r2.Close()
-	if cl := <-c1.Out; cl.Type != wire.FrameAttachClose || cl.AttachID != "b" || len(c1.Out) != 0 {
+	if cl, ok := (<-c1.Out).(wire.AttachCloseFrame); !ok || cl.AttachID != "b" || len(c1.Out) != 0 {
 		t.Fatalf("close frames %+v (+%d)", cl, len(c1.Out))
 	}
 	// The connection goes: its routes end with an attach_closed each.
-	if _, err := f.OpenAttach("h1", wire.Frame{Type: wire.FrameAttachOpen, AttachID: "c"}, sink); err != nil {
+	if _, err := f.OpenAttach("h1", wire.AttachOpenFrame{AttachID: "c"}, sink); err != nil {
 		t.Fatal(err)
 	}
 	f.Detach(c1)
@@ -220,7 +220,12 @@ func TestAttachRoutes(t *testing.T) {
 	defer mu.Unlock()
 	var kinds []string
 	for _, fr := range got {
-		kinds = append(kinds, fr.Type+":"+fr.AttachID)
+		switch fr := fr.(type) {
+		case wire.AttachOutputFrame:
+			kinds = append(kinds, fr.Type()+":"+fr.AttachID)
+		case wire.AttachClosedFrame:
+			kinds = append(kinds, fr.Type()+":"+fr.AttachID)
+		}
 	}
 	if strings.Join(kinds, " ") != "attach_output:a attach_closed:a attach_closed:c" {
 		t.Fatalf("sink got %v", kinds)

@@ -43,7 +43,7 @@ type probe struct {
 
 // seen is a frame and when it arrived.
 type seen struct {
-	f  wire.Frame
+	f  wire.RunDispatchFrame
 	at time.Time
 }
 
@@ -82,9 +82,9 @@ func newProbe(ctx context.Context, api *apiclient.Client, taskID string) (*probe
 	}
 	select {
 	case f := <-p.acks:
-		if f.Type != wire.FrameHeartbeatAck {
+		if _, ok := f.(wire.HeartbeatAckFrame); !ok {
 			p.close()
-			return nil, fmt.Errorf("probe uplink: first answer %s %s", f.Type, f.Message)
+			return nil, fmt.Errorf("probe uplink: first answer %+v", f)
 		}
 	case <-p.readDone:
 		p.close()
@@ -114,9 +114,9 @@ func (p *probe) read() {
 			p.readErr = fmt.Errorf("undecodable frame: %w", err)
 			return
 		}
-		if f.Type == wire.FrameRunDispatch {
+		if d, ok := f.(wire.RunDispatchFrame); ok {
 			select {
-			case p.dispatches <- seen{f, at}:
+			case p.dispatches <- seen{d, at}:
 			case <-p.quit:
 				return
 			}
@@ -148,7 +148,7 @@ func (p *probe) beat() {
 
 func (p *probe) heartbeat(ctx context.Context) error {
 	now := time.Now()
-	return p.send(ctx, wire.Frame{Type: wire.FrameHeartbeat, HostID: p.hostID, InstanceID: p.inst, Timestamp: &now})
+	return p.send(ctx, wire.HeartbeatFrame{HostID: p.hostID, InstanceID: p.inst, Timestamp: &now})
 }
 
 func (p *probe) send(ctx context.Context, f wire.Frame) error {
@@ -159,7 +159,7 @@ func (p *probe) send(ctx context.Context, f wire.Frame) error {
 	p.writeMu.Lock()
 	defer p.writeMu.Unlock()
 	if err := p.ws.Write(ctx, websocket.MessageText, b); err != nil {
-		return fmt.Errorf("probe: send %s: %w", f.Type, err)
+		return fmt.Errorf("probe: send %s: %w", f.Type(), err)
 	}
 	return nil
 }
@@ -192,10 +192,10 @@ func (p *probe) cycle(ctx context.Context) (time.Duration, error) {
 	accepted := true
 	now := time.Now()
 	frames := []wire.Frame{
-		{Type: wire.FrameRunDispatchAck, RunID: run.ID, Attempt: d.f.Attempt, Accepted: &accepted, Reason: "load probe"},
-		{Type: wire.FrameSignal, RunID: run.ID, Kind: "started", Attempt: d.f.Attempt, Source: wire.SourceWrapper, Timestamp: &now},
-		{Type: wire.FrameSnapshot, RunID: run.ID, Attempt: d.f.Attempt, Capture: p.screen + run.ID, Timestamp: &now},
-		{Type: wire.FrameSignal, RunID: run.ID, Kind: "finished", Attempt: d.f.Attempt, Source: wire.SourceWrapper,
+		wire.RunDispatchAckFrame{RunID: run.ID, Attempt: d.f.Attempt, Accepted: &accepted, Reason: "load probe"},
+		wire.SignalFrame{RunID: run.ID, Kind: "started", Attempt: d.f.Attempt, Source: wire.SourceWrapper, Timestamp: &now},
+		wire.SnapshotFrame{RunID: run.ID, Attempt: d.f.Attempt, Capture: p.screen + run.ID, Timestamp: &now},
+		wire.SignalFrame{RunID: run.ID, Kind: "finished", Attempt: d.f.Attempt, Source: wire.SourceWrapper,
 			Payload: json.RawMessage(`{"exit_code":0}`), Timestamp: &now},
 	}
 	for _, f := range frames {
@@ -206,12 +206,16 @@ func (p *probe) cycle(ctx context.Context) (time.Duration, error) {
 	for {
 		select {
 		case f := <-p.acks:
-			switch {
-			case f.Type == wire.FrameError:
+			switch f := f.(type) {
+			case wire.ErrorFrame:
 				return 0, fmt.Errorf("probe: the server refused a frame of run %s: %s %s", run.ID, f.Code, f.Message)
-			case f.Type == wire.FrameSignalAck && f.Code != "":
-				return 0, fmt.Errorf("probe: %s signal of run %s refused: %s %s", f.Kind, run.ID, f.Code, f.Message)
-			case f.Type == wire.FrameSignalAck && f.RunID == run.ID && f.Kind == "finished":
+			case wire.SignalAckFrame:
+				if f.Code != "" {
+					return 0, fmt.Errorf("probe: %s signal of run %s refused: %s %s", f.Kind, run.ID, f.Code, f.Message)
+				}
+				if f.RunID != run.ID || f.Kind != "finished" {
+					continue
+				}
 				if f.Result != wire.ResultApplied {
 					return 0, fmt.Errorf("probe: finished of run %s: %s", run.ID, f.Result)
 				}

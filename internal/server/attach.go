@@ -307,7 +307,7 @@ func (c *attachClient) tryAcquire() bool {
 	c.mu.Unlock()
 	c.send(wire.TermFrame{Type: wire.WSLeaseAcquired, RunID: c.runID, AttachedAt: &now})
 	c.send(wire.TermFrame{Type: wire.WSResize, Rows: rows, Cols: cols})
-	route, err := c.t.s.opts.Fleet.OpenAttach(c.hostID, wire.Frame{Type: wire.FrameAttachOpen, AttachID: attachID,
+	route, err := c.t.s.opts.Fleet.OpenAttach(c.hostID, wire.AttachOpenFrame{AttachID: attachID,
 		RunID: c.runID, SessionName: c.session, Rows: rows, Cols: cols}, c.sink(attachID))
 	if err != nil {
 		c.t.release(le, releaseRelay, map[string]any{"error": err.Error()})
@@ -370,7 +370,7 @@ func (c *attachClient) resize(rows, cols int) {
 	route := c.route
 	c.mu.Unlock()
 	if route != nil {
-		_ = route.Send(wire.Frame{Type: wire.FrameAttachResize, Rows: rows, Cols: cols})
+		_ = route.Resize(rows, cols)
 	}
 }
 

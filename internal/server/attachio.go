@@ -55,7 +55,7 @@ func (c *attachClient) sendNow(b []byte) bool {
 	if c.refill(time.Now()); c.tokens < float64(len(b)) {
 		return false
 	}
-	if c.route.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: b}) != nil {
+	if c.route.Input(b) != nil {
 		return false // the pump retries, or finds the uplink gone
 	}
 	c.tokens -= float64(len(b))
@@ -121,7 +121,7 @@ func (c *attachClient) pump(route *fleet.AttachRoute, stop <-chan struct{}, done
 			}
 			for {
 				if route.Backlog() <= uplinkSoftBacklog {
-					err := route.Send(wire.Frame{Type: wire.FrameAttachInput, Bytes: chunk})
+					err := route.Input(chunk)
 					if err == nil {
 						break
 					}
@@ -146,8 +146,8 @@ func (c *attachClient) sink(attachID string) func(wire.Frame) {
 			c.mu.Unlock()
 			return // a relay this client has let go
 		}
-		switch fr.Type {
-		case wire.FrameAttachOutput:
+		switch fr := fr.(type) {
+		case wire.AttachOutputFrame:
 			if len(c.out)+len(fr.Bytes) > maxPendingOutput {
 				c.mu.Unlock()
 				c.end(wire.CodeTooSlow, "the client fell too far behind its terminal's output")
@@ -156,7 +156,7 @@ func (c *attachClient) sink(attachID string) func(wire.Frame) {
 			c.out = append(c.out, fr.Bytes...)
 			c.mu.Unlock()
 			signal(c.outReady)
-		case wire.FrameAttachClosed:
+		case wire.AttachClosedFrame:
 			c.mu.Unlock()
 			// Off the uplink's reader (it asks the database), but counted:
 			// Shutdown waits for it. Refused, the socket is ending anyway.

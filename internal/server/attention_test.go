@@ -13,12 +13,13 @@ import (
 
 	"pam/internal/eventually"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // attendedRun starts a run on w and brings it to running (accepted, then
 // started over HTTP with its signal token); it returns the run and its
 // dispatch.
-func (e *runEnv) attendedRun(w *fakeWorker) (wire.Run, wire.Frame) {
+func (e *runEnv) attendedRun(w *fakeWorker) (wire.Run, wiretest.Frame) {
 	e.t.Helper()
 	r := e.start(nil)
 	d := w.expect(wire.FrameRunDispatch)
@@ -69,15 +70,15 @@ func (e *runEnv) waitAttention(runID, want string) wire.Run {
 	return e.waitRun(runID, "attention "+want, func(r wire.Run) bool { return r.Attention == want })
 }
 
-func (w *fakeWorker) snapshot(d wire.Frame, capture string) {
+func (w *fakeWorker) snapshot(d wiretest.Frame, capture string) {
 	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: d.RunID, Attempt: d.Attempt, Capture: capture, Timestamp: &now})
+	w.send(wire.SnapshotFrame{RunID: d.RunID, Attempt: d.Attempt, Capture: capture, Timestamp: &now})
 }
 
 // answerKeys posts {"key":"1"} to a run of w's and, once w has the
 // send_keys, makes the pane show capture ("" for no change); it returns
 // the answer.
-func (e *runEnv) answerKeys(w *fakeWorker, d wire.Frame, runID, capture string) wire.KeysResult {
+func (e *runEnv) answerKeys(w *fakeWorker, d wiretest.Frame, runID, capture string) wire.KeysResult {
 	e.t.Helper()
 	type answer struct {
 		code int
@@ -102,8 +103,8 @@ func (e *runEnv) answerKeys(w *fakeWorker, d wire.Frame, runID, capture string) 
 	return kr
 }
 
-func (w *fakeWorker) idle(d wire.Frame) {
-	w.send(wire.Frame{Type: wire.FrameRunState, RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
+func (w *fakeWorker) idle(d wiretest.Frame) {
+	w.send(wire.RunStateFrame{RunID: d.RunID, Attempt: d.Attempt, State: wire.StateIdle, Detail: "pane unchanged for 30s"})
 }
 
 // The orchestrator's side of attention (docs/architecture.md#attention) with a simulated
@@ -232,7 +233,7 @@ func TestAttentionClearedWhenRunLeavesRunning(t *testing.T) {
 	c, cd := e.attendedRun(w)
 	w.idle(cd)
 	e.waitAttention(c.ID, wire.AttentionIdle)
-	w.send(wire.Frame{Type: wire.FrameRunState, RunID: c.ID, Attempt: cd.Attempt, State: wire.StateSessionLost, Detail: "gone"})
+	w.send(wire.RunStateFrame{RunID: c.ID, Attempt: cd.Attempt, State: wire.StateSessionLost, Detail: "gone"})
 	e.waitRun(c.ID, "requeued", func(r wire.Run) bool { return r.Attempt == 2 })
 
 	for _, tc := range []struct {
@@ -351,8 +352,8 @@ func TestPaneChangesOffTheReadPath(t *testing.T) {
 	}
 }
 
-func (w *fakeWorker) screen(d wire.Frame, attempt int, attention, text string, choices ...wire.Choice) {
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: wire.IntPtr(attempt), Attention: attention, Text: text, Choices: choices})
+func (w *fakeWorker) screen(d wiretest.Frame, attempt int, attention, text string, choices ...wire.Choice) {
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: wire.IntPtr(attempt), Attention: attention, Text: text, Choices: choices})
 }
 
 // barrier waits until the server handled every frame sent before it:
@@ -360,7 +361,7 @@ func (w *fakeWorker) screen(d wire.Frame, attempt int, attention, text string, c
 func (w *fakeWorker) barrier() {
 	w.t.Helper()
 	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
+	w.send(wire.HeartbeatFrame{HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
 	w.expect(wire.FrameHeartbeatAck)
 }
 
@@ -408,12 +409,12 @@ func TestAttentionFromScreen(t *testing.T) {
 	}
 
 	resets := time.Date(2026, 12, 2, 15, 0, 0, 0, time.UTC)
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
 	got = e.waitAttention(r.ID, wire.AttentionRateLimited)
 	if got.AttentionDetail == nil || got.AttentionDetail.ResetsAt == nil || !got.AttentionDetail.ResetsAt.Equal(resets) || len(got.AttentionDetail.Choices) != 0 {
 		t.Fatalf("rate_limited detail %+v", got.AttentionDetail)
 	}
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionNone, Working: true})
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionNone, Working: true})
 	e.waitAttention(r.ID, wire.AttentionNone)
 
 	w.idle(d)

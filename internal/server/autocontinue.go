@@ -41,7 +41,7 @@ func (s *Server) closeLimitMenu(ctx context.Context, r wire.Run) error {
 		return nil
 	}
 	before := s.opts.Fleet.Pane(r.ID).Seq
-	if err := s.opts.Fleet.Send(*r.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt),
+	if err := s.opts.Fleet.Send(*r.HostID, wire.SendKeysFrame{RunID: r.ID, Attempt: wire.IntPtr(r.Attempt),
 		Keys: []wire.Key{{Key: "Escape"}}}); err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // testClock is a clock the test moves.
@@ -21,11 +22,11 @@ func (c *testClock) set(at time.Time) { c.mu.Lock(); defer c.mu.Unlock(); c.at =
 
 // limitedRun brings a run of w's to running, its pane "> ", and then
 // rate_limited by the screen with resets.
-func (e *runEnv) limitedRun(w *fakeWorker, resets time.Time) (wire.Run, wire.Frame) {
+func (e *runEnv) limitedRun(w *fakeWorker, resets time.Time) (wire.Run, wiretest.Frame) {
 	e.t.Helper()
 	r, d := e.attendedRun(w)
 	w.snapshot(d, "> \n")
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
 	return e.waitAttention(r.ID, wire.AttentionRateLimited), d
 }
 
@@ -78,7 +79,7 @@ func TestContinueWhenALimitResets(t *testing.T) {
 	}
 
 	// The same limit on the screen again: continued once already.
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 3pm", ResetsAt: &resets})
 	e.waitAttention(r.ID, wire.AttentionRateLimited)
 	if n := e.srv.ContinueLimited(t.Context()); n != 0 {
 		t.Fatalf("continued %d times more for the same reset", n)
@@ -86,7 +87,7 @@ func TestContinueWhenALimitResets(t *testing.T) {
 
 	// A later limit is continued when it resets.
 	later := resets.Add(5 * time.Hour)
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 8pm", ResetsAt: &later})
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited, Text: "limit reached ∙ resets 8pm", ResetsAt: &later})
 	e.waitRun(r.ID, "the later limit", func(r wire.Run) bool {
 		return r.AttentionDetail != nil && r.AttentionDetail.ResetsAt != nil && r.AttentionDetail.ResetsAt.Equal(later)
 	})
@@ -145,7 +146,7 @@ func TestContinueWithTheHostsMessage(t *testing.T) {
 	e := newRunEnv(t, runOpts{clock: clock.now})
 	var created wire.HostCreated
 	e.must(201, "POST", "/api/v1/hosts", map[string]any{"name": "host-a", "max_runs": 4}, &created)
-	w := &fakeWorker{t: t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: "host-a", frames: make(chan wire.Frame, 1000)}
+	w := &fakeWorker{t: t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: "host-a", frames: make(chan wiretest.Frame, 1000)}
 	reg := wire.Register{HostName: "host-a", Platform: "linux", InstanceID: instanceA, Providers: []string{"shell"}, Executor: "tmux",
 		MaxRuns: 4, Protocol: 1, ContinueMessages: map[string]string{"shell": "CONTINUE-OF-HOST-A go on"}}
 	for _, bad := range []map[string]string{{"shell": ""}, {"Bad Name": "x"}, {"shell": "a\x00b"}, {"shell": strings.Repeat("x", 4097)}} {
@@ -162,7 +163,7 @@ func TestContinueWithTheHostsMessage(t *testing.T) {
 	r, d := e.attendedRun(w)
 	w.snapshot(d, "limit reached, resets 3pm\nWhat do you want to do?\n❯ 1. Stop and wait\n  2. Upgrade\n")
 	resets := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited,
+	w.send(wire.ScreenFrame{RunID: d.RunID, Attempt: d.Attempt, Attention: wire.AttentionRateLimited,
 		Text: "limit reached, resets 3pm", ResetsAt: &resets,
 		Choices: []wire.Choice{{Key: "1", Label: "Stop and wait"}, {Key: "2", Label: "Upgrade"}}})
 	e.waitAttention(r.ID, wire.AttentionRateLimited)

@@ -144,7 +144,7 @@ func BenchmarkSignalIngest(b *testing.B) {
 				defer wg.Done()
 				for i := range n {
 					r := mine[i%len(mine)]
-					w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.id, Kind: wire.SignalProgress, Attempt: wire.IntPtr(1),
+					w.send(wire.SignalFrame{RunID: r.id, Kind: wire.SignalProgress, Attempt: wire.IntPtr(1),
 						Seq: ptr(r.seq.Add(1)), Source: wire.SourceWrapper, Payload: json.RawMessage(`{}`)})
 				}
 			}()

@@ -11,6 +11,7 @@ import (
 	"pam/internal/clock"
 	"pam/internal/eventually"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // progressEvents are the seq and coalesced count of each run.progress
@@ -127,7 +128,7 @@ func TestProgressPayloadBound(t *testing.T) {
 	if len(raw) <= wire.MaxProgressPayload {
 		t.Fatalf("test payload is %d bytes, not over 4 KiB", len(raw))
 	}
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(2)),
+	w.send(wire.SignalFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(2)),
 		Source: wire.SourceWrapper, Payload: []byte(raw)})
 	if f := w.expect(wire.FrameSignalAck); f.Code != wire.CodeValidationFailed {
 		t.Errorf("progress frame over 4 KiB: %+v, want validation_failed", f)
@@ -139,7 +140,7 @@ func TestProgressPayloadBound(t *testing.T) {
 	content := `"a":"` + strings.Repeat("y", 1000) + `","b":"` + strings.Repeat("z", 1000) + `","c":"` + strings.Repeat("a", 1000) +
 		`","d":"` + strings.Repeat("b", 1000) + `"`
 	fits := "{" + strings.Repeat(" ", wire.MaxProgressPayload-2-len(content)) + content + "}"
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(3)),
+	w.send(wire.SignalFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Kind: wire.SignalProgress, Seq: ptr(int64(3)),
 		Source: wire.SourceWrapper, Payload: []byte(fits)})
 	if f := w.expect(wire.FrameSignalAck); f.Result != wire.ResultApplied {
 		t.Errorf("progress frame of %d bytes: %+v, want applied", len(fits), f)
@@ -169,9 +170,9 @@ func TestWorkerReportsJournaledOncePerHour(t *testing.T) {
 		for range n {
 			// An orphan on host B naming A's run, a stale session on A,
 			// and a report about an attempt the run never had.
-			b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: "orphan"})
-			a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "stale"})
-			a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: two, State: wire.StateSessionLost, Detail: "old"})
+			b.send(wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: "orphan"})
+			a.send(wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "stale"})
+			a.send(wire.RunStateFrame{RunID: r.ID, Attempt: two, State: wire.StateSessionLost, Detail: "old"})
 		}
 		a.barrier()
 		b.barrier()
@@ -229,12 +230,12 @@ func TestUnrequestedPushIgnored(t *testing.T) {
 	a.ack(d, true)
 	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
 	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
-	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	a.send(wire.WorkspaceReadyFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
 	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 
 	ok := true
 	for range 3 {
-		a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "nobody asked"})
+		a.send(wire.WorkspacePushedFrame{RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "nobody asked"})
 	}
 	a.barrier()
 	if n := e.countEvents(r.ID, wire.TopicRunWorkspacePushed); n != 0 {
@@ -244,9 +245,9 @@ func TestUnrequestedPushIgnored(t *testing.T) {
 	done := make(chan int, 1)
 	go func() { code, _ := e.call("POST", "/api/v1/runs/"+r.ID+"/push", nil); done <- code }()
 	req := a.expect(wire.FrameWorkspaceRequest)
-	a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "pushed"})
-	a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "again"})
-	a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, EOF: true,
+	a.send(wire.WorkspacePushedFrame{RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "pushed"})
+	a.send(wire.WorkspacePushedFrame{RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "again"})
+	a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, EOF: true,
 		Text: `{"run_id":"` + r.ID + `","branch":"` + ws.Branch + `","ok":true,"detail":"pushed"}`})
 	if code := <-done; code != 202 {
 		t.Fatalf("push: %d", code)
@@ -305,10 +306,10 @@ func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
 	a.screen(da, 1, wire.AttentionNeedsInput, "a's question?")
 	// A run_state writes the run's pending pane change before it is
 	// handled: whatever a's snapshot noted is written by now.
-	a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
+	a.send(wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
 	a.barrier()
-	b.snapshot(wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(2)}, "an attempt the run is not at")
-	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(2), State: wire.StateIdle})
+	b.snapshot(wiretest.Frame{RunID: r.ID, Attempt: wire.IntPtr(2)}, "an attempt the run is not at")
+	b.send(wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(2), State: wire.StateIdle})
 	b.barrier()
 	if p := e.fleet.Pane(r.ID); p.Capture != "b's screen" {
 		t.Errorf("pane %q after stale snapshots, want b's", p.Capture)
@@ -322,7 +323,7 @@ func TestSnapshotOnlyFromCurrentHost(t *testing.T) {
 
 	// The current host and attempt are heard.
 	b.snapshot(db, "b's next screen")
-	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
+	b.send(wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateIdle})
 	b.barrier()
 	if p := e.fleet.Pane(r.ID); p.Capture != "b's next screen" {
 		t.Errorf("pane %q, want b's next screen", p.Capture)

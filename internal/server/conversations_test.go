@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // Conversations (docs/architecture.md#resume-and-continue): the agent's
@@ -17,7 +18,7 @@ func (e *runEnv) workerResuming(name string, resumable []string, providers ...st
 	e.t.Helper()
 	var created wire.HostCreated
 	e.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name, "max_runs": 4}, &created)
-	w := &fakeWorker{t: e.t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: name, frames: make(chan wire.Frame, 1000)}
+	w := &fakeWorker{t: e.t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: name, frames: make(chan wiretest.Frame, 1000)}
 	code, body := e.callAs(w.token, "POST", "/api/internal/worker/register", wire.Register{HostName: name, Platform: "linux",
 		InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Providers: providers, Executor: "tmux", MaxRuns: 4, Protocol: 1, Resumable: resumable})
 	if code != 200 {
@@ -39,7 +40,7 @@ func hook(kind string, attempt int, session string, extra ...any) map[string]any
 }
 
 // startAttempt takes the next dispatch on w, accepts it and posts started.
-func (e *runEnv) startAttempt(w *fakeWorker, runID string) wire.Frame {
+func (e *runEnv) startAttempt(w *fakeWorker, runID string) wiretest.Frame {
 	e.t.Helper()
 	d := w.expect(wire.FrameRunDispatch)
 	if d.RunID != runID {
@@ -54,7 +55,7 @@ func (e *runEnv) startAttempt(w *fakeWorker, runID string) wire.Frame {
 }
 
 // finish posts the wrapper's finished for the attempt of d.
-func (e *runEnv) finish(d wire.Frame, code int) {
+func (e *runEnv) finish(d wiretest.Frame, code int) {
 	e.t.Helper()
 	if c, _, body := e.signal(d.SignalToken, d.RunID, sig(wire.SignalFinished, *d.Attempt, "payload", map[string]any{"exit_code": code})); c != 202 {
 		e.t.Fatalf("finished: %d %s", c, body)
@@ -115,7 +116,7 @@ func TestAgentSessionFromHooks(t *testing.T) {
 		t.Errorf("the same session again journaled: %d", n)
 	}
 	// A /clear: a new session, over the uplink this time.
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: wire.SignalCompleted, Attempt: wire.IntPtr(1), Source: wire.SourceProviderHook,
+	w.send(wire.SignalFrame{RunID: r.ID, Kind: wire.SignalCompleted, Attempt: wire.IntPtr(1), Source: wire.SourceProviderHook,
 		Payload: json.RawMessage(`{"agent_session_id":"s2"}`)})
 	if ack := w.expect(wire.FrameSignalAck); ack.Result != wire.ResultApplied {
 		t.Fatalf("completed over the uplink: %+v", ack)
@@ -131,7 +132,7 @@ func TestAgentSessionFromHooks(t *testing.T) {
 	if er := errorOf(t, body); code != 400 || er.Code != wire.CodeValidationFailed || er.Details["field"] != "payload.agent_session_id" {
 		t.Errorf("a session id as an option: %d %s", code, body)
 	}
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: wire.SignalProgress, Attempt: wire.IntPtr(1), Seq: new(int64(4)), Source: wire.SourceProviderHook,
+	w.send(wire.SignalFrame{RunID: r.ID, Kind: wire.SignalProgress, Attempt: wire.IntPtr(1), Seq: new(int64(4)), Source: wire.SourceProviderHook,
 		Payload: json.RawMessage(`{"agent_session_id":"` + strings.Repeat("x", wire.MaxAgentSessionID+1) + `"}`)})
 	if ack := w.expect(wire.FrameSignalAck); ack.Code != wire.CodeValidationFailed {
 		t.Errorf("a too long session over the uplink: %+v", ack)
@@ -212,7 +213,7 @@ func TestResumeInTheWorktree(t *testing.T) {
 	r := e.start(nil)
 	d := e.startAttempt(w, r.ID)
 	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
-	w.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	w.send(wire.WorkspaceReadyFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
 	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 	e.signal(d.SignalToken, r.ID, hook(wire.SignalProgress, 1, "s1", "seq", 1))
 	e.finish(d, 1)
@@ -246,7 +247,7 @@ func TestContinue(t *testing.T) {
 	}
 	d := e.startAttempt(w, r.ID)
 	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
-	w.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	w.send(wire.WorkspaceReadyFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
 	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 	code, body = e.call("POST", "/api/v1/runs/"+r.ID+"/continue", nil)
 	if er := errorOf(t, body); code != 409 || er.Code != wire.CodeIllegalTransition {

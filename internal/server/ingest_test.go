@@ -91,7 +91,7 @@ func (e *runEnv) postAsync(token, runID string, body any, waiting int) <-chan an
 }
 
 func (w *fakeWorker) progress(runID string, attempt int, seq int64, payload string) {
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: runID, Kind: wire.SignalProgress, Attempt: wire.IntPtr(attempt),
+	w.send(wire.SignalFrame{RunID: runID, Kind: wire.SignalProgress, Attempt: wire.IntPtr(attempt),
 		Seq: ptr(seq), Source: wire.SourceWrapper, Payload: json.RawMessage(payload)})
 }
 
@@ -463,10 +463,10 @@ func TestUplinkSignalsInOrder(t *testing.T) {
 	release := e.holdRow(runs[0].ID)
 	blocked := e.postAsync(runs[0].token, runs[0].ID, sig(wire.SignalProgress, 1, "seq", 1000), 1)
 	e.waitBlocked("the held row", "Lock/tuple", "Lock/transactionid")
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: x.ID, Kind: wire.SignalFinished, Attempt: wire.IntPtr(1), Source: wire.SourceWrapper,
+	w.send(wire.SignalFrame{RunID: x.ID, Kind: wire.SignalFinished, Attempt: wire.IntPtr(1), Source: wire.SourceWrapper,
 		Payload: json.RawMessage(`{"exit_code":0}`)})
 	e.waitWaiting(2)
-	w.send(wire.Frame{Type: wire.FrameRunState, RunID: x.ID, Attempt: wire.IntPtr(1), State: wire.StateSessionLost, Detail: "gone"})
+	w.send(wire.RunStateFrame{RunID: x.ID, Attempt: wire.IntPtr(1), State: wire.StateSessionLost, Detail: "gone"})
 	w.progress(x.ID, 1, 1, `{}`) // answered only once the report before it was handled
 	release()
 	if a := <-blocked; a.code != 202 {

@@ -189,7 +189,7 @@ func (s *Server) ingestAsync(runID, hostID string, sig wire.Signal, byToken bool
 		if o.Err == nil {
 			s.metrics.signals.WithLabelValues(sig.Kind, o.Result).Inc()
 			if o.StopSender {
-				_ = s.opts.Fleet.Send(hostID, wire.Frame{Type: wire.FrameRunStop, RunID: runID, Attempt: sig.Attempt, Force: true})
+				_ = s.opts.Fleet.Send(hostID, wire.RunStopFrame{RunID: runID, Attempt: sig.Attempt, Force: true})
 			}
 			if o.StatusChange {
 				s.opts.Dispatcher.Wake()

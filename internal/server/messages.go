@@ -201,7 +201,7 @@ func (s *Server) deliver(ctx context.Context, run wire.Run, text, actor string, 
 		},
 		pane: func() wire.Pane { return s.opts.Fleet.Pane(run.ID) },
 		send: func(keys []wire.Key) error {
-			return s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys})
+			return s.opts.Fleet.Send(host, wire.SendKeysFrame{RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys})
 		},
 		input: func() {
 			if err := s.store.TouchInput(ctx, run.ID, run.Attempt); err != nil {

@@ -105,7 +105,7 @@ func TestMessageDelivered(t *testing.T) {
 	}
 
 	// Busy: nothing is typed while the screen reads working.
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Attention: wire.AttentionNone, Working: true})
+	w.send(wire.ScreenFrame{RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Attention: wire.AttentionNone, Working: true})
 	w.barrier()
 	long := "line one $HOME\n" + strings.Repeat("x", 1500)
 	wait = e.postMessage(r.ID, long)
@@ -116,7 +116,7 @@ func TestMessageDelivered(t *testing.T) {
 		}
 	case <-time.After(500 * time.Millisecond): // five capture intervals
 	}
-	w.send(wire.Frame{Type: wire.FrameScreen, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Attention: wire.AttentionNone})
+	w.send(wire.ScreenFrame{RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Attention: wire.AttentionNone})
 	if k := w.expectKeys(r.ID); !slices.Equal(k, []string{"paste:" + long}) {
 		t.Fatalf("pasted %.40q", k)
 	}

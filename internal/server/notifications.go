@@ -111,7 +111,7 @@ func (s *Server) useAnswer(w http.ResponseWriter, r *http.Request) {
 	defer s.answers.begin(run.ID)()
 	defer s.linkAnswers.begin(run.ID, linkAnswer{channel: a.Channel, question: questionOf(run), attempt: run.Attempt})()
 	before := s.opts.Fleet.Pane(run.ID).Seq
-	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys}); err != nil {
+	if err := s.opts.Fleet.Send(*run.HostID, wire.SendKeysFrame{RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: keys}); err != nil {
 		// Nothing was pressed: the link may be used again.
 		if err := s.store.Unuse(r.Context(), a); err != nil {
 			s.log.Warn("make an answer link usable again", "run_id", run.ID, "err", err)

@@ -137,7 +137,7 @@ func (s *Server) watchPane(ctx context.Context, runID string) {
 		release()
 		return
 	}
-	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FramePaneWatch, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt)}); err != nil {
+	if err := s.opts.Fleet.Send(*run.HostID, wire.PaneWatchFrame{RunID: run.ID, Attempt: wire.IntPtr(run.Attempt)}); err != nil {
 		s.log.Debug("pane_watch not sent", "run_id", run.ID, "err", err)
 		release()
 	}

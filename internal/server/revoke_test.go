@@ -7,6 +7,7 @@ import (
 
 	"pam/internal/eventually"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // The instance ids of the uplink tests: A is the one fakeWorker registers
@@ -20,7 +21,7 @@ const (
 func (w *fakeWorker) heartbeat(instance string) {
 	w.t.Helper()
 	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: instance, Timestamp: &now})
+	w.send(wire.HeartbeatFrame{HostID: w.hostID, InstanceID: instance, Timestamp: &now})
 }
 
 // register posts a register of instance with w's token.
@@ -176,7 +177,7 @@ func TestRevocationDisableClosesUplink(t *testing.T) {
 	e.must(200, "POST", "/api/v1/hosts/dis-1/disable", nil, nil)
 	w.alive("after disabling a disabled host")
 
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: "finished", Attempt: wire.IntPtr(1), Source: "wrapper", Payload: json.RawMessage(`{"exit_code":0}`)})
+	w.send(wire.SignalFrame{RunID: r.ID, Kind: "finished", Attempt: wire.IntPtr(1), Source: "wrapper", Payload: json.RawMessage(`{"exit_code":0}`)})
 	if ack := w.expect(wire.FrameSignalAck); ack.Result != wire.ResultApplied {
 		t.Fatalf("signal of the disabled host's run: %+v", ack)
 	}
@@ -200,7 +201,7 @@ func TestUplinkWithoutRegisterRefused(t *testing.T) {
 	e := newRunEnv(t, runOpts{})
 	var created wire.HostCreated
 	e.must(201, "POST", "/api/v1/hosts", map[string]any{"name": "noreg", "max_runs": 2}, &created)
-	w := &fakeWorker{t: t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: "noreg", frames: make(chan wire.Frame, 1000)}
+	w := &fakeWorker{t: t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: "noreg", frames: make(chan wiretest.Frame, 1000)}
 	w.dial()
 	w.heartbeat(instanceA)
 	w.waitClosed("uplink without register")
@@ -216,7 +217,7 @@ func TestUplinkWithoutRegisterRefused(t *testing.T) {
 	// The first frame must be the admitting heartbeat.
 	w.register(instanceA)
 	w.dial()
-	w.send(wire.Frame{Type: wire.FrameLogChunk, RequestID: "x", Text: "hi"})
+	w.send(wire.LogChunkFrame{RequestID: "x", Text: "hi"})
 	w.waitClosed("uplink whose first frame is not a heartbeat")
 
 	// Registered, it is admitted.
@@ -233,7 +234,7 @@ func TestUplinkOtherInstanceNeverReplaces(t *testing.T) {
 	t.Parallel()
 	e := newRunEnv(t, runOpts{})
 	w := e.worker("pin-1", 2, "shell")
-	clone := &fakeWorker{t: t, e: e, token: w.token, hostID: w.hostID, name: "pin-1 clone", frames: make(chan wire.Frame, 1000)}
+	clone := &fakeWorker{t: t, e: e, token: w.token, hostID: w.hostID, name: "pin-1 clone", frames: make(chan wiretest.Frame, 1000)}
 	clone.dial()
 	clone.heartbeat(instanceB)
 	clone.waitClosed("clone without register")

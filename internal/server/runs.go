@@ -98,7 +98,7 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 	if host != "" {
 		// The worker runs the stop ladder; if it is not connected, its
 		// reconciliation finds a stopped run with a live session later.
-		_ = s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameRunStop, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Force: in.Force})
+		_ = s.opts.Fleet.Send(host, wire.RunStopFrame{RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Force: in.Force})
 	}
 	s.opts.Dispatcher.Wake()
 	writeJSON(w, http.StatusAccepted, run)
@@ -178,7 +178,7 @@ func (s *Server) sendKeys(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.answers.begin(run.ID)()
 	before := s.opts.Fleet.Pane(run.ID).Seq
-	if err := s.opts.Fleet.Send(*run.HostID, wire.Frame{Type: wire.FrameSendKeys, RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: in.Keys}); err != nil {
+	if err := s.opts.Fleet.Send(*run.HostID, wire.SendKeysFrame{RunID: run.ID, Attempt: wire.IntPtr(run.Attempt), Keys: in.Keys}); err != nil {
 		s.fail(w, r, wire.Errorf(wire.CodeUnavailable, "the run's host is not connected"))
 		return
 	}
@@ -304,7 +304,7 @@ func (s *Server) fetchLog(ctx context.Context, host, runID string, offset *int64
 	ch, done := s.opts.Fleet.AwaitLog(id, host, runID)
 	defer done()
 	off := *offset
-	if err := s.opts.Fleet.Send(host, wire.Frame{Type: wire.FrameLogRequest, RequestID: id, RunID: runID, Offset: &off}); err != nil {
+	if err := s.opts.Fleet.Send(host, wire.LogRequestFrame{RequestID: id, RunID: runID, Offset: &off}); err != nil {
 		return "", false, err
 	}
 	var out []byte
@@ -316,7 +316,11 @@ func (s *Server) fetchLog(ctx context.Context, host, runID string, offset *int64
 			return string(out), true, ctx.Err()
 		case <-timeout.C:
 			return string(out), true, errLogTimeout
-		case f := <-ch:
+		case fr := <-ch:
+			f, ok := fr.(wire.LogChunkFrame)
+			if !ok {
+				continue
+			}
 			out = append(out, f.Text...)
 			*offset += int64(len(f.Text))
 			if f.EOF || len(out) > 4<<20 {

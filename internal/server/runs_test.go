@@ -23,6 +23,7 @@ import (
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // newRunEnvB is newRunEnv for benchmarks.
@@ -122,7 +123,7 @@ type fakeWorker struct {
 	token  string
 	hostID string
 	name   string
-	frames chan wire.Frame
+	frames chan wiretest.Frame
 	gone   chan struct{} // closed when the server ends the current connection
 }
 
@@ -131,7 +132,7 @@ func (e *runEnv) worker(name string, maxRuns int, providers ...string) *fakeWork
 	e.t.Helper()
 	var created wire.HostCreated
 	e.must(201, "POST", "/api/v1/hosts", map[string]any{"name": name, "max_runs": maxRuns}, &created)
-	w := &fakeWorker{t: e.t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: name, frames: make(chan wire.Frame, 1000)}
+	w := &fakeWorker{t: e.t, e: e, token: created.WorkerToken, hostID: created.Host.ID, name: name, frames: make(chan wiretest.Frame, 1000)}
 	code, body := e.callAs(w.token, "POST", "/api/internal/worker/register", wire.Register{HostName: name, Platform: "linux",
 		InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Providers: providers, Executor: "tmux", MaxRuns: maxRuns, Protocol: 1})
 	if code != 200 {
@@ -145,7 +146,7 @@ func (w *fakeWorker) connect() {
 	w.t.Helper()
 	w.dial()
 	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
+	w.send(wire.HeartbeatFrame{HostID: w.hostID, InstanceID: "6f1c1c9e-3b7e-4a53-9d8f-2a5b8c9d0e1f", Timestamp: &now})
 	w.expect(wire.FrameHeartbeatAck)
 }
 
@@ -177,7 +178,7 @@ func (w *fakeWorker) dial() {
 				w.t.Errorf("server sent a malformed frame: %v: %s", err, b)
 				return
 			}
-			w.frames <- f
+			w.frames <- wiretest.Of(f)
 		}
 	}()
 }
@@ -186,12 +187,12 @@ func (w *fakeWorker) send(f wire.Frame) {
 	w.t.Helper()
 	b, _ := json.Marshal(f)
 	if err := w.ws.Write(w.t.Context(), websocket.MessageText, b); err != nil {
-		w.t.Fatalf("send %s: %v", f.Type, err)
+		w.t.Fatalf("send %s: %v", f.Type(), err)
 	}
 }
 
 // expect returns the next frame of type typ, skipping heartbeat acks.
-func (w *fakeWorker) expect(typ string) wire.Frame {
+func (w *fakeWorker) expect(typ string) wiretest.Frame {
 	w.t.Helper()
 	deadline := time.After(eventually.Medium)
 	for {
@@ -209,8 +210,8 @@ func (w *fakeWorker) expect(typ string) wire.Frame {
 	}
 }
 
-func (w *fakeWorker) ack(f wire.Frame, accepted bool) {
-	w.send(wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: f.Attempt, Accepted: &accepted, Reason: "test"})
+func (w *fakeWorker) ack(f wiretest.Frame, accepted bool) {
+	w.send(wire.RunDispatchAckFrame{RunID: f.RunID, Attempt: f.Attempt, Accepted: &accepted, Reason: "test"})
 }
 
 // signal posts a signal over HTTP with a bearer token.
@@ -299,14 +300,14 @@ func TestRunLifecycleWithSimulatedWorker(t *testing.T) {
 		t.Fatalf("work item after start: %s", item.Status)
 	}
 	now := time.Now()
-	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: d.Attempt, Capture: "hello\n", Timestamp: &now})
+	w.send(wire.SnapshotFrame{RunID: r.ID, Attempt: d.Attempt, Capture: "hello\n", Timestamp: &now})
 	eventually.Wait(t, eventually.Short, "the pane to show the snapshot", func() bool {
 		var p wire.Pane
 		e.must(200, "GET", "/api/v1/runs/"+r.ID+"/pane", nil, &p)
 		return p.Capture == "hello\n" && p.Seq == 1
 	})
 	// finished over the uplink this time: both transports are one path.
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: "finished", Attempt: wire.IntPtr(1), Source: "wrapper", Payload: json.RawMessage(`{"exit_code":0}`)})
+	w.send(wire.SignalFrame{RunID: r.ID, Kind: "finished", Attempt: wire.IntPtr(1), Source: "wrapper", Payload: json.RawMessage(`{"exit_code":0}`)})
 	ack := w.expect(wire.FrameSignalAck)
 	if ack.Result != "applied" || ack.Kind != "finished" {
 		t.Fatalf("signal_ack %+v", ack)
@@ -392,7 +393,7 @@ func TestSignalIngestTable(t *testing.T) {
 					}
 					return code, res.Result, ""
 				}
-				f := wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Source: "wrapper"}
+				f := wire.SignalFrame{RunID: r.ID, Source: "wrapper"}
 				b, _ := json.Marshal(body)
 				var s wire.Signal
 				_ = json.Unmarshal(b, &s)
@@ -475,7 +476,7 @@ func TestSignalIngestTable(t *testing.T) {
 					t.Errorf("worker token on /api/v1: %d", code)
 				}
 			} else {
-				other.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Kind: "started", Attempt: wire.IntPtr(1), Source: "wrapper"})
+				other.send(wire.SignalFrame{RunID: r.ID, Kind: "started", Attempt: wire.IntPtr(1), Source: "wrapper"})
 				if ack := other.expect(wire.FrameSignalAck); ack.Code != "not_found" {
 					t.Errorf("uplink signal from a foreign host: %+v", ack)
 				}
@@ -485,7 +486,7 @@ func TestSignalIngestTable(t *testing.T) {
 				}
 				// ... and the connection stays usable.
 				now := time.Now()
-				w.send(wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: instanceA, Timestamp: &now})
+				w.send(wire.HeartbeatFrame{HostID: w.hostID, InstanceID: instanceA, Timestamp: &now})
 				w.expect(wire.FrameHeartbeatAck)
 			}
 		})
@@ -510,16 +511,16 @@ func TestInvalidUplinkFrames(t *testing.T) {
 		f     wire.Frame
 		field string
 	}{
-		{"unknown run_state", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: "exploded"}, "state"},
-		{"run_state detail too long", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateSessionLost, Detail: strings.Repeat("é", wire.MaxText+1)}, "detail"},
-		{"run_state detail with NUL", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateSpawnFailed, Detail: "a\x00b"}, "detail"},
-		{"run_state without attempt", wire.Frame{Type: wire.FrameRunState, RunID: r.ID, State: wire.StateTmuxCrash}, "attempt"},
-		{"ack without accepted", wire.Frame{Type: wire.FrameRunDispatchAck, RunID: r.ID, Attempt: one}, "accepted"},
-		{"ack of attempt 0", wire.Frame{Type: wire.FrameRunDispatchAck, RunID: r.ID, Attempt: wire.IntPtr(0), Accepted: new(bool)}, "attempt"},
-		{"snapshot of an uppercase run id", wire.Frame{Type: wire.FrameSnapshot, RunID: strings.ToUpper(r.ID), Attempt: one, Capture: "x"}, "run_id"},
-		{"heartbeat with a bad host id", wire.Frame{Type: wire.FrameHeartbeat, HostID: "host-1"}, "host_id"},
-		{"attach_output with a bad attach id", wire.Frame{Type: wire.FrameAttachOutput, AttachID: "a1", Bytes: []byte("x")}, "attach_id"},
-		{"log_chunk without a request id", wire.Frame{Type: wire.FrameLogChunk, RunID: r.ID, Text: "x"}, "request_id"},
+		{"unknown run_state", wire.RunStateFrame{RunID: r.ID, Attempt: one, State: "exploded"}, "state"},
+		{"run_state detail too long", wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateSessionLost, Detail: strings.Repeat("é", wire.MaxText+1)}, "detail"},
+		{"run_state detail with NUL", wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateSpawnFailed, Detail: "a\x00b"}, "detail"},
+		{"run_state without attempt", wire.RunStateFrame{RunID: r.ID, State: wire.StateTmuxCrash}, "attempt"},
+		{"ack without accepted", wire.RunDispatchAckFrame{RunID: r.ID, Attempt: one}, "accepted"},
+		{"ack of attempt 0", wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(0), Accepted: new(bool)}, "attempt"},
+		{"snapshot of an uppercase run id", wire.SnapshotFrame{RunID: strings.ToUpper(r.ID), Attempt: one, Capture: "x"}, "run_id"},
+		{"heartbeat with a bad host id", wire.HeartbeatFrame{HostID: "host-1"}, "host_id"},
+		{"attach_output with a bad attach id", wire.AttachOutputFrame{AttachID: "a1", Bytes: []byte("x")}, "attach_id"},
+		{"log_chunk without a request id", wire.LogChunkFrame{RunID: r.ID, Text: "x"}, "request_id"},
 	} {
 		w.send(c.f)
 		got := w.expect(wire.FrameError)
@@ -532,10 +533,10 @@ func TestInvalidUplinkFrames(t *testing.T) {
 		f    wire.Frame
 		code string
 	}{
-		{"negative seq", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(-1)), Source: "wrapper"}, "validation_failed"},
-		{"payload with NUL", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(3)), Source: "wrapper", Payload: json.RawMessage(`{"x":"\u0000"}`)}, "validation_failed"},
-		{"attempt 0", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: wire.IntPtr(0), Kind: "started", Source: "wrapper"}, "validation_failed"},
-		{"huge kind", wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: strings.Repeat("k", 5000), Source: "wrapper"}, "validation_failed"},
+		{"negative seq", wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(-1)), Source: "wrapper"}, "validation_failed"},
+		{"payload with NUL", wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: "progress", Seq: new(int64(3)), Source: "wrapper", Payload: json.RawMessage(`{"x":"\u0000"}`)}, "validation_failed"},
+		{"attempt 0", wire.SignalFrame{RunID: r.ID, Attempt: wire.IntPtr(0), Kind: "started", Source: "wrapper"}, "validation_failed"},
+		{"huge kind", wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: strings.Repeat("k", 5000), Source: "wrapper"}, "validation_failed"},
 	} {
 		w.send(c.f)
 		got := w.expect(wire.FrameSignalAck)
@@ -550,7 +551,7 @@ func TestInvalidUplinkFrames(t *testing.T) {
 		t.Errorf("invalid frames journaled: %s, before %s", ts, before)
 	}
 	// The uplink stays: the next valid frame is taken.
-	w.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: "started", Source: "wrapper"})
+	w.send(wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: "started", Source: "wrapper"})
 	if ack := w.expect(wire.FrameSignalAck); ack.Result != wire.ResultApplied {
 		t.Fatalf("started after the invalid frames: %+v", ack)
 	}

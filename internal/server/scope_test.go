@@ -130,7 +130,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 	one := wire.IntPtr(1)
 	long := strings.Repeat("x", wire.MaxText)
 	for _, state := range []string{wire.StateStaleSession, wire.StateSessionLost} {
-		b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: state, Detail: long})
+		b.send(wire.RunStateFrame{RunID: r.ID, Attempt: one, State: state, Detail: long})
 		if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound || f.RunID != r.ID {
 			t.Errorf("run_state %s from another host: %+v, want not_found", state, f)
 		}
@@ -138,7 +138,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 	// An orphan is by definition a session whose run is not this host's:
 	// it is journaled for host B (run id and attempt in the payload),
 	// never against the run, whose journal stays as it was.
-	b.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: long})
+	b.send(wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateOrphanDetected, Detail: long})
 	eventually.Wait(t, eventually.Medium, "host B's orphan report", func() bool {
 		for _, ev := range e.events("run.orphan_detected") {
 			if ev.HostID != nil && *ev.HostID == b.hostID && ev.RunID == nil && strings.Contains(string(ev.Payload), r.ID) {
@@ -148,20 +148,20 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 		return false
 	})
 	now := time.Now()
-	b.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: one, Capture: "not mine", Timestamp: &now})
+	b.send(wire.SnapshotFrame{RunID: r.ID, Attempt: one, Capture: "not mine", Timestamp: &now})
 	if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound {
 		t.Errorf("snapshot from another host: %+v, want not_found", f)
 	}
 	yes := true
-	b.send(wire.Frame{Type: wire.FrameRunDispatchAck, RunID: r.ID, Attempt: one, Accepted: &yes})
+	b.send(wire.RunDispatchAckFrame{RunID: r.ID, Attempt: one, Accepted: &yes})
 	if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound {
 		t.Errorf("run_dispatch_ack from another host: %+v, want not_found", f)
 	}
-	b.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: wire.SignalStarted, Source: wire.SourceWrapper})
+	b.send(wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: wire.SignalStarted, Source: wire.SourceWrapper})
 	if f := b.expect(wire.FrameSignalAck); f.Code != wire.CodeNotFound || f.Result != "" {
 		t.Errorf("signal from another host: %+v, want signal_ack not_found", f)
 	}
-	b.send(wire.Frame{Type: wire.FrameLogChunk, RunID: r.ID, RequestID: "0b9f3c1e-2a4d-4e5f-8a6b-7c8d9e0f1a2b", Text: "forged"})
+	b.send(wire.LogChunkFrame{RunID: r.ID, RequestID: "0b9f3c1e-2a4d-4e5f-8a6b-7c8d9e0f1a2b", Text: "forged"})
 	if f := b.expect(wire.FrameError); f.Code != wire.CodeNotFound {
 		t.Errorf("log_chunk from another host: %+v, want not_found", f)
 	}
@@ -176,7 +176,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 	}
 
 	// The host it was offered to is heard.
-	a.send(wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "old session"})
+	a.send(wire.RunStateFrame{RunID: r.ID, Attempt: one, State: wire.StateStaleSession, Detail: "old session"})
 	eventually.Wait(t, eventually.Medium, "run.stale_session from the offered host", func() bool {
 		return strings.Contains(e.topics(r.ID), "run.stale_session")
 	})
@@ -187,7 +187,7 @@ func TestRunStateScopedToOfferedHost(t *testing.T) {
 		t.Errorf("progress with a 1,001-character string: %d %s, want 400 validation_failed", code, body)
 	}
 	seq := int64(2)
-	a.send(wire.Frame{Type: wire.FrameSignal, RunID: r.ID, Attempt: one, Kind: wire.SignalProgress, Seq: &seq, Source: wire.SourceWrapper,
+	a.send(wire.SignalFrame{RunID: r.ID, Attempt: one, Kind: wire.SignalProgress, Seq: &seq, Source: wire.SourceWrapper,
 		Payload: []byte(`{"note":"` + long + `x"}`)})
 	if f := a.expect(wire.FrameSignalAck); f.Code != wire.CodeValidationFailed {
 		t.Errorf("progress frame with a 1,001-character string: %+v, want validation_failed", f)

@@ -15,7 +15,7 @@ import (
 // the run's current host and attempt only), and the reading is kept in
 // memory for the hook's needs_input of the same attempt and for whoever
 // asks whether the agent is busy.
-func (u *uplinkSession) screen(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) screen(ctx context.Context, f wire.ScreenFrame) {
 	var detail *wire.AttentionDetail
 	if f.Attention != wire.AttentionNone {
 		detail = &wire.AttentionDetail{Source: wire.AttentionSourceScreen, Text: f.Text, Choices: slices.Clone(f.Choices), ResetsAt: f.ResetsAt}
@@ -57,7 +57,7 @@ func (s *Server) screenQuestion(runID, host string, attempt *int) *wire.Attentio
 // question leaving the screen is that answer's doing, journaled as such
 // (source answer, the channel as actor) rather than as the screen's. It
 // reports whether it cleared the question.
-func (u *uplinkSession) answeredByLink(ctx context.Context, f wire.Frame, attempt int) bool {
+func (u *uplinkSession) answeredByLink(ctx context.Context, f wire.ScreenFrame, attempt int) bool {
 	l, ok := u.s.linkAnswers.get(f.RunID)
 	if !ok || l.attempt != attempt {
 		return false

@@ -21,6 +21,7 @@ import (
 	"pam/internal/server"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // runningRun starts a run pinned to a simulated worker and brings it to
@@ -52,7 +53,7 @@ func (e *runEnv) dialAttach(runID string) *websocket.Conn {
 // attached opens an attach socket on a run of w's and returns it once it
 // holds the lease (lease_acquired, then the first resize) and w has the
 // relay's attach_open.
-func (e *runEnv) attached(w *fakeWorker, runID string) (*websocket.Conn, wire.Frame) {
+func (e *runEnv) attached(w *fakeWorker, runID string) (*websocket.Conn, wiretest.Frame) {
 	e.t.Helper()
 	c := e.dialAttach(runID)
 	for _, typ := range []string{wire.WSLeaseAcquired, wire.WSResize} {
@@ -107,14 +108,14 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	go func() {
 		for i := range 200 {
 			chunk := []byte(strings.Repeat(string(rune('a'+i%26)), 100))
-			w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: chunk})
+			w.send(wire.AttachOutputFrame{AttachID: open.AttachID, Bytes: chunk})
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
 	for i := range 200 {
 		want.WriteString(strings.Repeat(string(rune('a'+i%26)), 100))
 	}
-	other.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("FORGED")})
+	other.send(wire.AttachOutputFrame{AttachID: open.AttachID, Bytes: []byte("FORGED")})
 	var got bytes.Buffer
 	var times []time.Time
 	for got.Len() < want.Len() {
@@ -180,7 +181,7 @@ func TestAttachRelayThroughUplink(t *testing.T) {
 	}
 
 	// The worker ends the relay: relay_closed with its reason, then close.
-	w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: open.AttachID, Reason: "the tmux client exited"})
+	w.send(wire.AttachClosedFrame{AttachID: open.AttachID, Reason: "the tmux client exited"})
 	var last wire.TermFrame
 	for {
 		f, err := readTerm(t, c, eventually.Short)
@@ -260,8 +261,8 @@ func TestAttachOutputNotBehindDatabase(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now().UTC()
-	w.send(wire.Frame{Type: wire.FrameSnapshot, RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Capture: "screen\n", Timestamp: &now})
-	w.send(wire.Frame{Type: wire.FrameAttachOutput, AttachID: open.AttachID, Bytes: []byte("echo")})
+	w.send(wire.SnapshotFrame{RunID: r.ID, Attempt: wire.IntPtr(r.Attempt), Capture: "screen\n", Timestamp: &now})
+	w.send(wire.AttachOutputFrame{AttachID: open.AttachID, Bytes: []byte("echo")})
 	f, err := readTerm(t, c, eventually.Medium)
 	if err != nil || f.Type != wire.WSData || string(f.Bytes) != "echo" {
 		t.Fatalf("attach output while the snapshot waits for the database: %+v %v", f, err)

@@ -58,7 +58,7 @@ func (s *Server) uplink(w http.ResponseWriter, r *http.Request) {
 	}()
 	u := &uplinkSession{s: s, host: host, conn: conn, cred: cred, known: map[string]bool{}, window: make(chan struct{}, uplinkSignalWindow)}
 	now := time.Now().UTC()
-	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
+	u.send(wire.HeartbeatAckFrame{Timestamp: &now})
 	s.opts.Dispatcher.Wake()
 	u.readFrames(ctx, ws)
 	u.signals.Wait() // their acks go nowhere now, but they are applied before the handler ends
@@ -83,11 +83,12 @@ func (s *Server) admitUplink(ctx context.Context, ws *websocket.Conn, host wire.
 	if err != nil {
 		return nil, fmt.Errorf("read the first frame: %w", err)
 	}
-	f, err := wire.DecodeFrame(data)
+	fr, err := wire.DecodeFrame(data)
 	if err == nil {
-		err = f.Validate()
+		err = fr.Validate()
 	}
-	if err != nil || f.Type != wire.FrameHeartbeat {
+	f, ok := fr.(wire.HeartbeatFrame)
+	if err != nil || !ok {
 		return nil, wire.Errorf(wire.CodeUnauthorized, "the first frame of an uplink must be a heartbeat")
 	}
 	pinned, gen := s.opts.Fleet.Pinned(host.ID)
@@ -161,7 +162,7 @@ func (s *Server) refuseUplink(ctx context.Context, ws *websocket.Conn, host wire
 	s.log.Warn("uplink refused", "host", host.Name, "host_id", host.ID, "err", err)
 	var we *wire.Error
 	if errors.As(err, &we) {
-		s.writeNow(ctx, ws, wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(we.Message)})
+		s.writeNow(ctx, ws, wire.ErrorFrame{Code: we.Code, Message: wire.BoundText(we.Message)})
 	}
 	_ = ws.Close(websocket.StatusPolicyViolation, "uplink refused")
 }
@@ -190,13 +191,15 @@ func (u *uplinkSession) readFrames(ctx context.Context, ws *websocket.Conn) {
 		if err != nil || u.ended() {
 			break
 		}
+		// err, with a frame, is a field of another frame type: answered
+		// as a frame Validate refuses.
 		f, err := wire.DecodeFrame(data)
 		switch {
-		case err != nil:
+		case f == nil:
 			jobs <- func() {
-				u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
+				u.send(wire.ErrorFrame{Code: wire.CodeMalformedFrame, Message: wire.BoundText(err.Error())})
 			}
-		case f.Type == wire.FrameAttachOutput || f.Type == wire.FrameAttachClosed:
+		case err == nil && (f.Type() == wire.FrameAttachOutput || f.Type() == wire.FrameAttachClosed):
 			if err := f.Validate(); err != nil {
 				jobs <- func() { u.refuseInvalid(f, err) }
 				continue
@@ -206,7 +209,10 @@ func (u *uplinkSession) readFrames(ctx context.Context, ws *websocket.Conn) {
 			s.opts.Fleet.DeliverAttach(u.host.ID, f)
 		default:
 			jobs <- func() {
-				if err := f.Validate(); err != nil {
+				if err == nil {
+					err = f.Validate()
+				}
+				if err != nil {
 					u.refuseInvalid(f, err)
 					return
 				}
@@ -239,7 +245,7 @@ type uplinkSession struct {
 
 func (u *uplinkSession) send(f wire.Frame) {
 	select {
-	case u.conn.Out <- &f:
+	case u.conn.Out <- f:
 	case <-u.conn.Done:
 	default:
 		u.conn.Close() // hopelessly behind: reconnect and resync
@@ -249,19 +255,19 @@ func (u *uplinkSession) send(f wire.Frame) {
 // uplinkHandlers are the frames a worker sends, each with its handler:
 // one place to see what the uplink understands. Anything else is answered
 // with an unexpected_frame error.
-var uplinkHandlers = map[string]func(u *uplinkSession, ctx context.Context, f wire.Frame){
-	wire.FrameHeartbeat:        (*uplinkSession).heartbeat,
-	wire.FrameRunDispatchAck:   (*uplinkSession).dispatchAck,
-	wire.FrameSnapshot:         (*uplinkSession).snapshot,
-	wire.FrameSignal:           (*uplinkSession).signal,
-	wire.FrameLogChunk:         (*uplinkSession).deliver,
-	wire.FrameWorkspaceReply:   (*uplinkSession).deliver,
-	wire.FrameWorkspaceReady:   (*uplinkSession).workspaceReady,
-	wire.FrameWorkspaceRemoved: (*uplinkSession).workspaceRemoved,
-	wire.FrameWorkspacePushed:  (*uplinkSession).workspacePushed,
-	wire.FrameScreen:           (*uplinkSession).screen,
-	wire.FrameRunState:         (*uplinkSession).runState,
-}
+var uplinkHandlers = wire.NewHandlers(
+	wire.On((*uplinkSession).heartbeat),
+	wire.On((*uplinkSession).dispatchAck),
+	wire.On((*uplinkSession).snapshot),
+	wire.On((*uplinkSession).signal),
+	wire.On(func(u *uplinkSession, _ context.Context, f wire.LogChunkFrame) { u.deliver(f) }),
+	wire.On(func(u *uplinkSession, _ context.Context, f wire.WorkspaceReplyFrame) { u.deliver(f) }),
+	wire.On((*uplinkSession).workspaceReady),
+	wire.On((*uplinkSession).workspaceRemoved),
+	wire.On((*uplinkSession).workspacePushed),
+	wire.On((*uplinkSession).screen),
+	wire.On((*uplinkSession).runState),
+)
 
 // unorderedFrames need not wait for the signals sent before them to
 // commit. Anything else about a run takes effect after those signals (a
@@ -275,25 +281,22 @@ var unorderedFrames = map[string]bool{
 // handle takes one frame of the worker, in order, to its handler once
 // the host may speak of its run.
 func (u *uplinkSession) handle(ctx context.Context, f wire.Frame) {
-	if !unorderedFrames[f.Type] {
+	if !unorderedFrames[f.Type()] {
 		u.signals.Wait()
 	}
 	if !u.inScope(ctx, f) {
 		return
 	}
-	h, ok := uplinkHandlers[f.Type]
-	if !ok {
-		u.send(wire.Frame{Type: wire.FrameError, Code: "unexpected_frame", Message: "a worker does not send " + f.Type})
-		return
+	if !uplinkHandlers.Handle(u, ctx, f) {
+		u.send(wire.ErrorFrame{Code: "unexpected_frame", Message: "a worker does not send " + f.Type()})
 	}
-	h(u, ctx, f)
 }
 
 // heartbeat keeps the host online. Every heartbeat is checked against
 // the host's current credential: in memory (the connection is still
 // current), then in the row the heartbeat writes anyway (token hash,
 // pinned instance).
-func (u *uplinkSession) heartbeat(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) heartbeat(ctx context.Context, f wire.HeartbeatFrame) {
 	s := u.s
 	if f.InstanceID != u.conn.InstanceID || !s.opts.Fleet.Current(u.conn) {
 		u.revoked(wire.Errorf(wire.CodeUnauthorized, "this heartbeat is not from the admitted instance or the credential was revoked"))
@@ -312,19 +315,19 @@ func (u *uplinkSession) heartbeat(ctx context.Context, f wire.Frame) {
 		s.opts.Dispatcher.Wake()
 	}
 	now := time.Now().UTC()
-	u.send(wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
+	u.send(wire.HeartbeatAckFrame{Timestamp: &now})
 }
 
 // dispatchAck is the worker taking (or declining) a run offered to it;
 // a sender the run has left meanwhile is told to stop it.
-func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.RunDispatchAckFrame) {
 	res, err := u.s.store.AckOffer(ctx, u.host.ID, f)
 	if err != nil {
 		u.refuse(f, err)
 		return
 	}
 	if res.StopSender {
-		u.send(wire.Frame{Type: wire.FrameRunStop, RunID: f.RunID, Attempt: f.Attempt, Force: true})
+		u.send(wire.RunStopFrame{RunID: f.RunID, Attempt: f.Attempt, Force: true})
 	}
 	if res.Changed {
 		u.s.opts.Dispatcher.Wake()
@@ -336,7 +339,7 @@ func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.Frame) {
 // attempt's session, must neither overwrite the screen nor reset the hang
 // timer. A capture the cache holds already changes nothing and costs no
 // lookup.
-func (u *uplinkSession) snapshot(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) snapshot(ctx context.Context, f wire.SnapshotFrame) {
 	s := u.s
 	at := time.Now()
 	if f.Timestamp != nil {
@@ -367,7 +370,7 @@ func (u *uplinkSession) snapshot(ctx context.Context, f wire.Frame) {
 // signal hands a signal to the group commit and acks it once committed,
 // while the next frames are read; beyond the window of signals waiting,
 // it waits for a slot.
-func (u *uplinkSession) signal(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) signal(ctx context.Context, f wire.SignalFrame) {
 	sig := wire.Signal{Kind: f.Kind, Attempt: f.Attempt, Seq: f.Seq, Source: f.Source, Payload: f.Payload, Timestamp: f.Timestamp}
 	select {
 	case u.window <- struct{}{}:
@@ -382,32 +385,32 @@ func (u *uplinkSession) signal(ctx context.Context, f wire.Frame) {
 			u.send(u.signalAck(f, o.Err))
 			return
 		}
-		u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Result: o.Result})
+		u.send(wire.SignalAckFrame{RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Result: o.Result})
 	})
 }
 
 // deliver hands a log chunk, or a workspace reply, to the request that
 // waits for it: answers travel like log chunks, from the host it asked
 // about the run it named (workspaces.go).
-func (u *uplinkSession) deliver(_ context.Context, f wire.Frame) {
+func (u *uplinkSession) deliver(f wire.Frame) {
 	u.s.opts.Fleet.DeliverLog(u.host.ID, f)
 }
 
 // workspaceReady, workspaceRemoved and workspacePushed record what the
 // worker did to a run's workspace; a refusal goes back to it.
-func (u *uplinkSession) workspaceReady(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) workspaceReady(ctx context.Context, f wire.WorkspaceReadyFrame) {
 	if _, err := u.s.store.WorkspaceReady(ctx, u.host.ID, f); err != nil {
 		u.refuse(f, err)
 	}
 }
 
-func (u *uplinkSession) workspaceRemoved(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) workspaceRemoved(ctx context.Context, f wire.WorkspaceRemovedFrame) {
 	if err := u.s.store.WorkspaceRemoved(ctx, u.host.ID, f); err != nil {
 		u.refuse(f, err)
 	}
 }
 
-func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.WorkspacePushedFrame) {
 	if err := u.s.store.WorkspacePushed(ctx, u.host.ID, f); err != nil {
 		u.refuse(f, err)
 	}
@@ -415,7 +418,7 @@ func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.Frame) {
 
 // runState records the state the worker reports for a run; a pane change
 // reported before this (idle) is written first.
-func (u *uplinkSession) runState(ctx context.Context, f wire.Frame) {
+func (u *uplinkSession) runState(ctx context.Context, f wire.RunStateFrame) {
 	u.s.outputs.flushRun(ctx, f.RunID)
 	_, changed, err := u.s.store.RunStateReport(ctx, u.host.ID, f)
 	if err != nil {
@@ -447,7 +450,7 @@ func (u *uplinkSession) revoked(err error) {
 	if errors.As(err, &we) {
 		msg = we.Message
 	}
-	u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeUnauthorized, Message: wire.BoundText(msg)})
+	u.send(wire.ErrorFrame{Code: wire.CodeUnauthorized, Message: wire.BoundText(msg)})
 	u.conn.CloseBecause("credential revoked")
 }
 
@@ -461,18 +464,19 @@ func (u *uplinkSession) revoked(err error) {
 // definition not this host's; the store journals it for the host, with the
 // run id and attempt in the payload and never against that run.
 func (u *uplinkSession) inScope(ctx context.Context, f wire.Frame) bool {
-	if f.RunID == "" || (f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected) {
+	runID := wire.RunOf(f)
+	if rs, orphan := f.(wire.RunStateFrame); runID == "" || (orphan && rs.State == wire.StateOrphanDetected) {
 		return true
 	}
-	ok, err := u.maySpeakFor(ctx, f.RunID)
+	ok, err := u.maySpeakFor(ctx, runID)
 	if ok {
 		return true
 	}
 	if err == nil {
 		err = wire.NotFound("run")
 	}
-	if f.Type == wire.FrameSignal {
-		u.send(u.signalAck(f, err))
+	if sig, ok := f.(wire.SignalFrame); ok {
+		u.send(u.signalAck(sig, err))
 		return false
 	}
 	u.refuse(f, err)
@@ -495,23 +499,23 @@ func (u *uplinkSession) maySpeakFor(ctx context.Context, runID string) (bool, er
 }
 
 // signalAck is the signal_ack refusing signal f with err's code.
-func (u *uplinkSession) signalAck(f wire.Frame, err error) wire.Frame {
+func (u *uplinkSession) signalAck(f wire.SignalFrame, err error) wire.SignalAckFrame {
 	var we *wire.Error
 	if !errors.As(err, &we) {
 		we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
 		u.s.log.Error("uplink signal", "run_id", f.RunID, "err", err)
 	}
-	return wire.Frame{Type: wire.FrameSignalAck, RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Code: we.Code, Message: we.Message}
+	return wire.SignalAckFrame{RunID: f.RunID, Attempt: f.Attempt, Kind: f.Kind, Seq: f.Seq, Code: we.Code, Message: we.Message}
 }
 
 // refuse answers a frame the server could not take with an error frame.
 func (u *uplinkSession) refuse(f wire.Frame, err error) {
 	var we *wire.Error
 	if !errors.As(err, &we) {
-		u.s.log.Error("uplink frame", "type", f.Type, "run_id", f.RunID, "err", err)
+		u.s.log.Error("uplink frame", "type", f.Type(), "run_id", wire.RunOf(f), "err", err)
 		we = &wire.Error{Code: wire.CodeInternal, Message: "internal error"}
 	}
-	u.send(wire.Frame{Type: wire.FrameError, Code: we.Code, Message: wire.BoundText(f.Type + ": " + we.Message), RunID: validOrEmpty(f.RunID)})
+	u.send(wire.ErrorFrame{Code: we.Code, Message: wire.BoundText(f.Type() + ": " + we.Message), RunID: validOrEmpty(wire.RunOf(f))})
 }
 
 // refuseInvalid answers a frame that Validate refused and drops it (docs/architecture.md#internal-api):
@@ -523,13 +527,13 @@ func (u *uplinkSession) refuseInvalid(f wire.Frame, err error) {
 	if !errors.As(err, &we) {
 		we = &wire.Error{Code: wire.CodeValidationFailed, Message: err.Error()}
 	}
-	u.s.log.Warn("invalid uplink frame dropped", "host", u.host.Name, "type", f.Type, "err", we.Message)
-	if f.Type == wire.FrameSignal {
-		u.send(wire.Frame{Type: wire.FrameSignalAck, RunID: echo(f.RunID), Attempt: f.Attempt, Kind: echo(f.Kind), Seq: f.Seq,
+	u.s.log.Warn("invalid uplink frame dropped", "host", u.host.Name, "type", f.Type(), "err", we.Message)
+	if sig, ok := f.(wire.SignalFrame); ok {
+		u.send(wire.SignalAckFrame{RunID: echo(sig.RunID), Attempt: sig.Attempt, Kind: echo(sig.Kind), Seq: sig.Seq,
 			Code: we.Code, Message: wire.BoundText(we.Message)})
 		return
 	}
-	u.send(wire.Frame{Type: wire.FrameError, Code: wire.CodeMalformedFrame, Message: wire.BoundText(we.Message), RunID: validOrEmpty(f.RunID)})
+	u.send(wire.ErrorFrame{Code: wire.CodeMalformedFrame, Message: wire.BoundText(we.Message), RunID: validOrEmpty(wire.RunOf(f))})
 }
 
 // validOrEmpty is a run id to name in an answer: only a valid one.

@@ -31,7 +31,7 @@ const (
 // does not answer in time; an error the worker reports comes back as its
 // code.
 func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout time.Duration) (string, error) {
-	text, _, err := s.workspaceAsk(ctx, runID, wire.Frame{Op: op}, timeout)
+	text, _, err := s.workspaceAsk(ctx, runID, wire.WorkspaceRequestFrame{Op: op}, timeout)
 	return text, err
 }
 
@@ -39,7 +39,7 @@ func (s *Server) workspaceRequest(ctx context.Context, runID, op string, timeout
 // diff's part, a push's commit); it returns the commit the worker names
 // too: the branch's head a diff was taken at, the commit pushed, or the
 // head that made a push head_moved (in the error's details).
-func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.Frame, timeout time.Duration) (string, string, error) {
+func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.WorkspaceRequestFrame, timeout time.Duration) (string, string, error) {
 	run, host, err := s.store.WorkspaceHost(ctx, runID)
 	if err != nil {
 		return "", "", err
@@ -53,7 +53,7 @@ func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.Frame,
 	id := uuid.NewString()
 	ch, done := s.opts.Fleet.AwaitLog(id, host, run.ID)
 	defer done()
-	req.Type, req.RequestID, req.RunID = wire.FrameWorkspaceRequest, id, run.ID
+	req.RequestID, req.RunID = id, run.ID
 	if err := s.opts.Fleet.Send(host, req); err != nil {
 		return "", "", wire.Errorf(wire.CodeHostUnreachable, "the host holding the run's worktree is not connected")
 	}
@@ -67,8 +67,9 @@ func (s *Server) workspaceAsk(ctx context.Context, runID string, req wire.Frame,
 			return "", "", ctx.Err()
 		case <-t.C:
 			return "", "", &wire.Error{Status: http.StatusGatewayTimeout, Code: wire.CodeHostUnreachable, Message: "no answer from the host holding the run's worktree"}
-		case f := <-ch:
-			if f.Type != wire.FrameWorkspaceReply {
+		case fr := <-ch:
+			f, ok := fr.(wire.WorkspaceReplyFrame)
+			if !ok {
 				continue
 			}
 			if f.Commit != "" {
@@ -108,7 +109,7 @@ func (s *Server) runDiff(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Invalid("part", "part must be committed or uncommitted"))
 		return
 	}
-	text, head, err := s.workspaceAsk(r.Context(), r.PathValue("id"), wire.Frame{Op: op, Part: part}, workspaceTimeout)
+	text, head, err := s.workspaceAsk(r.Context(), r.PathValue("id"), wire.WorkspaceRequestFrame{Op: op, Part: part}, workspaceTimeout)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -148,7 +149,7 @@ func (s *Server) pushRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	req := wire.Frame{Op: wire.WorkspaceOpPush}
+	req := wire.WorkspaceRequestFrame{Op: wire.WorkspaceOpPush}
 	if in.Commit != nil {
 		if !wire.ValidCommit(*in.Commit) {
 			s.fail(w, r, wire.Invalid("commit", "commit must be a full hexadecimal commit id (the head the diff named)"))

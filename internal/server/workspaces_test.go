@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // TestProjectRepo: projects.repo over REST — set at creation, changed,
@@ -106,7 +107,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 		t.Errorf("diff before the worktree: %d %s", code, body)
 	}
 	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
-	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	a.send(wire.WorkspaceReadyFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
 	got := e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 	if *got.Workspace != ws {
 		t.Fatalf("workspace %+v, want %+v", got.Workspace, ws)
@@ -116,7 +117,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 	}
 
 	// ask runs an HTTP call while the fake worker answers the request.
-	ask := func(method, path string, answer func(req wire.Frame)) (int, []byte) {
+	ask := func(method, path string, answer func(req wiretest.Frame)) (int, []byte) {
 		t.Helper()
 		type res struct {
 			code int
@@ -132,31 +133,31 @@ func TestWorkspaceRoutes(t *testing.T) {
 		out := <-ch
 		return out.code, out.body
 	}
-	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff", func(req wire.Frame) {
+	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff", func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpDiff {
 			t.Errorf("op %s", req.Op)
 		}
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, Text: "diff --git a/x b/x\n"})
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, Text: "+new\n", EOF: true})
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, Text: "diff --git a/x b/x\n"})
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, Text: "+new\n", EOF: true})
 	})
 	if code != 200 || string(body) != "diff --git a/x b/x\n+new\n" {
 		t.Errorf("diff: %d %q", code, body)
 	}
-	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=1", func(req wire.Frame) {
+	code, body = ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=1", func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpStat {
 			t.Errorf("op %s", req.Op)
 		}
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, EOF: true,
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, EOF: true,
 			Text: `{"files":[{"path":"x","added":1,"deleted":0,"status":"modified"},{"path":"b.bin","added":null,"deleted":null,"status":"added"}]}`})
 	})
 	var stat wire.DiffStat
 	if code != 200 || json.Unmarshal(body, &stat) != nil || len(stat.Files) != 2 || *stat.Files[0].Added != 1 || stat.Files[1].Added != nil {
 		t.Errorf("stat: %d %s", code, body)
 	}
-	code, body = ask("POST", "/api/v1/runs/"+r.ID+"/push", func(req wire.Frame) {
+	code, body = ask("POST", "/api/v1/runs/"+r.ID+"/push", func(req wiretest.Frame) {
 		ok := true
-		a.send(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "pushed"})
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, EOF: true,
+		a.send(wire.WorkspacePushedFrame{RunID: r.ID, Workspace: &ws, OK: &ok, Detail: "pushed"})
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, EOF: true,
 			Text: `{"run_id":"` + r.ID + `","branch":"` + ws.Branch + `","ok":true,"detail":"pushed"}`})
 	})
 	var pushed wire.PushResult
@@ -173,12 +174,12 @@ func TestWorkspaceRoutes(t *testing.T) {
 	}
 	e.must(202, "POST", "/api/v1/runs/"+r.ID+"/stop", map[string]any{"force": true}, nil)
 	a.expect(wire.FrameRunStop)
-	code, _ = ask("DELETE", "/api/v1/runs/"+r.ID+"/workspace", func(req wire.Frame) {
+	code, _ = ask("DELETE", "/api/v1/runs/"+r.ID+"/workspace", func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpRemove {
 			t.Errorf("op %s", req.Op)
 		}
-		a.send(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: r.ID, Workspace: &ws, Reason: "removed on request"})
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r.ID, EOF: true})
+		a.send(wire.WorkspaceRemovedFrame{RunID: r.ID, Workspace: &ws, Reason: "removed on request"})
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r.ID, EOF: true})
 	})
 	if code != 204 {
 		t.Errorf("remove: %d", code)
@@ -200,11 +201,11 @@ func TestWorkspaceRoutes(t *testing.T) {
 	a.ack(d2, true)
 	e.waitRun(r2.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
 	ws2 := wire.Workspace{Path: "/data/worktrees/" + r2.ID, Branch: d2.Workspace.Branch, BaseCommit: strings.Repeat("cd", 20)}
-	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r2.ID, Attempt: wire.IntPtr(1), Workspace: &ws2})
+	a.send(wire.WorkspaceReadyFrame{RunID: r2.ID, Attempt: wire.IntPtr(1), Workspace: &ws2})
 	e.waitRun(r2.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 	r = r2
-	code, body = ask("GET", "/api/v1/runs/"+r2.ID+"/diff", func(req wire.Frame) {
-		a.send(wire.Frame{Type: wire.FrameWorkspaceReply, RequestID: req.RequestID, RunID: r2.ID, EOF: true, Code: wire.CodeNoWorkspace, Message: "gone"})
+	code, body = ask("GET", "/api/v1/runs/"+r2.ID+"/diff", func(req wiretest.Frame) {
+		a.send(wire.WorkspaceReplyFrame{RequestID: req.RequestID, RunID: r2.ID, EOF: true, Code: wire.CodeNoWorkspace, Message: "gone"})
 	})
 	if code != 404 || !strings.Contains(string(body), wire.CodeNoWorkspace) {
 		t.Errorf("worker said no_workspace: %d %s", code, body)
@@ -212,7 +213,7 @@ func TestWorkspaceRoutes(t *testing.T) {
 
 	// A worktree failure fails the attempt workspace_failed, with git's words.
 	detail := "git fetch --quiet --prune --tags origin: exit status 128: fatal: '/srv/app.git' does not appear to be a git repository"
-	a.send(wire.Frame{Type: wire.FrameRunState, RunID: r2.ID, Attempt: wire.IntPtr(1), State: wire.StateWorkspaceFailed, Detail: detail})
+	a.send(wire.RunStateFrame{RunID: r2.ID, Attempt: wire.IntPtr(1), State: wire.StateWorkspaceFailed, Detail: detail})
 	e.waitRun(r2.ID, "requeued", func(r wire.Run) bool { return r.Attempt == 2 })
 	var evs wire.EventList
 	e.must(200, "GET", "/api/v1/runs/"+r2.ID+"/events", nil, &evs)
@@ -250,7 +251,7 @@ func TestDiffPartsAndReviewedPush(t *testing.T) {
 	a.ack(d, true)
 	e.waitRun(r.ID, "spawning", func(r wire.Run) bool { return r.Status == wire.RunSpawning })
 	ws := wire.Workspace{Path: "/data/worktrees/" + r.ID, Branch: d.Workspace.Branch, BaseCommit: strings.Repeat("ab", 20)}
-	a.send(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
+	a.send(wire.WorkspaceReadyFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Workspace: &ws})
 	e.waitRun(r.ID, "workspace", func(r wire.Run) bool { return r.Workspace != nil })
 	head, moved := strings.Repeat("cd", 20), strings.Repeat("ef", 20)
 
@@ -259,7 +260,7 @@ func TestDiffPartsAndReviewedPush(t *testing.T) {
 		header http.Header
 		body   []byte
 	}
-	ask := func(method, path, body string, answer func(req wire.Frame)) res {
+	ask := func(method, path, body string, answer func(req wiretest.Frame)) res {
 		t.Helper()
 		ch := make(chan res, 1)
 		go func() {
@@ -278,46 +279,46 @@ func TestDiffPartsAndReviewedPush(t *testing.T) {
 		answer(req)
 		return <-ch
 	}
-	reply := func(req wire.Frame, f wire.Frame) {
-		f.Type, f.RequestID, f.RunID = wire.FrameWorkspaceReply, req.RequestID, r.ID
+	reply := func(req wiretest.Frame, f wire.WorkspaceReplyFrame) {
+		f.RequestID, f.RunID = req.RequestID, r.ID
 		a.send(f)
 	}
 
-	out := ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=true&part=committed", "", func(req wire.Frame) {
+	out := ask("GET", "/api/v1/runs/"+r.ID+"/diff?stat=true&part=committed", "", func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpStat || req.Part != wire.DiffPartCommitted {
 			t.Errorf("stat request op %q part %q", req.Op, req.Part)
 		}
-		reply(req, wire.Frame{EOF: true, Commit: head,
+		reply(req, wire.WorkspaceReplyFrame{EOF: true, Commit: head,
 			Text: `{"head":"` + head + `","files":[{"path":"x","added":1,"deleted":0,"status":"modified","committed":true}]}`})
 	})
 	var stat wire.DiffStat
 	if out.code != 200 || json.Unmarshal(out.body, &stat) != nil || stat.Head != head || len(stat.Files) != 1 || !stat.Files[0].Committed {
 		t.Errorf("stat: %d %s", out.code, out.body)
 	}
-	out = ask("GET", "/api/v1/runs/"+r.ID+"/diff?part=uncommitted", "", func(req wire.Frame) {
+	out = ask("GET", "/api/v1/runs/"+r.ID+"/diff?part=uncommitted", "", func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpDiff || req.Part != wire.DiffPartUncommitted {
 			t.Errorf("diff request op %q part %q", req.Op, req.Part)
 		}
-		reply(req, wire.Frame{EOF: true, Commit: head, Text: "diff --git a/y b/y\n"})
+		reply(req, wire.WorkspaceReplyFrame{EOF: true, Commit: head, Text: "diff --git a/y b/y\n"})
 	})
 	if out.code != 200 || out.header.Get("Pam-Head") != head || string(out.body) != "diff --git a/y b/y\n" {
 		t.Errorf("diff: %d head %q %q", out.code, out.header.Get("Pam-Head"), out.body)
 	}
 
 	// The reviewed head, moved on since: 409 head_moved naming the head.
-	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+head+`"}`, func(req wire.Frame) {
+	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+head+`"}`, func(req wiretest.Frame) {
 		if req.Op != wire.WorkspaceOpPush || req.Commit != head {
 			t.Errorf("push request op %q commit %q", req.Op, req.Commit)
 		}
-		reply(req, wire.Frame{EOF: true, Code: wire.CodeHeadMoved, Message: "the branch is at another commit", Commit: moved})
+		reply(req, wire.WorkspaceReplyFrame{EOF: true, Code: wire.CodeHeadMoved, Message: "the branch is at another commit", Commit: moved})
 	})
 	if out.code != 409 {
 		t.Errorf("stale push: %d %s", out.code, out.body)
 	} else if e := errorOf(t, out.body); e.Code != wire.CodeHeadMoved || e.Details["head"] != moved {
 		t.Errorf("stale push: %+v", e)
 	}
-	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+moved+`"}`, func(req wire.Frame) {
-		reply(req, wire.Frame{EOF: true, Commit: moved,
+	out = ask("POST", "/api/v1/runs/"+r.ID+"/push", `{"commit":"`+moved+`"}`, func(req wiretest.Frame) {
+		reply(req, wire.WorkspaceReplyFrame{EOF: true, Commit: moved,
 			Text: `{"run_id":"` + r.ID + `","branch":"` + ws.Branch + `","commit":"` + moved + `","ok":true,"detail":"pushed"}`})
 	})
 	var pushed wire.PushResult

@@ -64,7 +64,7 @@ func TestTimersJudgeAtTheStoreClock(t *testing.T) {
 	// Refused: not offered to the host again within the ack timeout.
 	offer(1)
 	no := false
-	if _, err := s.AckOffer(ctx, hostID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &no, Reason: "full"}); err != nil {
+	if _, err := s.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &no, Reason: "full"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(ack - time.Second)
@@ -85,7 +85,7 @@ func TestTimersJudgeAtTheStoreClock(t *testing.T) {
 	// requeued with its backoff from the clock.
 	offer(1)
 	yes := true
-	if _, err := s.AckOffer(ctx, hostID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := s.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(spawn - time.Second)

@@ -160,7 +160,7 @@ func resumableOn(ctx context.Context, q querier, hostID, name string) (bool, err
 // message of the resume (text) is a continuation's text until an attempt
 // of it has started; after that, and for any other run, the provider's
 // continue_message (text empty).
-func (s *Store) dispatchResume(ctx context.Context, f *wire.Frame, o Offer) error {
+func (s *Store) dispatchResume(ctx context.Context, f *wire.RunDispatchFrame, o Offer) error {
 	if o.Run.AgentSessionID == nil || wire.ValidAgentSessionID(*o.Run.AgentSessionID) != nil {
 		return nil
 	}

@@ -22,9 +22,8 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 	if in.HostName != host.Name {
 		return wire.Registered{}, wire.Errorf(wire.CodeUnauthorized, "this worker token belongs to another host")
 	}
-	if in.Protocol != wire.UplinkProtocol {
-		return wire.Registered{}, wire.Errorf(wire.CodeProtocolMismatch,
-			"this server speaks uplink protocol %d, the worker %d", wire.UplinkProtocol, in.Protocol).With("protocols", []int{wire.UplinkProtocol})
+	if err := wire.CheckUplinkProtocol(in.Protocol); err != nil {
+		return wire.Registered{}, err
 	}
 	if _, err := uuid.Parse(in.InstanceID); err != nil {
 		return wire.Registered{}, wire.Invalid("instance_id", "instance_id must be a UUID")

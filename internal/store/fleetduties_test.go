@@ -75,7 +75,7 @@ func (f *fleet) running() wire.Run {
 		f.t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		f.t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalStarted, 1, wire.ResultApplied)
@@ -362,13 +362,13 @@ func TestRunStateReports(t *testing.T) {
 	ctx := t.Context()
 	f := newFleet(t, 1)
 	r := f.running()
-	if _, changed, err := f.s.RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
+	if _, changed, err := f.s.RunStateReport(ctx, f.host.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
 		t.Fatalf("wrapper_died: %v %v", changed, err)
 	}
 	if got := f.run(r.ID); got.Status != wire.RunFailed || *got.FailureReason != wire.FailWrapperDied {
 		t.Errorf("run %+v", got)
 	}
-	if _, _, err := f.s.RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
+	if _, _, err := f.s.RunStateReport(ctx, f.host.ID, wire.RunStateFrame{State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -393,7 +393,7 @@ func TestOrphanDetectedCarriesRunID(t *testing.T) {
 		{ghost, "session pam-0badc0de"},
 		{other.ID, "session pam-" + other.ID[:8]},
 	} {
-		if _, changed, err := f.s.RunStateReport(ctx, reporter.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected,
+		if _, changed, err := f.s.RunStateReport(ctx, reporter.ID, wire.RunStateFrame{State: wire.StateOrphanDetected,
 			RunID: c.runID, Attempt: wire.IntPtr(3), Detail: c.detail}); err != nil || changed {
 			t.Fatalf("%s: changed %v, %v", c.runID, changed, err)
 		}

@@ -28,19 +28,19 @@ type Offer struct {
 }
 
 // DispatchFrame builds the run_dispatch frame of an offer.
-func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) {
+func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.RunDispatchFrame, error) {
 	tok, err := s.SignalToken(ctx, o.Run.ID, o.Run.Attempt, o.HostID)
 	if err != nil {
-		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
+		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
-	f := wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
+	f := wire.RunDispatchFrame{RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
 		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
 		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}
 	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
-		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
+		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	if err := s.dispatchResume(ctx, &f, o); err != nil {
-		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
+		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	return f, nil
 }
@@ -217,7 +217,7 @@ type AckOutcome struct {
 // to hostID again for PAM_DISPATCH_ACK_TIMEOUT. An ack
 // for an offer that was withdrawn meanwhile tells the sender to stop: that
 // incarnation must not run twice.
-func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.Frame) (AckOutcome, error) {
+func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.RunDispatchAckFrame) (AckOutcome, error) {
 	var res AckOutcome
 	if f.Attempt == nil || f.Accepted == nil {
 		return res, wire.Invalid("attempt", "run_dispatch_ack needs run_id, attempt and accepted")

@@ -294,7 +294,7 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 		t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)

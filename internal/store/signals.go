@@ -151,7 +151,7 @@ func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind stri
 // one naming a run never offered to this host is journaled for the host,
 // with the run id and attempt in its payload). Any other report about a
 // run never offered to hostID is not_found.
-func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.Frame) (wire.Run, bool, error) {
+func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.RunStateFrame) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
 	if f.State == wire.StateOrphanDetected {

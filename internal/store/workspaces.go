@@ -42,7 +42,7 @@ func BranchName(taskTitle, runID string) string {
 // base commit and path of a worktree an earlier attempt made — or that
 // the run took over from the run it continues, whose folder on its host
 // the path names (docs/architecture.md#resume-and-continue).
-func (s *Store) dispatchWorkspace(ctx context.Context, f *wire.Frame, o Offer) error {
+func (s *Store) dispatchWorkspace(ctx context.Context, f *wire.RunDispatchFrame, o Offer) error {
 	var mode string
 	var repo *wire.Repo
 	var ws *wire.Workspace
@@ -91,7 +91,7 @@ func workspaceEvent(topic wire.Topic, r wire.Run, hostID string, payload map[str
 // current attempt (runs.workspace) and journals run.workspace_ready. A
 // report about another attempt, or from a host the run is not on now, is
 // dropped: the run's current incarnation is elsewhere.
-func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Frame) (bool, error) {
+func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.WorkspaceReadyFrame) (bool, error) {
 	changed := false
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := workspaceRun(ctx, tx, hostID, f.RunID)
@@ -122,7 +122,7 @@ func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Frame)
 // reported run, or a continuation that was to take it over
 // (docs/architecture.md#resume-and-continue) — gets its runs.workspace
 // back to null, and run.workspace_removed is journaled for each.
-func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.Frame) error {
+func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.WorkspaceRemovedFrame) error {
 	err := s.InTx(ctx, func(tx *Tx) error {
 		if _, err := workspaceRun(ctx, tx, hostID, f.RunID); err != nil {
 			return err
@@ -151,7 +151,7 @@ func (s *Store) WorkspaceRemoved(ctx context.Context, hostID string, f wire.Fram
 }
 
 // WorkspacePushed journals the outcome of a push of a run's branch.
-func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.Frame) error {
+func (s *Store) WorkspacePushed(ctx context.Context, hostID string, f wire.WorkspacePushedFrame) error {
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := workspaceRun(ctx, tx, hostID, f.RunID)
 		if err != nil {

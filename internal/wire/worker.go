@@ -5,8 +5,25 @@ import (
 	"time"
 )
 
-// UplinkProtocol is the uplink protocol version this build speaks.
+// UplinkProtocol is the uplink protocol version this build speaks: the
+// frames of frames.go. It stays 1 while every change to them is one an
+// older peer reads (a new optional field, a new frame type it answers
+// unexpected_frame); a change it could not read bumps it, and a worker
+// and a server of different versions refuse each other at registration
+// with protocol_mismatch naming both (docs/architecture.md#uplink-frames).
 const UplinkProtocol = 1
+
+// CheckUplinkProtocol is the server's answer to the protocol a worker
+// claims at registration: nil when it is UplinkProtocol, else
+// protocol_mismatch naming both versions, with the versions this server
+// speaks in details.protocols.
+func CheckUplinkProtocol(claimed int) error {
+	if claimed == UplinkProtocol {
+		return nil
+	}
+	return Errorf(CodeProtocolMismatch, "this server speaks uplink protocol %d, the worker %d", UplinkProtocol, claimed).
+		With("protocols", []int{UplinkProtocol})
+}
 
 // Register is the body of POST /api/internal/worker/register.
 type Register struct {

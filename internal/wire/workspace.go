@@ -272,7 +272,7 @@ var commitRe = regexp.MustCompile(`^[0-9a-f]{40}([0-9a-f]{24})?$`)
 // the planned workspace (branch, and base_commit on a later attempt); it
 // carries the project's repo and id unless the repo was removed since
 // (the worker then fails the attempt workspace_failed).
-func checkDispatchWorkspace(f *Frame) error {
+func checkDispatchWorkspace(f RunDispatchFrame) error {
 	if f.Workspace == nil {
 		if f.Repo != nil || f.ProjectID != "" {
 			return Invalid("workspace", "repo and project_id come with a workspace")
@@ -297,7 +297,7 @@ func checkDispatchWorkspace(f *Frame) error {
 	return nil
 }
 
-func checkWorkspaceRequest(f *Frame) error {
+func (f WorkspaceRequestFrame) check() error {
 	if err := needUUID("request_id", f.RequestID); err != nil {
 		return err
 	}
@@ -330,7 +330,7 @@ func checkWorkspaceRequest(f *Frame) error {
 	return Invalid("op", "op %s is not one of diff, stat, push, remove", quote(f.Op))
 }
 
-func checkWorkspaceReply(f *Frame) error {
+func (f WorkspaceReplyFrame) check() error {
 	if err := needUUID("request_id", f.RequestID); err != nil {
 		return err
 	}
@@ -351,14 +351,14 @@ func checkWorkspaceReply(f *Frame) error {
 	return checkText("message", f.Message, MaxText)
 }
 
-func checkWorkspaceReady(f *Frame) error {
-	if err := checkRunAttempt(f); err != nil {
+func (f WorkspaceReadyFrame) check() error {
+	if err := checkRunAttempt(f.RunID, f.Attempt); err != nil {
 		return err
 	}
 	return ValidateWorkspace(f.Workspace, true)
 }
 
-func checkWorkspaceRemoved(f *Frame) error {
+func (f WorkspaceRemovedFrame) check() error {
 	if err := needUUID("run_id", f.RunID); err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func checkWorkspaceRemoved(f *Frame) error {
 	return checkText("reason", f.Reason, MaxText)
 }
 
-func checkWorkspacePushed(f *Frame) error {
+func (f WorkspacePushedFrame) check() error {
 	if err := needUUID("run_id", f.RunID); err != nil {
 		return err
 	}

@@ -52,10 +52,10 @@ type relay struct {
 // the session name is the run's and the size). It checks that the run is
 // one of this worker's live sessions, then starts the tmux client; any
 // refusal is an attach_closed with the reason.
-func (w *agent) openRelay(f wire.Frame) {
+func (w *agent) openRelay(f wire.AttachOpenFrame) {
 	refuse := func(reason string) {
 		w.log.Warn("attach refused", "attach_id", f.AttachID, "run_id", f.RunID, "reason", reason)
-		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: wire.BoundText(reason)})
+		_ = w.send(wire.AttachClosedFrame{AttachID: f.AttachID, Reason: wire.BoundText(reason)})
 	}
 	name, err := tmux.SessionForRun(f.RunID)
 	if err != nil {
@@ -112,7 +112,7 @@ func (w *agent) runRelay(rl *relay) {
 		for {
 			n, err := rl.term.Read(buf)
 			if n > 0 {
-				f := wire.Frame{Type: wire.FrameAttachOutput, AttachID: rl.id, Bytes: append([]byte(nil), buf[:n]...)}
+				f := wire.AttachOutputFrame{AttachID: rl.id, Bytes: append([]byte(nil), buf[:n]...)}
 				if serr := w.send(f); serr != nil {
 					rl.end("the uplink is gone")
 					return
@@ -151,7 +151,7 @@ func (w *agent) runRelay(rl *relay) {
 	delete(w.relays.m, rl.id)
 	w.relays.mu.Unlock()
 	w.log.Info("attach relay closed", "attach_id", rl.id, "run_id", rl.runID, "reason", rl.reason)
-	if err := w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: rl.id, Reason: rl.reason}); err != nil && !errors.Is(err, errNotConnected) {
+	if err := w.send(wire.AttachClosedFrame{AttachID: rl.id, Reason: rl.reason}); err != nil && !errors.Is(err, errNotConnected) {
 		w.log.Debug("attach_closed not sent", "attach_id", rl.id, "err", err)
 	}
 }
@@ -172,7 +172,7 @@ func (w *agent) relay(id string) *relay {
 
 // relayInput answers attach_input without blocking the uplink: a relay
 // whose PTY does not keep up is closed rather than waited for.
-func (w *agent) relayInput(f wire.Frame) {
+func (w *agent) relayInput(f wire.AttachInputFrame) {
 	rl := w.relay(f.AttachID)
 	if rl == nil || len(f.Bytes) == 0 {
 		return
@@ -188,7 +188,7 @@ func (w *agent) relayInput(f wire.Frame) {
 
 // relayResize answers attach_resize (its size in bounds: Validate): the
 // PTY takes the new size and tmux resizes the window to it.
-func (w *agent) relayResize(f wire.Frame) {
+func (w *agent) relayResize(f wire.AttachResizeFrame) {
 	rl := w.relay(f.AttachID)
 	if rl == nil {
 		return
@@ -199,7 +199,7 @@ func (w *agent) relayResize(f wire.Frame) {
 }
 
 // closeRelay answers attach_close.
-func (w *agent) closeRelay(f wire.Frame) {
+func (w *agent) closeRelay(f wire.AttachCloseFrame) {
 	if rl := w.relay(f.AttachID); rl != nil {
 		rl.end("closed by the orchestrator")
 	}

@@ -9,6 +9,7 @@ import (
 	"pam/internal/eventually"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 const (
@@ -33,8 +34,8 @@ func (h *harness) windowWidth(session string) string {
 	return strings.TrimSpace(string(out))
 }
 
-func isRelay(typ, id string) func(wire.Frame) bool {
-	return func(f wire.Frame) bool { return f.Type == typ && f.AttachID == id }
+func isRelay(typ, id string) func(wiretest.Frame) bool {
+	return func(f wiretest.Frame) bool { return f.Type == typ && f.AttachID == id }
 }
 
 // The worker relays several terminals at once, each to its own session,
@@ -48,7 +49,7 @@ func TestRelays(t *testing.T) {
 	h.spawnRun(runA, 1)
 	h.spawnRun(runB, 1)
 	open := func(id, runID, session string, rows, cols int) {
-		orch.send(wire.Frame{Type: wire.FrameAttachOpen, AttachID: id, RunID: runID, SessionName: session, Rows: rows, Cols: cols})
+		orch.send(wire.AttachOpenFrame{AttachID: id, RunID: runID, SessionName: session, Rows: rows, Cols: cols})
 	}
 
 	for _, c := range []struct {
@@ -93,7 +94,7 @@ func TestRelays(t *testing.T) {
 		eventually.Wait(t, eventually.Medium, "the screen on "+id, func() bool { return strings.Contains(output(id), "fix-the-login-bug") })
 	}
 	eventually.Wait(t, eventually.Medium, "the window to take the relay's size", func() bool { return h.windowWidth("pam-0a0a0a0a") == "100" })
-	orch.send(wire.Frame{Type: wire.FrameAttachInput, AttachID: relay1, Bytes: []byte("typed-into-a")})
+	orch.send(wire.AttachInputFrame{AttachID: relay1, Bytes: []byte("typed-into-a")})
 	eventually.Wait(t, eventually.Medium, "the typing in pane A", func() bool {
 		out, _ := h.tm.Capture(t.Context(), mustSession(t, "pam-0a0a0a0a"))
 		return strings.Contains(out, "typed-into-a")
@@ -102,12 +103,12 @@ func TestRelays(t *testing.T) {
 	if out, _ := h.tm.Capture(t.Context(), mustSession(t, "pam-0b0b0b0b")); strings.Contains(out, "typed-into-a") {
 		t.Fatal("relay 1's input reached run B")
 	}
-	orch.send(wire.Frame{Type: wire.FrameAttachResize, AttachID: relay1, Rows: 40, Cols: 120})
+	orch.send(wire.AttachResizeFrame{AttachID: relay1, Rows: 40, Cols: 120})
 	eventually.Wait(t, eventually.Medium, "the window to follow a resize", func() bool { return h.windowWidth("pam-0a0a0a0a") == "120" })
 
 	// attach_close tears down that relay only.
 	from = orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameAttachClose, AttachID: relay1})
+	orch.send(wire.AttachCloseFrame{AttachID: relay1})
 	f, _ := orch.wait(from, "attach_closed of relay 1", isRelay(wire.FrameAttachClosed, relay1))
 	if !strings.Contains(f.Reason, "orchestrator") {
 		t.Errorf("close reason %q", f.Reason)
@@ -124,9 +125,9 @@ func TestRelays(t *testing.T) {
 	}
 	// Frames for relays that are gone are ignored (send waits for the
 	// worker's next uplink).
-	orch.send(wire.Frame{Type: wire.FrameAttachInput, AttachID: relay2, Bytes: []byte("late")})
-	orch.send(wire.Frame{Type: wire.FrameAttachResize, AttachID: relay2, Rows: 10, Cols: 10})
-	orch.send(wire.Frame{Type: wire.FrameAttachClose, AttachID: relay2})
+	orch.send(wire.AttachInputFrame{AttachID: relay2, Bytes: []byte("late")})
+	orch.send(wire.AttachResizeFrame{AttachID: relay2, Rows: 10, Cols: 10})
+	orch.send(wire.AttachCloseFrame{AttachID: relay2})
 }
 
 func mustSession(t testing.TB, s string) tmux.SessionName {

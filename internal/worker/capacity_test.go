@@ -8,10 +8,11 @@ import (
 
 	"pam/internal/eventually"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // dispatchAck sends a run_dispatch for runID and returns its ack.
-func (h *harness) dispatchAck(runID string, attempt int) wire.Frame {
+func (h *harness) dispatchAck(runID string, attempt int) wiretest.Frame {
 	h.t.Helper()
 	from := h.orch.mark()
 	h.orch.send(h.dispatchFrame(runID, attempt))
@@ -68,7 +69,7 @@ func TestCapacityCountsOnlySpawningRunning(t *testing.T) {
 
 	// The stubborn run is stopped (it ignores SIGTERM, so it stays being
 	// stopped for a while): it no longer counts either.
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runStubborn, Attempt: wire.IntPtr(1)})
+	orch.send(wire.RunStopFrame{RunID: runStubborn, Attempt: wire.IntPtr(1)})
 	orch.setRuns(func(r *fakeRuns) { r.known[runStubborn] = workerRun(runStubborn, 1, wire.RunStopped, testHostID) })
 	running(runB)
 	if ack := h.dispatchAck(runC, 1); ack.Accepted == nil || !*ack.Accepted {

@@ -39,9 +39,9 @@ type snapshot struct {
 	unsent  bool
 }
 
-func (s snapshot) frame(runID string) wire.Frame {
+func (s snapshot) frame(runID string) wire.SnapshotFrame {
 	at := s.at
-	return wire.Frame{Type: wire.FrameSnapshot, RunID: runID, Attempt: wire.IntPtr(s.attempt), Capture: s.capture, Timestamp: &at}
+	return wire.SnapshotFrame{RunID: runID, Attempt: wire.IntPtr(s.attempt), Capture: s.capture, Timestamp: &at}
 }
 
 // Watched panes (docs/architecture.md#capture-by-control-mode): while a
@@ -251,7 +251,7 @@ func (w *agent) setLastCapture(d due, at time.Time) {
 
 // watchPane marks a run's pane watched for PaneWatchTTL (pane_watch),
 // and wakes the capture loop to start its watched rounds.
-func (w *agent) watchPane(f wire.Frame) {
+func (w *agent) watchPane(f wire.PaneWatchFrame) {
 	w.mu.Lock()
 	r := w.runs[f.RunID]
 	ok := r != nil && r.state == stateLive && f.Attempt != nil && *f.Attempt == r.attempt
@@ -300,7 +300,7 @@ func (w *agent) reportIdle(d due, at time.Time) {
 	w.mu.Lock()
 	quiet := at.Sub(d.r.lastChange).Round(time.Second)
 	w.mu.Unlock()
-	f := wire.Frame{Type: wire.FrameRunState, RunID: d.r.id, Attempt: wire.IntPtr(d.attempt), State: wire.StateIdle,
+	f := wire.RunStateFrame{RunID: d.r.id, Attempt: wire.IntPtr(d.attempt), State: wire.StateIdle,
 		Detail: fmt.Sprintf("pane unchanged for %s", quiet)}
 	if err := w.send(f); err != nil {
 		w.mu.Lock()
@@ -386,10 +386,10 @@ func (w *agent) appendLog(runID string, s snapshot) error {
 // serveLog answers a log_request: the run log from offset to its current
 // end, in log_chunk frames of at most 256 KiB of text, the last with eof.
 // Chunks end on UTF-8 boundaries so each is valid text.
-func (w *agent) serveLog(conn *websocket.Conn, req wire.Frame) {
+func (w *agent) serveLog(conn *websocket.Conn, req wire.LogRequestFrame) {
 	chunk := func(text string, eof bool) error {
 		now := time.Now().UTC()
-		return w.sendLogChunk(conn, wire.Frame{Type: wire.FrameLogChunk, RunID: req.RunID, RequestID: req.RequestID, Text: text, EOF: eof, Timestamp: &now})
+		return w.sendLogChunk(conn, wire.LogChunkFrame{RunID: req.RunID, RequestID: req.RequestID, Text: text, EOF: eof, Timestamp: &now})
 	}
 	var offset int64 // req is valid: its run id can name a file
 	if req.Offset != nil && *req.Offset > 0 {
@@ -457,7 +457,7 @@ func runeCut(b []byte) int {
 // sendLogChunk sends f, halving its text (on a rune boundary) while the
 // encoded frame is too big: JSON escapes control characters, so 256 KiB of
 // ANSI-heavy text can encode past the 1 MiB frame bound.
-func (w *agent) sendLogChunk(conn *websocket.Conn, f wire.Frame) error {
+func (w *agent) sendLogChunk(conn *websocket.Conn, f wire.LogChunkFrame) error {
 	b, err := json.Marshal(f)
 	if err != nil {
 		return err

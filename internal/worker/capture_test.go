@@ -17,6 +17,7 @@ import (
 	"pam/internal/eventually"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // The adaptive slowdown: an unchanged pane past IdleAfter is polled ever
@@ -81,7 +82,7 @@ func TestIdleReportedOncePerSpell(t *testing.T) {
 	h.opts.IdleAfter = 300 * time.Millisecond
 	h.start()
 	_, ackAt := h.spawnRun(runA, 1)
-	isIdle := func(f wire.Frame) bool {
+	isIdle := func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.RunID == runA && f.State == wire.StateIdle
 	}
 	first, at := orch.wait(ackAt, "run_state idle", isIdle)
@@ -98,7 +99,7 @@ func TestIdleReportedOncePerSpell(t *testing.T) {
 	}
 
 	keysAt := orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "y"}}})
+	orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "y"}}})
 	orch.wait(keysAt, "run_state idle after the input", isIdle)
 	if n := orch.count(ackAt, isIdle); n != 2 {
 		t.Fatalf("two quiet spells reported %d times", n)
@@ -141,8 +142,8 @@ func TestCaptureControlClientKilled(t *testing.T) {
 	typed := func(text string) {
 		t.Helper()
 		from := orch.mark()
-		orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: text}}})
-		orch.wait(from, "a snapshot showing "+text, func(f wire.Frame) bool {
+		orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: text}}})
+		orch.wait(from, "a snapshot showing "+text, func(f wiretest.Frame) bool {
 			return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, text)
 		})
 	}
@@ -186,18 +187,18 @@ func TestWatchedPaneRefreshed(t *testing.T) {
 			t.Fatalf("dispatch of %s refused: %q", id, ack.Reason)
 		}
 	}
-	snapshotOf := func(runID, text string) func(wire.Frame) bool {
-		return func(f wire.Frame) bool {
+	snapshotOf := func(runID, text string) func(wiretest.Frame) bool {
+		return func(f wiretest.Frame) bool {
 			return f.Type == wire.FrameSnapshot && f.RunID == runID && strings.Contains(f.Capture, text)
 		}
 	}
 	// pane_watch is for a live session: sent again until the session is.
 	eventually.Wait(t, eventually.Medium, "a snapshot of the watched run", func() bool {
-		orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: runA, Attempt: wire.IntPtr(1)})
+		orch.send(wire.PaneWatchFrame{RunID: runA, Attempt: wire.IntPtr(1)})
 		return orch.count(from, snapshotOf(runA, "fake pam:")) > 0
 	})
 	keysAt := orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "watched-typing"}}})
+	orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "watched-typing"}}})
 	orch.wait(keysAt, "a snapshot with the typing", snapshotOf(runA, "watched-typing"))
 	if _, ok := h.session(runB); !ok {
 		t.Fatal("run B has no session")
@@ -207,10 +208,10 @@ func TestWatchedPaneRefreshed(t *testing.T) {
 	}
 	// A pane_watch naming another attempt, or a run this worker does not
 	// have, is ignored.
-	orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: runB, Attempt: wire.IntPtr(2)})
-	orch.send(wire.Frame{Type: wire.FramePaneWatch, RunID: "0c0c0c0c-3333-4333-8333-333333333333", Attempt: wire.IntPtr(1)})
+	orch.send(wire.PaneWatchFrame{RunID: runB, Attempt: wire.IntPtr(2)})
+	orch.send(wire.PaneWatchFrame{RunID: "0c0c0c0c-3333-4333-8333-333333333333", Attempt: wire.IntPtr(1)})
 	keysAt = orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "more-typing"}}})
+	orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "more-typing"}}})
 	orch.wait(keysAt, "a snapshot with more typing", snapshotOf(runA, "more-typing"))
 	if n := orch.count(from, isType(wire.FrameSnapshot, runB)); n != 0 {
 		t.Fatalf("%d snapshots of run B after a pane_watch of another attempt", n)

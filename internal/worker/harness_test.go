@@ -21,6 +21,7 @@ import (
 	"pam/internal/pamtest"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 const workerToken = "feedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedfacefeedface"
@@ -41,11 +42,14 @@ type fakeOrch struct {
 	registrations []wire.Register
 	failRegister  int    // answer this many registrations with 503
 	regStatus     string // the host status registration answers; "" is online
-	conn          *websocket.Conn
-	conns         int
-	frames        []wire.Frame
-	bad           []string // frames the worker sent that do not decode or validate
-	signals       []postedSignal
+	// protocol is the uplink protocol the fake speaks, 0 for this
+	// build's: a worker claiming another is refused as serve refuses it.
+	protocol int
+	conn     *websocket.Conn
+	conns    int
+	frames   []wiretest.Frame
+	bad      []string // frames the worker sent that do not decode or validate
+	signals  []postedSignal
 	// runs is what GET /api/internal/worker/runs[/{id}] answer (reconcile_test.go).
 	runs fakeRuns
 
@@ -109,12 +113,20 @@ func (o *fakeOrch) register(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	o.mu.Lock()
-	status := o.regStatus
+	status, protocol := o.regStatus, o.protocol
 	o.mu.Unlock()
 	if status == "" {
 		status = "online"
 	}
-	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: status, Protocol: wire.UplinkProtocol})
+	if protocol == 0 {
+		protocol = wire.UplinkProtocol
+		if err := wire.CheckUplinkProtocol(reg.Protocol); err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			json.NewEncoder(w).Encode(wire.Envelope{Error: err.(*wire.Error)})
+			return
+		}
+	}
+	json.NewEncoder(w).Encode(wire.Registered{HostID: testHostID, Status: status, Protocol: protocol})
 }
 
 func (o *fakeOrch) signal(w http.ResponseWriter, r *http.Request) {
@@ -164,16 +176,17 @@ func (o *fakeOrch) uplink(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			err = f.Validate()
 		}
+		fl, _ := wiretest.Decode(data)
 		o.mu.Lock()
 		if err != nil {
 			o.bad = append(o.bad, err.Error()+": "+string(data))
 		} else {
-			o.frames = append(o.frames, f)
+			o.frames = append(o.frames, fl)
 		}
 		o.mu.Unlock()
-		if err == nil && f.Type == wire.FrameHeartbeat {
+		if _, hb := f.(wire.HeartbeatFrame); err == nil && hb {
 			now := time.Now()
-			o.sendOn(c, wire.Frame{Type: wire.FrameHeartbeatAck, Timestamp: &now})
+			o.sendOn(c, wire.HeartbeatAckFrame{Timestamp: &now})
 		}
 	}
 }
@@ -209,7 +222,7 @@ func (o *fakeOrch) current() *websocket.Conn {
 func (o *fakeOrch) send(f wire.Frame) {
 	o.t.Helper()
 	if err := o.sendOn(o.current(), f); err != nil {
-		o.t.Fatalf("send %s: %v", f.Type, err)
+		o.t.Fatalf("send %s: %v", f.Type(), err)
 	}
 }
 
@@ -233,9 +246,9 @@ func (o *fakeOrch) mark() int {
 
 // wait returns the first frame at or after index from that matches, and
 // its index.
-func (o *fakeOrch) wait(from int, what string, match func(wire.Frame) bool) (wire.Frame, int) {
+func (o *fakeOrch) wait(from int, what string, match func(wiretest.Frame) bool) (wiretest.Frame, int) {
 	o.t.Helper()
-	var got wire.Frame
+	var got wiretest.Frame
 	idx := -1
 	eventually.Wait(o.t, 15*time.Second, what, func() bool {
 		o.mu.Lock()
@@ -252,7 +265,7 @@ func (o *fakeOrch) wait(from int, what string, match func(wire.Frame) bool) (wir
 }
 
 // count is the number of frames from index from that match.
-func (o *fakeOrch) count(from int, match func(wire.Frame) bool) int {
+func (o *fakeOrch) count(from int, match func(wiretest.Frame) bool) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -270,8 +283,8 @@ func (o *fakeOrch) regs() []wire.Register {
 	return append([]wire.Register(nil), o.registrations...)
 }
 
-func isType(typ, runID string) func(wire.Frame) bool {
-	return func(f wire.Frame) bool { return f.Type == typ && (runID == "" || f.RunID == runID) }
+func isType(typ, runID string) func(wiretest.Frame) bool {
+	return func(f wiretest.Frame) bool { return f.Type == typ && (runID == "" || f.RunID == runID) }
 }
 
 // fakePam is the sessions' foreground command in these tests: it prints
@@ -417,9 +430,9 @@ func (h *harness) session(runID string) (tmux.Session, bool) {
 }
 
 // dispatchFrame is a valid run_dispatch for runID.
-func (h *harness) dispatchFrame(runID string, attempt int) wire.Frame {
-	return wire.Frame{
-		Type: wire.FrameRunDispatch, RunID: runID, Attempt: wire.IntPtr(attempt),
+func (h *harness) dispatchFrame(runID string, attempt int) wire.RunDispatchFrame {
+	return wire.RunDispatchFrame{
+		RunID: runID, Attempt: wire.IntPtr(attempt),
 		TaskID: testTaskID, Provider: "shell", SessionName: "pam-" + runID[:8],
 		Cwd: h.t.TempDir(), Prompt: "echo hi; rm -rf /", Args: []string{"--flag"},
 		TaskTitle: "Fix the Login Bug!", SignalToken: "signal-token-" + runID[:8],
@@ -428,7 +441,7 @@ func (h *harness) dispatchFrame(runID string, attempt int) wire.Frame {
 
 // spawnRun dispatches runID and waits for its accepted ack and first
 // snapshot; it returns the frame index of the ack.
-func (h *harness) spawnRun(runID string, attempt int) (wire.Frame, int) {
+func (h *harness) spawnRun(runID string, attempt int) (wiretest.Frame, int) {
 	h.t.Helper()
 	from := h.orch.mark()
 	h.orch.send(h.dispatchFrame(runID, attempt))
@@ -436,7 +449,7 @@ func (h *harness) spawnRun(runID string, attempt int) (wire.Frame, int) {
 	if ack.Accepted == nil || !*ack.Accepted {
 		h.t.Fatalf("dispatch of %s refused: %q", runID, ack.Reason)
 	}
-	snap, _ := h.orch.wait(from, "a snapshot of "+runID, func(f wire.Frame) bool {
+	snap, _ := h.orch.wait(from, "a snapshot of "+runID, func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runID && strings.Contains(f.Capture, "fake pam:")
 	})
 	return snap, i

@@ -10,6 +10,7 @@ import (
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // TestMain fails the package when a goroutine outlives its tests: Run's
@@ -36,7 +37,7 @@ func TestRealWrapper(t *testing.T) {
 	f.Prompt = "echo hello-from-$((6*7))"
 	from := orch.mark()
 	orch.send(f)
-	orch.wait(from, "the provider's output in a snapshot", func(f wire.Frame) bool {
+	orch.wait(from, "the provider's output in a snapshot", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, "hello-from-42")
 	})
 	eventually.Wait(t, 15*time.Second, "started and finished signals", func() bool {
@@ -54,6 +55,6 @@ func TestRealWrapper(t *testing.T) {
 	if _, ok := h.session(runA); !ok {
 		t.Fatal("the session did not stay open after the CLI exited")
 	}
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
+	orch.send(wire.RunStopFrame{RunID: runA, Attempt: wire.IntPtr(1)})
 	eventually.Wait(t, 15*time.Second, "the session to go", func() bool { _, ok := h.session(runA); return !ok })
 }

@@ -416,7 +416,7 @@ func (w *agent) release(runID string, attempt int) {
 // never a newer incarnation, never a session of another run.
 func (w *agent) stopSession(ctx context.Context, s tmux.Session, force bool, why string) {
 	w.log.Info("reconcile: stopping session", "run_id", s.RunID, "attempt", s.Attempt, "session", s.Name.String(), "force", force, "why", why)
-	w.stop(ctx, wire.Frame{Type: wire.FrameRunStop, RunID: s.RunID, Attempt: wire.IntPtr(s.Attempt), Force: force})
+	w.stop(ctx, wire.RunStopFrame{RunID: s.RunID, Attempt: wire.IntPtr(s.Attempt), Force: force})
 }
 
 // orphan handles a session no run of this host owns: reported once
@@ -429,7 +429,7 @@ func (w *agent) orphan(ctx context.Context, s tmux.Session, why string) {
 		first = now
 		w.rs.orphans[s.Name] = now
 		detail := fmt.Sprintf("session %s: %s; held %s, then killed", s.Name, why, w.o.OrphanHold)
-		f := wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)}
+		f := wire.RunStateFrame{State: wire.StateOrphanDetected, Detail: wire.BoundText(detail)}
 		if tmux.ValidRunID(s.RunID) && s.Attempt >= 1 {
 			f.RunID, f.Attempt = s.RunID, wire.IntPtr(s.Attempt)
 		}

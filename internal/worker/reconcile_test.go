@@ -16,6 +16,7 @@ import (
 	"pam/internal/spool"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // fakeRuns is what the fake orchestrator says about this host's runs.
@@ -129,8 +130,10 @@ func (h *harness) alive(name tmux.SessionName) bool {
 	return false
 }
 
-func isState(state, runID string) func(wire.Frame) bool {
-	return func(f wire.Frame) bool { return f.Type == wire.FrameRunState && f.State == state && f.RunID == runID }
+func isState(state, runID string) func(wiretest.Frame) bool {
+	return func(f wiretest.Frame) bool {
+		return f.Type == wire.FrameRunState && f.State == state && f.RunID == runID
+	}
 }
 
 // TestReconcileDiscrimination walks the terminal-but-alive table (docs/architecture.md#terminal-but-alive-sessions) with one live session per
@@ -213,7 +216,7 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	// Created after the start: only reconciliation can adopt it.
 	names[runDesired] = h.oldSession(runDesired, 1)
 
-	orch.wait(0, "the orphan report", func(f wire.Frame) bool {
+	orch.wait(0, "the orphan report", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, names[runOrphan].String())
 	})
 	orch.wait(0, "stale_session", isState(wire.StateStaleSession, runHostLost))
@@ -235,17 +238,19 @@ func reconcileDiscrimination(t *testing.T, executor string) {
 	}
 	for _, c := range []struct {
 		what  string
-		match func(wire.Frame) bool
+		match func(wiretest.Frame) bool
 	}{
 		{"stale_session", isState(wire.StateStaleSession, runHostLost)},
-		{"orphan_detected", func(f wire.Frame) bool { return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected }},
+		{"orphan_detected", func(f wiretest.Frame) bool {
+			return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected
+		}},
 	} {
 		if n := orch.count(0, c.match); n != 1 {
 			t.Errorf("%s reported %d times, want once", c.what, n)
 		}
 	}
 	for _, id := range []string{runDesired, runHold, runSpooled, runHostLost, runElse, runOlder, runStopped, runPastHold} {
-		if n := orch.count(0, func(f wire.Frame) bool {
+		if n := orch.count(0, func(f wiretest.Frame) bool {
 			return f.Type == wire.FrameRunState && f.RunID == id && f.State != wire.StateStaleSession
 		}); n != 0 {
 			t.Errorf("run %s got %d run_state frames", id, n)
@@ -314,7 +319,7 @@ func TestPartitionUsesRunCache(t *testing.T) {
 	// orphan.
 	orch.setRuns(func(r *fakeRuns) { r.down = false })
 	orch.wait(from, "session_lost after the heal", isState(wire.StateSessionLost, runMissing))
-	orch.wait(from, "the orphan after the heal", func(f wire.Frame) bool {
+	orch.wait(from, "the orphan after the heal", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected
 	})
 }
@@ -629,13 +634,13 @@ func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
 	}
 	h.start()
 	orch.wait(0, "a heartbeat", isType(wire.FrameHeartbeat, ""))
-	orch.wait(0, "the orphan report of the untagged session", func(f wire.Frame) bool {
+	orch.wait(0, "the orphan report of the untagged session", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
 	})
 	clk.Advance(h.opts.OrphanHold + time.Second)
 	eventually.Wait(t, 15*time.Second, "the untagged orphan to be killed after its hold", func() bool { return !h.alive(untagged) })
 	from := orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runOrphan, Attempt: wire.IntPtr(1), Force: true})
+	orch.send(wire.RunStopFrame{RunID: runOrphan, Attempt: wire.IntPtr(1), Force: true})
 	orch.send(h.dispatchFrame(runMissing, 1))
 	orch.wait(from, "spawn_failed of the run whose name another instance holds", isState(wire.StateSpawnFailed, runMissing))
 	// Several reconciliations (each past the orphan hold) after all that.
@@ -654,13 +659,13 @@ func TestForeignInstanceSessionsLeftAlone(t *testing.T) {
 			t.Errorf("the other instance's session of %s was adopted: %d snapshots", id, n)
 		}
 	}
-	if n := orch.count(0, func(f wire.Frame) bool {
+	if n := orch.count(0, func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected &&
 			(strings.Contains(f.Detail, fOrphan.String()) || strings.Contains(f.Detail, fDesired.String()) || strings.Contains(f.Detail, fRespawn.String()))
 	}); n != 0 {
 		t.Errorf("the other instance's sessions were reported as orphans %d times", n)
 	}
-	if n := orch.count(0, func(f wire.Frame) bool {
+	if n := orch.count(0, func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, untagged.String())
 	}); n != 1 {
 		t.Errorf("the untagged orphan was reported %d times, want once", n)
@@ -682,13 +687,13 @@ func TestOrphanDetectedCarriesRunID(t *testing.T) {
 		t.Fatalf("%v %s", err, out)
 	}
 	h.start()
-	f, _ := orch.wait(0, "the orphan report of the named session", func(f wire.Frame) bool {
+	f, _ := orch.wait(0, "the orphan report of the named session", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, named.String())
 	})
 	if f.RunID != runOrphan || f.Attempt == nil || *f.Attempt != 2 {
 		t.Errorf("orphan report %+v: want run %s attempt 2", f, runOrphan)
 	}
-	f, _ = orch.wait(0, "the orphan report of the bare session", func(f wire.Frame) bool {
+	f, _ = orch.wait(0, "the orphan report of the bare session", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameRunState && f.State == wire.StateOrphanDetected && strings.Contains(f.Detail, bare)
 	})
 	if f.RunID != "" || f.Attempt != nil {

@@ -13,6 +13,7 @@ import (
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 	"pam/internal/workspace"
 )
 
@@ -95,7 +96,7 @@ func TestResumeDispatch(t *testing.T) {
 	if d := h.readDispatch(cont); !d.Resume || d.AgentSessionID != "s1" || d.ResumeText != "now the docs" || d.Cwd != ws.Path {
 		t.Errorf("dispatch file of the continuation: %+v", d)
 	}
-	orch.wait(from, "a snapshot of the continuation", func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == cont })
+	orch.wait(from, "a snapshot of the continuation", func(f wiretest.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == cont })
 	if got := h.sessionPath(cont); got != ws.Path {
 		t.Errorf("the continuation started in %s, want %s", got, ws.Path)
 	}

@@ -21,45 +21,54 @@ import (
 // ends the uplink: a malformed or unexpected frame is logged and dropped.
 func (w *agent) handle(ctx context.Context, conn *websocket.Conn, data []byte) {
 	f, err := wire.DecodeFrame(data)
-	if err != nil {
+	if f == nil {
 		w.log.Warn("malformed frame from the orchestrator dropped", "err", err, "bytes", len(data))
 		return
 	}
-	if err := f.Validate(); err != nil {
+	if err == nil {
+		err = f.Validate()
+	}
+	if err != nil {
 		w.refuseInvalid(conn, f, err)
 		return
 	}
-	switch f.Type {
-	case wire.FrameHeartbeatAck:
-		w.log.Debug("heartbeat acked")
-	case wire.FrameRunDispatch:
-		w.dispatch(ctx, conn, f)
-	case wire.FrameRunStop:
-		w.stop(ctx, f)
-	case wire.FrameSendKeys:
-		w.sendKeys(ctx, f)
-	case wire.FramePaneWatch:
-		w.watchPane(f)
-	case wire.FrameLogRequest:
-		w.ops.Go(func() { w.serveLog(conn, f) })
-	case wire.FrameWorkspaceRequest:
-		w.ops.Go(func() { w.serveWorkspace(ctx, conn, f) })
-	case wire.FrameSignalAck:
-		w.log.Debug("signal acked", "run_id", f.RunID, "kind", f.Kind, "result", f.Result, "code", f.Code)
-	case wire.FrameError:
-		w.log.Warn("orchestrator reported an error", "code", f.Code, "message", f.Message)
-	case wire.FrameAttachOpen:
-		w.openRelay(f)
-	case wire.FrameAttachInput:
-		w.relayInput(f)
-	case wire.FrameAttachResize:
-		w.relayResize(f)
-	case wire.FrameAttachClose:
-		w.closeRelay(f)
-	default:
-		w.log.Warn("unexpected frame type from the orchestrator dropped", "type", f.Type)
+	if !orchestratorFrames.Handle(inbound{w: w, conn: conn}, ctx, f) {
+		w.log.Warn("unexpected frame type from the orchestrator dropped", "type", f.Type())
 	}
 }
+
+// inbound is where a frame from the orchestrator came in: the worker
+// and the connection an answer goes back on.
+type inbound struct {
+	w    *agent
+	conn *websocket.Conn
+}
+
+// orchestratorFrames are the frames the orchestrator sends, each with
+// its handler; anything else is logged and dropped.
+var orchestratorFrames = wire.NewHandlers(
+	wire.On(func(in inbound, _ context.Context, f wire.HeartbeatAckFrame) { in.w.log.Debug("heartbeat acked") }),
+	wire.On(func(in inbound, ctx context.Context, f wire.RunDispatchFrame) { in.w.dispatch(ctx, in.conn, f) }),
+	wire.On(func(in inbound, ctx context.Context, f wire.RunStopFrame) { in.w.stop(ctx, f) }),
+	wire.On(func(in inbound, ctx context.Context, f wire.SendKeysFrame) { in.w.sendKeys(ctx, f) }),
+	wire.On(func(in inbound, _ context.Context, f wire.PaneWatchFrame) { in.w.watchPane(f) }),
+	wire.On(func(in inbound, _ context.Context, f wire.LogRequestFrame) {
+		in.w.ops.Go(func() { in.w.serveLog(in.conn, f) })
+	}),
+	wire.On(func(in inbound, ctx context.Context, f wire.WorkspaceRequestFrame) {
+		in.w.ops.Go(func() { in.w.serveWorkspace(ctx, in.conn, f) })
+	}),
+	wire.On(func(in inbound, _ context.Context, f wire.SignalAckFrame) {
+		in.w.log.Debug("signal acked", "run_id", f.RunID, "kind", f.Kind, "result", f.Result, "code", f.Code)
+	}),
+	wire.On(func(in inbound, _ context.Context, f wire.ErrorFrame) {
+		in.w.log.Warn("orchestrator reported an error", "code", f.Code, "message", f.Message)
+	}),
+	wire.On(func(in inbound, _ context.Context, f wire.AttachOpenFrame) { in.w.openRelay(f) }),
+	wire.On(func(in inbound, _ context.Context, f wire.AttachInputFrame) { in.w.relayInput(f) }),
+	wire.On(func(in inbound, _ context.Context, f wire.AttachResizeFrame) { in.w.relayResize(f) }),
+	wire.On(func(in inbound, _ context.Context, f wire.AttachCloseFrame) { in.w.closeRelay(f) }),
+)
 
 // refuseInvalid answers a frame that Validate refused, where an answer
 // can name what it refuses: a run_dispatch of a valid run and attempt is
@@ -73,25 +82,29 @@ func (w *agent) refuseInvalid(conn *websocket.Conn, f wire.Frame, err error) {
 		reason = we.Message
 	}
 	reason = wire.BoundText(reason)
-	w.log.Warn("invalid frame from the orchestrator refused", "type", f.Type, "reason", reason)
-	switch {
-	case f.Type == wire.FrameRunDispatch && wire.ValidUUID(f.RunID) && f.Attempt != nil && *f.Attempt >= 1:
-		no := false
-		ack := wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: f.Attempt, Accepted: &no, Reason: reason}
-		if err := w.sendOn(conn, ack); err != nil {
-			w.log.Warn("ack", "run_id", f.RunID, "err", err)
+	w.log.Warn("invalid frame from the orchestrator refused", "type", f.Type(), "reason", reason)
+	switch f := f.(type) {
+	case wire.RunDispatchFrame:
+		if wire.ValidUUID(f.RunID) && f.Attempt != nil && *f.Attempt >= 1 {
+			no := false
+			ack := wire.RunDispatchAckFrame{RunID: f.RunID, Attempt: f.Attempt, Accepted: &no, Reason: reason}
+			if err := w.sendOn(conn, ack); err != nil {
+				w.log.Warn("ack", "run_id", f.RunID, "err", err)
+			}
 		}
-	case f.Type == wire.FrameAttachOpen && wire.ValidUUID(f.AttachID):
-		_ = w.send(wire.Frame{Type: wire.FrameAttachClosed, AttachID: f.AttachID, Reason: reason})
+	case wire.AttachOpenFrame:
+		if wire.ValidUUID(f.AttachID) {
+			_ = w.send(wire.AttachClosedFrame{AttachID: f.AttachID, Reason: reason})
+		}
 	}
 }
 
 // dispatch answers a valid run_dispatch: check this host can take it,
 // ack at once (before any kill or spawn), then spawn in the background.
-func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame) {
+func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.RunDispatchFrame) {
 	attempt := *f.Attempt
 	ack := func(accepted bool, reason string) error {
-		return w.sendOn(conn, wire.Frame{Type: wire.FrameRunDispatchAck, RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &accepted, Reason: wire.BoundText(reason)})
+		return w.sendOn(conn, wire.RunDispatchAckFrame{RunID: f.RunID, Attempt: wire.IntPtr(attempt), Accepted: &accepted, Reason: wire.BoundText(reason)})
 	}
 	refuse := func(reason string) {
 		w.log.Warn("run refused", "run_id", f.RunID, "attempt", attempt, "reason", reason)
@@ -155,7 +168,7 @@ func (w *agent) dispatch(ctx context.Context, conn *websocket.Conn, f wire.Frame
 // one (kill-before-respawn); anything else that cannot be taken (an older
 // attempt, a session name held by another run, no capacity) is refused
 // with the reason.
-func (w *agent) claimRun(f wire.Frame, attempt int, name tmux.SessionName) (r *run, gen uint64, undo func(), again bool, refusal string) {
+func (w *agent) claimRun(f wire.RunDispatchFrame, attempt int, name tmux.SessionName) (r *run, gen uint64, undo func(), again bool, refusal string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r = w.runs[f.RunID]
@@ -190,7 +203,7 @@ func (w *agent) claimRun(f wire.Frame, attempt int, name tmux.SessionName) (r *r
 // spawn writes the dispatch file, stops any previous incarnation holding
 // the session name, and creates the session. A failure is reported as
 // run_state spawn_failed and the run is forgotten.
-func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int, binary string) {
+func (w *agent) spawn(ctx context.Context, r *run, gen uint64, f wire.RunDispatchFrame, attempt int, binary string) {
 	r.op.Lock()
 	defer r.op.Unlock()
 	w.mu.Lock()
@@ -266,7 +279,7 @@ func resolveCwd(cwd string) (string, string) {
 // writeDispatch writes the dispatch file pam exec run reads in the
 // session (0600: it holds the run's signal token); it returns why it
 // could not, or "".
-func (w *agent) writeDispatch(r *run, f wire.Frame, attempt int, binary, cwd, worktree string, resume bool) string {
+func (w *agent) writeDispatch(r *run, f wire.RunDispatchFrame, attempt int, binary, cwd, worktree string, resume bool) string {
 	d := wire.Dispatch{
 		RunID: r.id, Attempt: attempt, APIURL: w.o.URL, SignalToken: f.SignalToken,
 		Provider: f.Provider, Binary: binary, TaskID: f.TaskID, TaskTitle: f.TaskTitle,
@@ -292,7 +305,7 @@ func (w *agent) writeDispatch(r *run, f wire.Frame, attempt int, binary, cwd, wo
 // startSession creates the run's session: one tmux call when the name is
 // free, as it is for almost every run; a session holding it is replaced
 // (replaceSession), then created again. It returns why it could not, or "".
-func (w *agent) startSession(ctx context.Context, r *run, f wire.Frame, attempt int, cwd string) string {
+func (w *agent) startSession(ctx context.Context, r *run, f wire.RunDispatchFrame, attempt int, cwd string) string {
 	sp := tmux.Spawn{
 		Name: r.name, Cwd: cwd, Title: tmux.Slug(f.TaskTitle), RunID: r.id, Attempt: attempt,
 		Instance: w.instanceID, Command: w.command(r.id),
@@ -369,7 +382,7 @@ func (w *agent) forget(r *run, gen uint64, stopped bool) {
 // stop answers run_stop: the graceful ladder (or a forced kill) in the
 // background. A stop naming an older attempt than the live one is
 // ignored: it must not end the newer incarnation.
-func (w *agent) stop(ctx context.Context, f wire.Frame) {
+func (w *agent) stop(ctx context.Context, f wire.RunStopFrame) {
 	name, err := tmux.SessionForRun(f.RunID)
 	if err != nil {
 		w.log.Warn("run_stop with a bad run_id dropped", "run_id", f.RunID)
@@ -421,7 +434,7 @@ func (w *agent) stop(ctx context.Context, f wire.Frame) {
 // foreignSession decides a stop for a run this worker does not know: the
 // session is stopped only if its options name this run (at this attempt
 // or an older one), never a session of another run that shares the prefix.
-func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.SessionName) bool {
+func (w *agent) foreignSession(ctx context.Context, f wire.RunStopFrame, name tmux.SessionName) bool {
 	list, err := w.tm.ListSessions(ctx)
 	if err != nil {
 		w.log.Warn("stop: list sessions", "run_id", f.RunID, "err", err)
@@ -450,7 +463,7 @@ func (w *agent) foreignSession(ctx context.Context, f wire.Frame, name tmux.Sess
 
 // sendKeys answers a valid send_keys: Validate checked the allowlist
 // again (docs/api.md#resources), and tmux checks it once more before it runs.
-func (w *agent) sendKeys(ctx context.Context, f wire.Frame) {
+func (w *agent) sendKeys(ctx context.Context, f wire.SendKeysFrame) {
 	w.mu.Lock()
 	r := w.runs[f.RunID]
 	if r == nil || r.state != stateLive || (f.Attempt != nil && *f.Attempt != r.attempt) {

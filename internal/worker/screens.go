@@ -44,16 +44,16 @@ func (w *agent) readScreen(r *run, s *snapshot, prev snapshot, same bool) {
 // restarted server knows it again at once), or one whose change found no
 // uplink. A plain reading already sent is not resent: it would clear
 // what a hook set while the screen asked nothing.
-func (s snapshot) resendScreen(runID string) (wire.Frame, bool) {
+func (s snapshot) resendScreen(runID string) (wire.ScreenFrame, bool) {
 	if !s.unsent && !s.reading.Asks() && !s.reading.Working {
-		return wire.Frame{}, false
+		return wire.ScreenFrame{}, false
 	}
 	return screenFrame(runID, s.attempt, s.reading), true
 }
 
 // screenFrame is a reading as a screen frame.
-func screenFrame(runID string, attempt int, r screenread.Reading) wire.Frame {
-	f := wire.Frame{Type: wire.FrameScreen, RunID: runID, Attempt: wire.IntPtr(attempt), Attention: r.Attention, Working: r.Working}
+func screenFrame(runID string, attempt int, r screenread.Reading) wire.ScreenFrame {
+	f := wire.ScreenFrame{RunID: runID, Attempt: wire.IntPtr(attempt), Attention: r.Attention, Working: r.Working}
 	if r.Asks() {
 		f.Text, f.Choices, f.ResetsAt = r.Text, r.Choices, r.ResetsAt
 	}

@@ -8,6 +8,7 @@ import (
 	"pam/internal/eventually"
 	screenread "pam/internal/screen"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 // runQ's fake pam asks "Continue? (y/n)" and reads a line.
@@ -27,7 +28,7 @@ func TestScreenQuestionUplinkedOnChange(t *testing.T) {
 			h := newHarnessFor(t, orch, executor)
 			h.start()
 			_, ackAt := h.spawnRun(runQ, 1)
-			isScreen := func(f wire.Frame) bool { return f.Type == wire.FrameScreen && f.RunID == runQ }
+			isScreen := func(f wiretest.Frame) bool { return f.Type == wire.FrameScreen && f.RunID == runQ }
 			q, at := orch.wait(ackAt, "the question", isScreen)
 			yn := []wire.Choice{{Key: "y", Label: "Yes"}, {Key: "n", Label: "No"}}
 			if q.Attention != wire.AttentionNeedsInput || q.Text != "Continue? (y/n)" || !slices.Equal(q.Choices, yn) || *q.Attempt != 1 || q.Working {
@@ -51,7 +52,7 @@ func TestScreenQuestionUplinkedOnChange(t *testing.T) {
 			}
 
 			keysAt := orch.mark()
-			orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runQ, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "y"}, {Key: "Enter"}}})
+			orch.send(wire.SendKeysFrame{RunID: runQ, Attempt: wire.IntPtr(1), Keys: []wire.Key{{Text: "y"}, {Key: "Enter"}}})
 			gone, at := orch.wait(keysAt, "the question gone", isScreen)
 			if gone.Attention != wire.AttentionNone || gone.Text != "" || len(gone.Choices) != 0 || gone.Working {
 				t.Fatalf("screen frame after the answer %+v", gone)
@@ -93,14 +94,14 @@ func TestWorkingScreenNeverIdle(t *testing.T) {
 	}
 	h.start()
 	_, ackAt := h.spawnRun(runW, 1)
-	f, at := orch.wait(ackAt, "the working screen", func(f wire.Frame) bool { return f.Type == wire.FrameScreen && f.RunID == runW })
+	f, at := orch.wait(ackAt, "the working screen", func(f wiretest.Frame) bool { return f.Type == wire.FrameScreen && f.RunID == runW })
 	if !f.Working || f.Attention != wire.AttentionNone {
 		t.Fatalf("screen frame %+v", f)
 	}
 	eventually.Wait(t, eventually.Medium, "five heartbeats after the working screen", func() bool {
 		return orch.count(at, isType(wire.FrameHeartbeat, "")) >= 5
 	})
-	if n := orch.count(ackAt, func(f wire.Frame) bool { return f.Type == wire.FrameRunState && f.State == wire.StateIdle }); n != 0 {
+	if n := orch.count(ackAt, func(f wiretest.Frame) bool { return f.Type == wire.FrameRunState && f.State == wire.StateIdle }); n != 0 {
 		t.Fatalf("a busy agent reported idle %d times", n)
 	}
 }

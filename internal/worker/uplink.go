@@ -47,7 +47,7 @@ func (w *agent) uplinkLoop(ctx context.Context) {
 		d := jitter(backoff, w.o.BackoffMin, w.o.BackoffMax)
 		level := slog.LevelWarn
 		var we *wire.Error
-		if errors.As(err, &we) && (we.Status == http.StatusUnauthorized || we.Code == "protocol_mismatch") {
+		if errors.As(err, &we) && (we.Status == http.StatusUnauthorized || we.Code == wire.CodeProtocolMismatch) {
 			level = slog.LevelError // needs the operator, but keep trying
 		}
 		w.log.Log(ctx, level, "uplink down; reconnecting", "err", err, "retry_in", d.Round(time.Millisecond))
@@ -146,14 +146,18 @@ func (w *agent) register(ctx context.Context) (*wire.Registered, error) {
 		Executor:         w.o.Executor,
 		MaxRuns:          w.o.MaxRuns,
 		Version:          w.o.Version,
-		Protocol:         wire.UplinkProtocol,
+		Protocol:         w.protocol(),
 	}
 	var out wire.Registered
 	if err := w.client.Do(ctx, http.MethodPost, registerPath, nil, body, &out); err != nil {
 		return nil, fmt.Errorf("register: %w", err)
 	}
-	if out.Protocol != 0 && out.Protocol != wire.UplinkProtocol {
-		return nil, fmt.Errorf("register: the orchestrator speaks uplink protocol %d, this worker %d", out.Protocol, wire.UplinkProtocol)
+	if out.Protocol != 0 && out.Protocol != w.protocol() {
+		// The orchestrator took the registration but speaks another
+		// version: no uplink is opened, and registration is tried again
+		// with backoff, logged as an error, until one of them is upgraded.
+		return nil, fmt.Errorf("register: %w", wire.Errorf(wire.CodeProtocolMismatch,
+			"the orchestrator speaks uplink protocol %d, this worker %d", out.Protocol, w.protocol()))
 	}
 	// A new host is "registered" until its first heartbeat, and one seen
 	// long ago is "offline" until then: both are normal on a start. Only a
@@ -162,6 +166,14 @@ func (w *agent) register(ctx context.Context) (*wire.Registered, error) {
 		w.log.Info("this host is disabled: it keeps its runs but gets no new ones", "host", w.o.HostName)
 	}
 	return &out, nil
+}
+
+// protocol is the uplink protocol version this worker claims.
+func (w *agent) protocol() int {
+	if w.o.Protocol != 0 {
+		return w.o.Protocol
+	}
+	return wire.UplinkProtocol
 }
 
 // dial opens the uplink WebSocket with the worker token.
@@ -256,11 +268,11 @@ func (w *agent) requeue(frames []wire.Frame) {
 	}
 }
 
-func (w *agent) heartbeat() wire.Frame {
+func (w *agent) heartbeat() wire.HeartbeatFrame {
 	now := time.Now().UTC()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return wire.Frame{Type: wire.FrameHeartbeat, HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &now}
+	return wire.HeartbeatFrame{HostID: w.hostID, InstanceID: w.instanceID, Timestamp: &now}
 }
 
 // heartbeats sends a heartbeat every HeartbeatInterval and pings the
@@ -299,7 +311,7 @@ func (w *agent) sendOn(conn *websocket.Conn, f wire.Frame) error {
 		return err
 	}
 	if len(b) > wire.MaxFrame {
-		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type, len(b), wire.MaxFrame)
+		return fmt.Errorf("%s frame of %d bytes exceeds %d", f.Type(), len(b), wire.MaxFrame)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
 	defer cancel()
@@ -319,7 +331,7 @@ func (w *agent) send(f wire.Frame) error {
 
 // sendState reports a run_state; without an uplink it waits for the next.
 func (w *agent) sendState(runID string, attempt int, state, detail string) {
-	f := wire.Frame{Type: wire.FrameRunState, RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: wire.BoundText(detail)}
+	f := wire.RunStateFrame{RunID: runID, Attempt: wire.IntPtr(attempt), State: state, Detail: wire.BoundText(detail)}
 	if err := w.send(f); err != nil {
 		w.requeue([]wire.Frame{f})
 	}

@@ -94,6 +94,10 @@ type Options struct {
 	PamBinary string
 	// Version is reported at registration and in worker.json.
 	Version string
+	// Protocol is the uplink protocol version claimed at registration; 0
+	// is wire.UplinkProtocol. Only tests set another, to play a worker of
+	// an older or newer build.
+	Protocol int
 	// Logger gets the worker's events; nil discards them.
 	Logger *slog.Logger
 	// Providers maps each provider usable on this host to the absolute

@@ -20,6 +20,7 @@ import (
 	"pam/internal/pamtest"
 	"pam/internal/tmux"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 )
 
 const (
@@ -97,7 +98,7 @@ func TestDispatchSpawnsSession(t *testing.T) {
 	if ack.Accepted == nil || !*ack.Accepted || ack.Attempt == nil || *ack.Attempt != 2 || ack.Reason != "" {
 		t.Fatalf("ack = %+v", ack)
 	}
-	snap, snapAt := orch.wait(from, "the first snapshot", func(f wire.Frame) bool {
+	snap, snapAt := orch.wait(from, "the first snapshot", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, "fake pam:")
 	})
 	if _, first := orch.wait(from, "any snapshot", isType(wire.FrameSnapshot, runA)); first < ackAt || snapAt < ackAt {
@@ -177,12 +178,12 @@ func TestDispatchSpawnsSession(t *testing.T) {
 		t.Errorf("%d snapshots for an unchanged pane, want 1", n)
 	}
 	// Input changes the pane: one more snapshot, with the text.
-	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(2), Keys: []wire.Key{{Text: "typed-text"}}})
-	orch.wait(from, "a snapshot with the typed text", func(f wire.Frame) bool {
+	orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(2), Keys: []wire.Key{{Text: "typed-text"}}})
+	orch.wait(from, "a snapshot with the typed text", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && strings.Contains(f.Capture, "typed-text")
 	})
 	// Keys outside the allowlist never reach tmux.
-	orch.send(wire.Frame{Type: wire.FrameSendKeys, RunID: runA, Attempt: wire.IntPtr(2), Keys: []wire.Key{{Text: "$(touch /tmp/pwned)"}}})
+	orch.send(wire.SendKeysFrame{RunID: runA, Attempt: wire.IntPtr(2), Keys: []wire.Key{{Text: "$(touch /tmp/pwned)"}}})
 
 	// A repeated dispatch of the same attempt is acked again and not
 	// respawned: same pane process, one session.
@@ -236,21 +237,21 @@ func TestDispatchRefusals(t *testing.T) {
 	// (reason ""), which the ack of a later refusal, of runC, proves.
 	refusals := []struct {
 		what   string
-		mod    func(*wire.Frame)
+		mod    func(*wire.RunDispatchFrame)
 		reason string
 	}{
-		{"bad session name", func(f *wire.Frame) { f.SessionName = "pam-0B0B0B0B" }, "session_name"},
-		{"session name of another run", func(f *wire.Frame) { f.SessionName = "pam-0a0a0a0a" }, "session_name"},
-		{"injected session name", func(f *wire.Frame) { f.SessionName = "pam-0b0b0b0b;kill-server" }, "session_name"},
-		{"unknown provider", func(f *wire.Frame) { f.Provider = "nope" }, "provider"},
-		{"bad provider name", func(f *wire.Frame) { f.Provider = "../sh" }, "provider"},
-		{"relative cwd", func(f *wire.Frame) { f.Cwd = "tmp" }, "cwd"},
-		{"no signal token", func(f *wire.Frame) { f.SignalToken = "" }, "signal_token"},
-		{"bad run id", func(f *wire.Frame) { f.RunID = "../../etc/passwd" }, ""},
-		{"uppercase run id", func(f *wire.Frame) { f.RunID = strings.ToUpper(runB) }, ""},
-		{"attempt 0", func(f *wire.Frame) { f.Attempt = wire.IntPtr(0) }, ""},
-		{"no attempt", func(f *wire.Frame) { f.Attempt = nil }, ""},
-		{"over capacity", func(f *wire.Frame) {}, "capacity"},
+		{"bad session name", func(f *wire.RunDispatchFrame) { f.SessionName = "pam-0B0B0B0B" }, "session_name"},
+		{"session name of another run", func(f *wire.RunDispatchFrame) { f.SessionName = "pam-0a0a0a0a" }, "session_name"},
+		{"injected session name", func(f *wire.RunDispatchFrame) { f.SessionName = "pam-0b0b0b0b;kill-server" }, "session_name"},
+		{"unknown provider", func(f *wire.RunDispatchFrame) { f.Provider = "nope" }, "provider"},
+		{"bad provider name", func(f *wire.RunDispatchFrame) { f.Provider = "../sh" }, "provider"},
+		{"relative cwd", func(f *wire.RunDispatchFrame) { f.Cwd = "tmp" }, "cwd"},
+		{"no signal token", func(f *wire.RunDispatchFrame) { f.SignalToken = "" }, "signal_token"},
+		{"bad run id", func(f *wire.RunDispatchFrame) { f.RunID = "../../etc/passwd" }, ""},
+		{"uppercase run id", func(f *wire.RunDispatchFrame) { f.RunID = strings.ToUpper(runB) }, ""},
+		{"attempt 0", func(f *wire.RunDispatchFrame) { f.Attempt = wire.IntPtr(0) }, ""},
+		{"no attempt", func(f *wire.RunDispatchFrame) { f.Attempt = nil }, ""},
+		{"over capacity", func(f *wire.RunDispatchFrame) {}, "capacity"},
 	}
 	for _, r := range refusals {
 		f := h.dispatchFrame(runB, 1)
@@ -262,7 +263,7 @@ func TestDispatchRefusals(t *testing.T) {
 			sentinel.Provider = "nope"
 			orch.send(sentinel)
 			_, at := orch.wait(from, "the ack of the dispatch after "+r.what, isType(wire.FrameRunDispatchAck, runC))
-			if n := orch.count(from, func(g wire.Frame) bool { return g.Type == wire.FrameRunDispatchAck && g.RunID != runC }); n != 0 {
+			if n := orch.count(from, func(g wiretest.Frame) bool { return g.Type == wire.FrameRunDispatchAck && g.RunID != runC }); n != 0 {
 				t.Errorf("%s: %d acks before frame %d, want none", r.what, n, at)
 			}
 			continue
@@ -305,26 +306,26 @@ func TestStop(t *testing.T) {
 	dispatch := func(id string) string { return filepath.Join(h.opts.DataDir, "worker", "dispatch", id+".json") }
 
 	// Graceful: SIGTERM ends the fake pam well within the grace.
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runA, Attempt: wire.IntPtr(1)})
+	orch.send(wire.RunStopFrame{RunID: runA, Attempt: wire.IntPtr(1)})
 	eventually.Wait(t, eventually.Medium, "run A's session to go", func() bool { _, ok := h.session(runA); return !ok })
 	eventually.Wait(t, eventually.Short, "run A's dispatch file to go", func() bool { _, err := os.Stat(dispatch(runA)); return err != nil })
 
 	// Forced: a process ignoring SIGTERM is killed at once.
 	start := time.Now()
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runStubborn, Attempt: wire.IntPtr(1), Force: true})
+	orch.send(wire.RunStopFrame{RunID: runStubborn, Attempt: wire.IntPtr(1), Force: true})
 	eventually.Wait(t, eventually.Medium, "the stubborn session to go", func() bool { _, ok := h.session(runStubborn); return !ok })
 	if d := time.Since(start); d > 10*time.Second {
 		t.Errorf("forced stop took %s", d)
 	}
 
 	// A stop for an older attempt leaves the newer incarnation alone.
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runB, Attempt: wire.IntPtr(2), Force: true})
+	orch.send(wire.RunStopFrame{RunID: runB, Attempt: wire.IntPtr(2), Force: true})
 	_, i := orch.wait(orch.mark(), "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	orch.wait(i+1, "a heartbeat", isType(wire.FrameHeartbeat, ""))
 	if _, ok := h.session(runB); !ok {
 		t.Error("a stop of attempt 2 ended attempt 3")
 	}
-	orch.send(wire.Frame{Type: wire.FrameRunStop, RunID: runB, Attempt: wire.IntPtr(3), Force: true})
+	orch.send(wire.RunStopFrame{RunID: runB, Attempt: wire.IntPtr(3), Force: true})
 	eventually.Wait(t, eventually.Medium, "run B's session to go", func() bool { _, ok := h.session(runB); return !ok })
 
 	// After the stops, capacity is free again: a new dispatch is taken.
@@ -347,7 +348,7 @@ func TestRespawnNewerAttempt(t *testing.T) {
 	if !*ack.Accepted {
 		t.Fatalf("ack = %+v", ack)
 	}
-	snap, snapAt := orch.wait(from, "a snapshot of attempt 2", func(f wire.Frame) bool {
+	snap, snapAt := orch.wait(from, "a snapshot of attempt 2", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && *f.Attempt == 2 && strings.Contains(f.Capture, "fake pam:")
 	})
 	if snapAt < ackAt {
@@ -379,7 +380,7 @@ func TestRespawnNewerAttemptPTY(t *testing.T) {
 	if ack, _ := orch.wait(from, "the ack", isType(wire.FrameRunDispatchAck, runA)); !*ack.Accepted {
 		t.Fatalf("ack = %+v", ack)
 	}
-	orch.wait(from, "a snapshot of attempt 2", func(f wire.Frame) bool {
+	orch.wait(from, "a snapshot of attempt 2", func(f wiretest.Frame) bool {
 		return f.Type == wire.FrameSnapshot && f.RunID == runA && *f.Attempt == 2 && strings.Contains(f.Capture, "fake pam:")
 	})
 	s2, ok := h.session(runA)
@@ -515,7 +516,7 @@ func TestReconnectResendsSnapshots(t *testing.T) {
 		t.Errorf("heartbeat = %+v", hb)
 	}
 	// The latest snapshot of each live session, unchanged, right after.
-	for _, want := range []wire.Frame{snapA, snapB} {
+	for _, want := range []wiretest.Frame{snapA, snapB} {
 		got, at := orch.wait(from, "a resent snapshot", isType(wire.FrameSnapshot, want.RunID))
 		if got.Capture != want.Capture || at < hbAt {
 			t.Errorf("resent snapshot of %s differs or precedes the heartbeat", want.RunID)
@@ -608,8 +609,8 @@ func TestLogRequest(t *testing.T) {
 	read := func(reqID string, offset int64) string {
 		t.Helper()
 		from := orch.mark()
-		orch.send(wire.Frame{Type: wire.FrameLogRequest, RequestID: reqID, RunID: runC, Offset: &offset})
-		orch.wait(from, "the last chunk", func(f wire.Frame) bool { return f.Type == wire.FrameLogChunk && f.RequestID == reqID && f.EOF })
+		orch.send(wire.LogRequestFrame{RequestID: reqID, RunID: runC, Offset: &offset})
+		orch.wait(from, "the last chunk", func(f wiretest.Frame) bool { return f.Type == wire.FrameLogChunk && f.RequestID == reqID && f.EOF })
 		orch.mu.Lock()
 		defer orch.mu.Unlock()
 		var got strings.Builder

@@ -28,7 +28,7 @@ import (
 // was stopped or replaced meanwhile. reused says the worktree was there
 // before: an earlier attempt's, or the continued run's — where the
 // agent's conversation is (docs/architecture.md#resume-and-continue).
-func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire.Frame, attempt int) (ws wire.Workspace, reused, ok bool) {
+func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire.RunDispatchFrame, attempt int) (ws wire.Workspace, reused, ok bool) {
 	fail := func(detail string) {
 		w.log.Warn("workspace failed", "run_id", r.id, "attempt", attempt, "detail", detail)
 		w.forget(r, gen, false)
@@ -60,20 +60,20 @@ func (w *agent) prepareWorkspace(ctx context.Context, r *run, gen uint64, f wire
 	}
 	w.log.Info("workspace ready", "run_id", r.id, "attempt", attempt, "path", ws.Path, "branch", ws.Branch,
 		"base_commit", ws.BaseCommit, "took", time.Since(start).Round(time.Millisecond))
-	w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceReady, RunID: r.id, Attempt: wire.IntPtr(attempt), Workspace: &ws})
+	w.queueFrame(wire.WorkspaceReadyFrame{RunID: r.id, Attempt: wire.IntPtr(attempt), Workspace: &ws})
 	return ws, reused, true
 }
 
 // serveWorkspace answers a workspace_request: the answer's text goes in
 // workspace_reply chunks, the last with eof, or one reply with an error
 // code.
-func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wire.Frame) {
-	reply := func(f wire.Frame) error {
-		f.Type, f.RequestID, f.RunID = wire.FrameWorkspaceReply, req.RequestID, req.RunID
+func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wire.WorkspaceRequestFrame) {
+	reply := func(f wire.WorkspaceReplyFrame) error {
+		f.RequestID, f.RunID = req.RequestID, req.RunID
 		return w.sendOn(conn, f)
 	}
 	refuse := func(code string, err error) {
-		if e := reply(wire.Frame{EOF: true, Code: code, Message: workspace.Detail(err)}); e != nil {
+		if e := reply(wire.WorkspaceReplyFrame{EOF: true, Code: code, Message: workspace.Detail(err)}); e != nil {
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
 		}
 	}
@@ -83,7 +83,7 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 		refuse(wire.CodeNoWorkspace, err)
 		return
 	case wire.HasCode(err, wire.CodeHeadMoved):
-		if e := reply(wire.Frame{EOF: true, Code: wire.CodeHeadMoved, Message: workspace.Detail(err), Commit: head}); e != nil {
+		if e := reply(wire.WorkspaceReplyFrame{EOF: true, Code: wire.CodeHeadMoved, Message: workspace.Detail(err), Commit: head}); e != nil {
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", e)
 		}
 		return
@@ -104,7 +104,7 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 			}
 		}
 		text = text[len(chunk):]
-		if err := reply(wire.Frame{Text: chunk, EOF: text == "", Commit: head}); err != nil {
+		if err := reply(wire.WorkspaceReplyFrame{Text: chunk, EOF: text == "", Commit: head}); err != nil {
 			w.log.Warn("workspace_request: reply", "run_id", req.RunID, "err", err)
 			return
 		}
@@ -118,7 +118,7 @@ func (w *agent) serveWorkspace(ctx context.Context, conn *websocket.Conn, req wi
 // the answer, and the head of the run's branch it was taken at (for a
 // diff or a stat; for a push, the commit pushed, or the branch's head
 // when it refused head_moved).
-func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, string, error) {
+func (w *agent) workspaceOp(ctx context.Context, req wire.WorkspaceRequestFrame) (string, string, error) {
 	switch req.Op {
 	case wire.WorkspaceOpDiff:
 		var b strings.Builder
@@ -141,7 +141,7 @@ func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, string
 			detail = workspace.Detail(err)
 		}
 		w.log.Info("branch pushed", "run_id", req.RunID, "branch", ws.Branch, "commit", commit, "ok", ok, "detail", detail)
-		w.queueFrame(wire.Frame{Type: wire.FrameWorkspacePushed, RunID: req.RunID, Workspace: &ws, OK: &ok, Detail: detail})
+		w.queueFrame(wire.WorkspacePushedFrame{RunID: req.RunID, Workspace: &ws, OK: &ok, Detail: detail})
 		b, err := json.Marshal(wire.PushResult{RunID: req.RunID, Branch: ws.Branch, Commit: commit, OK: ok, Detail: detail})
 		return string(b), commit, err
 	case wire.WorkspaceOpRemove:
@@ -155,7 +155,7 @@ func (w *agent) workspaceOp(ctx context.Context, req wire.Frame) (string, string
 		if !ok {
 			return "", "", workspace.ErrNoWorkspace
 		}
-		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: req.RunID, Workspace: &ws, Reason: "removed on request"})
+		w.queueFrame(wire.WorkspaceRemovedFrame{RunID: req.RunID, Workspace: &ws, Reason: "removed on request"})
 		return "", "", nil
 	}
 	return "", "", errors.New("unknown op " + req.Op)
@@ -336,7 +336,7 @@ func (w *agent) removeWorktree(ctx context.Context, e workspace.Entry, why strin
 	}
 	w.log.Info("worktree cleaned up", "run_id", e.RunID, "reason", why, "bytes", e.Size)
 	if ok {
-		w.queueFrame(wire.Frame{Type: wire.FrameWorkspaceRemoved, RunID: e.RunID, Workspace: &ws, Reason: why})
+		w.queueFrame(wire.WorkspaceRemovedFrame{RunID: e.RunID, Workspace: &ws, Reason: why})
 	}
 	return true
 }

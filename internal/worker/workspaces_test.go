@@ -16,13 +16,14 @@ import (
 	"pam/internal/eventually"
 	"pam/internal/pamtest"
 	"pam/internal/wire"
+	"pam/internal/wire/wiretest"
 	"pam/internal/workspace"
 )
 
 const testProjectID = "9e0e0e0e-7777-4777-8777-777777777777"
 
 // worktreeDispatch is a run_dispatch that asks for a worktree of url.
-func (h *harness) worktreeDispatch(runID string, attempt int, url string) wire.Frame {
+func (h *harness) worktreeDispatch(runID string, attempt int, url string) wire.RunDispatchFrame {
 	f := h.dispatchFrame(runID, attempt)
 	f.Cwd = ""
 	f.Repo = &wire.Repo{URL: url}
@@ -63,7 +64,7 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 		if ws[i].Path != filepath.Join(h.opts.DataDir, "worktrees", id) || ws[i].Branch != "pam/fix-the-login-bug-"+id[:8] || len(ws[i].BaseCommit) != 40 {
 			t.Fatalf("workspace %+v", ws[i])
 		}
-		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
+		orch.wait(from, "a snapshot of "+id, func(f wiretest.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
 		if got := h.sessionPath(id); got != ws[i].Path {
 			t.Errorf("session of %s started in %s, want its worktree %s", id, got, ws[i].Path)
 		}
@@ -84,8 +85,8 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 	// The diff, on request, in workspace_reply chunks.
 	req := uuid.NewString()
 	mark := orch.mark()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff})
-	reply, _ := orch.wait(mark, "the diff", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff})
+	reply, _ := orch.wait(mark, "the diff", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	if !reply.EOF || reply.Code != "" || !strings.Contains(reply.Text, "+++ b/only-a.txt") || !strings.Contains(reply.Text, "+from a") {
 		t.Errorf("diff reply %+v", reply)
 	}
@@ -97,14 +98,14 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 	pamtest.Git(t, ws[0].Path, "commit", "--quiet", "-m", "a")
 	head := pamtest.Git(t, ws[0].Path, "rev-parse", "HEAD")
 	req = uuid.NewString()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff, Part: wire.DiffPartCommitted})
-	reply, _ = orch.wait(mark, "the committed part", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: a, Op: wire.WorkspaceOpDiff, Part: wire.DiffPartCommitted})
+	reply, _ = orch.wait(mark, "the committed part", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	if !reply.EOF || reply.Commit != head || !strings.Contains(reply.Text, "+++ b/only-a.txt") {
 		t.Errorf("committed part reply %+v", reply)
 	}
 	req = uuid.NewString()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: reviewed})
-	reply, _ = orch.wait(mark, "head_moved", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: reviewed})
+	reply, _ = orch.wait(mark, "head_moved", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	if reply.Code != wire.CodeHeadMoved || reply.Commit != head {
 		t.Errorf("push of a stale head: %+v", reply)
 	}
@@ -112,8 +113,8 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 		t.Errorf("the refused push pushed: %s", out)
 	}
 	req = uuid.NewString()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: head})
-	reply, _ = orch.wait(mark, "the push", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: a, Op: wire.WorkspaceOpPush, Commit: head})
+	reply, _ = orch.wait(mark, "the push", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	var pushed wire.PushResult
 	if reply.Code != "" || json.Unmarshal([]byte(reply.Text), &pushed) != nil || !pushed.OK || pushed.Commit != head {
 		t.Errorf("push of the head: %+v", reply)
@@ -124,8 +125,8 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 
 	// A live run's worktree stays.
 	req = uuid.NewString()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: a, Op: wire.WorkspaceOpRemove})
-	reply, _ = orch.wait(mark, "the refusal", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: a, Op: wire.WorkspaceOpRemove})
+	reply, _ = orch.wait(mark, "the refusal", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	if reply.Code != wire.CodeIllegalTransition {
 		t.Errorf("remove of a live run's worktree: %+v", reply)
 	}
@@ -134,8 +135,8 @@ func TestWorkspaceMadeBeforeSpawn(t *testing.T) {
 	}
 	// Another run's id: no worktree here.
 	req = uuid.NewString()
-	orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: uuid.NewString(), Op: wire.WorkspaceOpStat})
-	reply, _ = orch.wait(mark, "no_workspace", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+	orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: uuid.NewString(), Op: wire.WorkspaceOpStat})
+	reply, _ = orch.wait(mark, "no_workspace", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 	if reply.Code != wire.CodeNoWorkspace {
 		t.Errorf("stat of an unknown run: %+v", reply)
 	}
@@ -255,7 +256,7 @@ func TestWorkspaceCleanup(t *testing.T) {
 		t.Error("the live run's worktree was removed")
 	}
 	reasons := map[string]string{}
-	orch.count(0, func(f wire.Frame) bool {
+	orch.count(0, func(f wiretest.Frame) bool {
 		if f.Type == wire.FrameWorkspaceRemoved {
 			reasons[f.RunID] = f.Reason
 		}
@@ -343,7 +344,7 @@ func TestWorkspaceTenRunsOneFetchAtATime(t *testing.T) {
 	for _, id := range ids {
 		f, _ := orch.wait(from, "workspace_ready of "+id, isType(wire.FrameWorkspaceReady, id))
 		paths[f.Workspace.Path] = true
-		orch.wait(from, "a snapshot of "+id, func(f wire.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
+		orch.wait(from, "a snapshot of "+id, func(f wiretest.Frame) bool { return f.Type == wire.FrameSnapshot && f.RunID == id })
 	}
 	if len(paths) != 10 {
 		t.Errorf("%d distinct worktrees for 10 runs", len(paths))
@@ -493,7 +494,7 @@ func TestWorkspaceCleanupKeepsUnsavedWork(t *testing.T) {
 	intact(t, "the worktree with an unpushed commit", paths["fresh-unpushed"], commits["fresh-unpushed"], false)
 	intact(t, "the worktree with an uncommitted file", paths["dirty"], commits["dirty"], true)
 	reasons := map[string]string{}
-	orch.count(0, func(f wire.Frame) bool {
+	orch.count(0, func(f wiretest.Frame) bool {
 		if f.Type == wire.FrameWorkspaceRemoved {
 			reasons[f.RunID] = f.Reason
 		}
@@ -544,11 +545,11 @@ func TestWorkspaceRemoveEndsHoldOpen(t *testing.T) {
 	ws := *f.Workspace
 	orch.wait(from, "a snapshot", isType(wire.FrameSnapshot, run))
 	commit := work(t, ws.Path, true)
-	remove := func() wire.Frame {
+	remove := func() wiretest.Frame {
 		req := uuid.NewString()
 		mark := orch.mark()
-		orch.send(wire.Frame{Type: wire.FrameWorkspaceRequest, RequestID: req, RunID: run, Op: wire.WorkspaceOpRemove})
-		reply, _ := orch.wait(mark, "the reply to remove", func(f wire.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
+		orch.send(wire.WorkspaceRequestFrame{RequestID: req, RunID: run, Op: wire.WorkspaceOpRemove})
+		reply, _ := orch.wait(mark, "the reply to remove", func(f wiretest.Frame) bool { return f.Type == wire.FrameWorkspaceReply && f.RequestID == req })
 		return reply
 	}
 	if reply := remove(); reply.Code != wire.CodeIllegalTransition {
