@@ -21,7 +21,7 @@ func (s *system) keysAnswer(runID string, keys ...map[string]string) string {
 // runs (PAM_EXECUTOR=pty go test … for the pty one): a line typed and
 // Enter reach its read; a digit key, pressed while its hook says it
 // needs input, reaches a read of one key and, seen on the screen, clears
-// needs_input (source keys); y goes as a key; a paste of two lines
+// needs_input (source keys) — the next question waits on a gate for that; y goes as a key; a paste of two lines
 // (holding ";") reaches two reads, its newline a carriage return as from
 // a keyboard. Every answer is observed. Refused entries never reach the
 // run, which takes what is allowed after them.
@@ -34,7 +34,7 @@ func TestKeysAnswerAShellRun(t *testing.T) {
 	key := `stty -icanon min 1; c=$(dd bs=1 count=1 2>/dev/null); stty icanon; echo`
 	r := s.startRun(task, `printf 'Your name? '; read name; echo "hello to $name"; `+
 		`printf 'Pick 1, 2 or 3: '; `+g.wait("ask")+`; `+hookCall(t, "needs-input")+`; `+key+`; echo "picked $c"; `+
-		`printf 'Sure? [y/N] '; `+key+`; echo "sure: $c"; `+
+		g.wait("sure")+`; printf 'Sure? [y/N] '; `+key+`; echo "sure: $c"; `+
 		`read a; read b; echo "first: $a"; echo "second: $b"; exec cat`)
 	s.waitPane(r.ID, "Your name?")
 	if d := s.keysAnswer(r.ID, map[string]string{"text": "hello"}, map[string]string{"key": "Enter"}); d != wire.DeliveryObserved {
@@ -51,6 +51,11 @@ func TestKeysAnswerAShellRun(t *testing.T) {
 		t.Errorf("after the digit was seen: attention %q", got.Attention)
 	}
 	s.waitPane(r.ID, "picked 2")
+	// The next question only now: drawn in the capture that shows the
+	// digit's echo, it would be read before the digit is seen to land,
+	// and the answer (rightly) leaves a question asked after it.
+	g.open(t, "sure")
+	s.waitPane(r.ID, "Sure? [y/N]")
 	if d := s.keysAnswer(r.ID, map[string]string{"key": "y"}); d != wire.DeliveryObserved {
 		t.Errorf("y: delivery %s", d)
 	}
