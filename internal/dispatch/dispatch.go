@@ -9,10 +9,12 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"pam/internal/defaults"
+	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -167,7 +169,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 // push sends each offer's run_dispatch to its host.
 func (d *Dispatcher) push(ctx context.Context, offers []store.Offer) {
 	for _, o := range offers {
-		f, err := d.store.DispatchFrame(ctx, o)
+		f, err := d.dispatchFrame(ctx, o)
 		if err == nil {
 			err = d.fleet.Send(o.HostID, f)
 		}
@@ -178,6 +180,21 @@ func (d *Dispatcher) push(ctx context.Context, offers []store.Offer) {
 		}
 		d.o.Logger.Debug("run offered", "run_id", o.Run.ID, "attempt", o.Run.Attempt, "host_id", o.HostID)
 	}
+}
+
+// dispatchFrame is the run_dispatch frame of an offer with the signal
+// token of the offered attempt and host.
+func (d *Dispatcher) dispatchFrame(ctx context.Context, o store.Offer) (wire.Frame, error) {
+	key, err := d.store.SignalSecret(ctx)
+	if err != nil {
+		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
+	}
+	f, err := d.store.DispatchFrame(ctx, o)
+	if err != nil {
+		return wire.Frame{}, err
+	}
+	f.SignalToken = signaltoken.Mint(key, o.Run.ID, o.Run.Attempt, o.HostID)
+	return f, nil
 }
 
 func (d *Dispatcher) logErr(ctx context.Context, what string, err error) {

@@ -14,6 +14,7 @@ import (
 
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
+	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -210,9 +211,13 @@ func TestOffersToTheEligibleHost(t *testing.T) {
 	if slices.ContainsFunc(y.fleet.frames(pinned.ID, wire.FrameRunDispatch), func(f wire.Frame) bool { return f.RunID == free.ID }) {
 		freeHost = pinned.ID
 	}
-	host, attempt, err := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
-	if err != nil || host != freeHost || attempt != 1 {
-		t.Errorf("signal token verifies as host %s attempt %d: %v", host, attempt, err)
+	key, err := y.s.SignalSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, attempt, ok := signaltoken.Verify(key, free.ID, f.SignalToken)
+	if !ok || host != freeHost || attempt != 1 {
+		t.Errorf("signal token verifies as host %s attempt %d: %v", host, attempt, ok)
 	}
 	if r := y.get(free.ID); r.Status != wire.RunPending || r.HostID == nil || *r.HostID != freeHost {
 		t.Errorf("offered run %+v", r)

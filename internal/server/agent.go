@@ -43,7 +43,7 @@ func (s *Server) agentRoutes() {
 func (s *Server) agentAuth(h agentHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runID := r.PathValue("id")
-		hostID, attempt, err := s.store.VerifySignalToken(r.Context(), runID, bearer(r))
+		hostID, attempt, err := s.verifySignalToken(r.Context(), runID, bearer(r))
 		if err != nil {
 			if !wire.HasCode(err, wire.CodeUnauthorized) && s.lookupFailed(r, err) {
 				writeError(w, store.ErrUnavailable)

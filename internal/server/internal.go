@@ -121,7 +121,7 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 	host, err := s.workerFrom(r)
 	if errors.Is(err, errNoCredential) {
 		var h string
-		h, tokenAttempt, err = s.store.VerifySignalToken(r.Context(), runID, bearer(r))
+		h, tokenAttempt, err = s.verifySignalToken(r.Context(), runID, bearer(r))
 		if wire.HasCode(err, wire.CodeUnauthorized) {
 			err = errNoCredential
 		}

@@ -2,17 +2,11 @@ package store
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
@@ -27,15 +21,12 @@ type Offer struct {
 	TaskTitle string
 }
 
-// DispatchFrame builds the run_dispatch frame of an offer.
+// DispatchFrame builds the run_dispatch frame of an offer, but for its
+// signal token, which the caller mints (package signaltoken).
 func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) {
-	tok, err := s.SignalToken(ctx, o.Run.ID, o.Run.Attempt, o.HostID)
-	if err != nil {
-		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
-	}
 	f := wire.Frame{Type: wire.FrameRunDispatch, RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
 		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
-		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}
+		Args: o.Run.Args, TaskTitle: o.TaskTitle}
 	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
 		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
@@ -322,8 +313,9 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
 	return *t, nil
 }
 
-// secret returns the server's signal-token secret, read once.
-func (s *Store) secret(ctx context.Context) ([]byte, error) {
+// SignalSecret returns the server's signal-token secret (the key of
+// package signaltoken), read once.
+func (s *Store) SignalSecret(ctx context.Context) ([]byte, error) {
 	s.secretMu.Lock()
 	defer s.secretMu.Unlock()
 	if s.signalSecret != nil {
@@ -335,52 +327,4 @@ func (s *Store) secret(ctx context.Context) ([]byte, error) {
 	}
 	s.signalSecret = b
 	return b, nil
-}
-
-const signalTokenPrefix = "pst1"
-
-// SignalToken is the run-scoped credential of docs/architecture.md#internal-api, docs/architecture.md#security-model: HMAC-SHA256 of
-// (run, attempt, host) with the server's secret, prefixed by the host and
-// attempt it speaks for so the server can recompute it.
-func (s *Store) SignalToken(ctx context.Context, runID string, attempt int, hostID string) (string, error) {
-	key, err := s.secret(ctx)
-	if err != nil {
-		return "", fmt.Errorf("make the signal token of run %s: %w", runID, err)
-	}
-	return fmt.Sprintf("%s.%s.%d.%s", signalTokenPrefix, hostID, attempt, signalMAC(key, runID, attempt, hostID)), nil
-}
-
-func signalMAC(key []byte, runID string, attempt int, hostID string) string {
-	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s|%d|%s", runID, attempt, hostID)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// VerifySignalToken checks a signal token for runID and returns the host
-// and attempt it is bound to. The comparison is constant-time
-// (hmac.Equal). A token that is not good for runID is unauthorized, told
-// without a query (the secret is read once); any other error is the
-// database's, so that a caller answers 503 rather than 401.
-func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hostID string, attempt int, err error) {
-	bad := wire.Errorf(wire.CodeUnauthorized, "invalid signal token")
-	parts := strings.Split(token, ".")
-	if len(parts) != 4 || parts[0] != signalTokenPrefix {
-		return "", 0, bad
-	}
-	if _, err := uuid.Parse(parts[1]); err != nil {
-		return "", 0, bad
-	}
-	n, err := strconv.Atoi(parts[2])
-	if err != nil || n < 1 {
-		return "", 0, bad
-	}
-	key, err := s.secret(ctx)
-	if err != nil {
-		return "", 0, fmt.Errorf("verify the signal token of run %s: %w", runID, err)
-	}
-	want := signalMAC(key, runID, n, parts[1])
-	if !hmac.Equal([]byte(want), []byte(parts[3])) {
-		return "", 0, bad
-	}
-	return parts[1], n, nil
 }
