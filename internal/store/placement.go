@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
+	"pam/internal/placement"
 	"pam/internal/wire"
 )
 
@@ -34,13 +34,6 @@ func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.Frame, error) 
 		return wire.Frame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
 	return f, nil
-}
-
-type candidate struct {
-	id        string
-	providers []string
-	capacity  int
-	active    int
 }
 
 // ClaimAndOffer is one dispatch pass (docs/architecture.md#central-duties): due pending runs, claimed with
@@ -71,54 +64,31 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		if len(due) == 0 {
 			return nil
 		}
-		hrows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
-			(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
-			FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
-			ORDER BY h.id FOR NO KEY UPDATE OF h`)
+		hosts, err := candidateHosts(ctx, tx, connected)
 		if err != nil {
-			return fmt.Errorf("read candidate hosts: %w", err)
-		}
-		all, err := pgx.CollectRows(hrows, func(row pgx.CollectableRow) (*candidate, error) {
-			c := &candidate{}
-			return c, row.Scan(&c.id, &c.providers, &c.capacity, &c.active)
-		})
-		if err != nil {
-			return fmt.Errorf("read candidate hosts: %w", err)
-		}
-		var hosts []*candidate
-		for _, c := range all {
-			if connected(c.id) {
-				hosts = append(hosts, c)
-			}
+			return err
 		}
 		refused, err := recentRefusals(ctx, tx, due, refusalHold)
 		if err != nil {
 			return err
 		}
-		var matchedIDs []string
-		for _, r := range due {
-			var best *candidate
-			matched := false
-			for _, h := range hosts {
-				if !slices.Contains(h.providers, r.Provider) || (r.TargetHostID != nil && *r.TargetHostID != h.id) {
-					continue
-				}
-				matched = true // eligible in every respect but capacity
-				if refused[r.ID+"/"+h.id] {
-					continue // it said no to this attempt moments ago
-				}
-				if h.active < h.capacity && (best == nil || h.active < best.active) {
-					best = h
-				}
+		runs := make([]placement.Run, len(due))
+		for i, r := range due {
+			runs[i] = placement.Run{ID: r.ID, Provider: r.Provider}
+			if r.TargetHostID != nil {
+				runs[i].TargetHostID = *r.TargetHostID
 			}
-			if matched {
+		}
+		var matchedIDs []string
+		for i, c := range placement.Place(runs, hosts, func(run, host string) bool { return refused[run+"/"+host] }) {
+			r := due[i]
+			if c.Matched {
 				matchedIDs = append(matchedIDs, r.ID)
 			}
-			if best == nil {
+			if c.HostID == "" {
 				continue
 			}
-			best.active++
-			out, err := s.apply(ctx, tx, r, lifecycle.Offered(lifecycle.FromWire(r), best.id))
+			out, err := s.apply(ctx, tx, r, lifecycle.Offered(lifecycle.FromWire(r), c.HostID))
 			if err != nil {
 				return err
 			}
@@ -126,7 +96,7 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 			if err := tx.QueryRow(ctx, `SELECT title FROM work_items WHERE id = $1`, r.TaskID).Scan(&title); err != nil {
 				return fmt.Errorf("read title of task %s: %w", r.TaskID, err)
 			}
-			offers = append(offers, Offer{Run: out, HostID: best.id, TaskTitle: title})
+			offers = append(offers, Offer{Run: out, HostID: c.HostID, TaskTitle: title})
 		}
 		if len(matchedIDs) > 0 {
 			if _, err := tx.Exec(ctx, `UPDATE runs SET ever_matched = true WHERE id = ANY($1::uuid[]) AND NOT ever_matched`, matchedIDs); err != nil {
@@ -139,6 +109,34 @@ func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string)
 		return offers, fmt.Errorf("offer due runs: %w", err) // as before: a failed commit may have made them
 	}
 	return offers, nil
+}
+
+// candidateHosts returns the hosts a run may be offered to: online,
+// enabled, not suspect and connected to this process, locked for the
+// pass so that capacity is counted once across dispatchers.
+func candidateHosts(ctx context.Context, tx *Tx, connected func(hostID string) bool) ([]placement.Host, error) {
+	rows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
+		(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
+		FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
+		ORDER BY h.id FOR NO KEY UPDATE OF h`)
+	if err != nil {
+		return nil, fmt.Errorf("read candidate hosts: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (placement.Host, error) {
+		var h placement.Host
+		err := row.Scan(&h.ID, &h.Providers, &h.Capacity, &h.Active)
+		return h, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read candidate hosts: %w", err)
+	}
+	var hosts []placement.Host
+	for _, h := range all {
+		if connected(h.ID) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts, nil
 }
 
 // recentRefusals returns the (run, host) pairs, keyed "run/host", whose
