@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
-	"pam/internal/provider"
 	"pam/internal/wire"
 )
 
@@ -38,16 +37,14 @@ func continuationOf(ctx context.Context, q querier, runID string) (string, error
 // the provider's resume_args and in.Text as the message. The worktree
 // becomes the new run's (the old run's workspace is null from now on, so
 // its clean-up never touches it); the old run journals run.continued.
-func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun) (wire.Run, error) {
+//
+// The caller has checked the request (wire.ContinueRun.Validate) and the
+// text against the provider's catalog, and says whether the built-in
+// catalog resumes the provider (for a host that did not report its own).
+func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun, builtinResumable bool) (wire.Run, error) {
 	text := ""
 	if in.Text != nil {
-		if err := wire.CheckContinueText(*in.Text); err != nil {
-			return wire.Run{}, err
-		}
 		text = *in.Text
-	}
-	if in.Provider != nil && !providerRe.MatchString(*in.Provider) {
-		return wire.Run{}, wire.Invalid("provider", "provider must match ^[a-z][a-z0-9_-]{0,31}$")
 	}
 	pol := s.Policy.WithDefaults()
 	var out wire.Run
@@ -63,11 +60,6 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 			prov := old.Provider
 			if in.Provider != nil {
 				prov = *in.Provider
-			}
-			// The text is the resumed CLI's message, and the prompt of a
-			// fresh start: never an option of the CLI.
-			if err := provider.CheckBuiltinPrompt(prov, text, old.Args); err != nil {
-				return wire.Invalid("text", "provider %s: %v", prov, err)
 			}
 			var f lifecycle.ContinueFacts
 			if f.ContinuedBy, err = continuationOf(ctx, tx, old.ID); err != nil {
@@ -92,7 +84,7 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 				f.Host = *lastHost
 			}
 			if f.Host != "" {
-				if f.Resumable, err = resumableOn(ctx, tx, f.Host, prov); err != nil {
+				if f.Resumable, err = resumableOn(ctx, tx, f.Host, prov, builtinResumable); err != nil {
 					return err
 				}
 			}
@@ -135,8 +127,8 @@ func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun)
 
 // resumableOn reports whether the provider resumes conversations on the
 // host: as its worker reported its catalog, or, for a worker that did
-// not say, as the built-in entry does.
-func resumableOn(ctx context.Context, q querier, hostID, name string) (bool, error) {
+// not say, builtin (whether the built-in entry does).
+func resumableOn(ctx context.Context, q querier, hostID, name string, builtin bool) (bool, error) {
 	var reported []string
 	var said bool
 	err := q.QueryRow(ctx, `SELECT resumable, resumable IS NOT NULL FROM hosts WHERE id = $1`, hostID).Scan(&reported, &said)
@@ -147,7 +139,7 @@ func resumableOn(ctx context.Context, q querier, hostID, name string) (bool, err
 		return false, fmt.Errorf("read the resumable providers of host %s: %w", hostID, err)
 	}
 	if !said {
-		return provider.BuiltinResumable(name), nil
+		return builtin, nil
 	}
 	return slices.Contains(reported, name), nil
 }

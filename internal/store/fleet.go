@@ -36,7 +36,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		return wire.Registered{}, wire.Invalid("providers", "at most 64 providers")
 	}
 	for _, p := range in.Providers {
-		if !providerRe.MatchString(p) {
+		if !wire.ValidProviderName(p) {
 			return wire.Registered{}, wire.Invalid("providers", "provider %q is not a valid name", p)
 		}
 	}
@@ -44,7 +44,7 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		return wire.Registered{}, wire.Invalid("resumable", "at most 64 providers")
 	}
 	for _, p := range in.Resumable {
-		if !providerRe.MatchString(p) {
+		if !wire.ValidProviderName(p) {
 			return wire.Registered{}, wire.Invalid("resumable", "provider %q is not a valid name", p)
 		}
 	}
@@ -129,7 +129,7 @@ func checkContinueMessages(m map[string]string) error {
 		return wire.Invalid("continue_messages", "at most 64 providers")
 	}
 	for p, text := range m {
-		if !providerRe.MatchString(p) {
+		if !wire.ValidProviderName(p) {
 			return wire.Invalid("continue_messages", "provider %q is not a valid name", p)
 		}
 		if text == "" || len(text) > maxContinueMessage || strings.ContainsRune(text, 0) || !utf8.ValidString(text) {

@@ -4,75 +4,34 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
-	"pam/internal/provider"
 	"pam/internal/wire"
 )
 
-var providerRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-
-// MaxPrompt bounds a run's prompt (docs/architecture.md#data-model).
-const MaxPrompt = 64 << 10
-
 // CreateRun admits a run in pending (docs/architecture.md#run-status-machine). It never fails for lack of a
-// host: placement is the dispatcher's job.
+// host: placement is the dispatcher's job. The caller has checked the
+// request (wire.CreateRun.Validate) and the prompt against the
+// provider's catalog (server.createRun).
 func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
 	pol := s.Policy.WithDefaults()
-	if !wire.ValidUUID(in.TaskID) {
-		return wire.Run{}, wire.Invalid("task_id", "task_id must be the UUID of a task or subtask")
-	}
-	if !providerRe.MatchString(in.Provider) {
-		return wire.Run{}, wire.Invalid("provider", "provider must match ^[a-z][a-z0-9_-]{0,31}$")
-	}
-	cwd, prompt := "", ""
+	var cwd, prompt string
 	if in.Cwd != nil {
 		cwd = *in.Cwd
-		if len(cwd) > 4096 || strings.ContainsRune(cwd, 0) || (cwd != "" && !filepath.IsAbs(cwd)) {
-			return wire.Run{}, wire.Invalid("cwd", "cwd must be an absolute path")
-		}
 	}
 	if in.Prompt != nil {
 		prompt = *in.Prompt
-		if len(prompt) > MaxPrompt {
-			return wire.Run{}, wire.Invalid("prompt", "prompt must be at most 64 KiB")
-		}
-		if strings.ContainsRune(prompt, 0) {
-			return wire.Run{}, wire.Invalid("prompt", "prompt must not contain NUL")
-		}
-		// A prompt is never an option of the CLI; the host's own catalog is
-		// checked again by the wrapper before exec.
-		if err := provider.CheckBuiltinPrompt(in.Provider, prompt, in.Args); err != nil {
-			return wire.Run{}, wire.Invalid("prompt", "provider %s: %v", in.Provider, err)
-		}
 	}
 	args := in.Args
 	if args == nil {
 		args = []string{}
 	}
-	if len(args) > 64 {
-		return wire.Run{}, wire.Invalid("args", "at most 64 args")
-	}
-	for _, a := range args {
-		if len(a) > 4096 || strings.ContainsRune(a, 0) {
-			return wire.Run{}, wire.Invalid("args", "each arg must be at most 4096 bytes without NUL")
-		}
-	}
 	maxAttempts := pol.MaxAttempts
 	if in.MaxAttempts != nil {
 		maxAttempts = *in.MaxAttempts
-		if maxAttempts < 1 || maxAttempts > 20 {
-			return wire.Run{}, wire.Invalid("max_attempts", "max_attempts must be between 1 and 20")
-		}
-	}
-	if in.Workspace != nil && *in.Workspace != wire.WorkspaceWorktree && *in.Workspace != wire.WorkspaceNone {
-		return wire.Run{}, wire.Invalid("workspace", "workspace must be worktree or none")
 	}
 	var out wire.Run
 	for try := 0; ; try++ {
