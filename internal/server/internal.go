@@ -79,7 +79,21 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out, err := s.store.Register(r.Context(), hostOf(r), in, s.hostOfflineAfter())
+	host := hostOf(r)
+	if in.HostName != host.Name {
+		s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "this worker token belongs to another host"))
+		return
+	}
+	if in.Protocol != wire.UplinkProtocol {
+		s.fail(w, r, wire.Errorf(wire.CodeProtocolMismatch,
+			"this server speaks uplink protocol %d, the worker %d", wire.UplinkProtocol, in.Protocol).With("protocols", []int{wire.UplinkProtocol}))
+		return
+	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out, err := s.store.Register(r.Context(), host, in, s.hostOfflineAfter())
 	if err != nil {
 		s.fail(w, r, err)
 		return

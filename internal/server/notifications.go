@@ -51,6 +51,10 @@ func (s *Server) createChannel(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		s.fail(w, r, err)

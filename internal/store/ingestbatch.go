@@ -72,7 +72,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 	out = make([]SignalOut, len(in))
 	live := make([]int, 0, len(in)) // the signals that need the database
 	for i, sg := range in {
-		if err := validateSignal(sg.Signal); err != nil {
+		if err := sg.Signal.Validate(); err != nil { // each signal of a group answers alone
 			out[i].Err = err
 			continue
 		}

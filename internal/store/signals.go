@@ -31,7 +31,7 @@ func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig 
 // server knows besides it (the screen's question).
 func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 	runID, senderHost, sig := in.RunID, in.Sender, in.Signal
-	if err := validateSignal(sig); err != nil {
+	if err := sig.Validate(); err != nil {
 		return Ingest{}, err // the refusal the sender reads, as is
 	}
 	var res Ingest
@@ -68,26 +68,6 @@ func senderKnown(ctx context.Context, tx *Tx, runID, host string) (bool, error) 
 		return false, fmt.Errorf("read the sender of run %s: %w", runID, err)
 	}
 	return known, nil
-}
-
-func validateSignal(sig wire.Signal) error {
-	// Attempts start at 1. Refused here as on the uplink (Frame.Validate):
-	// each made-up attempt below 1 would otherwise be one more stale
-	// attempt to journal.
-	if sig.Attempt != nil && *sig.Attempt < 1 {
-		return wire.Invalid("attempt", "attempt must be 1 or more")
-	}
-	if !wire.IsSignalKind(sig.Kind) {
-		return wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
-	}
-	switch sig.Source {
-	case wire.SourceWrapper, wire.SourceProviderHook:
-	case wire.SourceManual:
-		return wire.Invalid("source", "source manual is produced by the public API, never accepted here")
-	default:
-		return wire.Invalid("source", "source must be wrapper or provider-hook")
-	}
-	return wire.CheckSignalPayload(sig.Kind, sig.Payload)
 }
 
 func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal, screen *wire.AttentionDetail) (Ingest, error) {
