@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -147,7 +147,7 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) e
 		}
 		now := s.now()
 		extra := map[string]any{"source": "mcp", "text": text}
-		if last != nil && now.Sub(*last) < lifecycle.ProgressEvery {
+		if last != nil && now.Sub(*last) < runwrite.ProgressEvery {
 			held, err := heldProgress(r, map[string]any{"source": "mcp", "text": text, heldActor: sc.Actor()})
 			if err != nil {
 				return err

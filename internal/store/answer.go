@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -22,13 +23,13 @@ func (s *Store) ClearAnswered(ctx context.Context, runID string, attempt int, fr
 // ClearAnsweredBy is ClearAnswered journaled with actor (wire.Event's
 // actor): an answer URL's use names the channel it came through.
 func (s *Store) ClearAnsweredBy(ctx context.Context, runID string, attempt int, from, question, source, actor string) (wire.Run, bool, error) {
-	out, changed, err := s.changeAttentionBy(ctx, runID, actor, func(r lifecycle.Run) lifecycle.Decision {
+	out, changed, err := s.changeAttentionBy(ctx, runID, actor, func(r lifecycle.Run) runwrite.Decision {
 		asked := ""
 		if r.AttentionDetail != nil {
 			asked = r.AttentionDetail.Text
 		}
 		if r.Attention != from || asked != question {
-			return lifecycle.Decision{}
+			return runwrite.Decision{}
 		}
 		return lifecycle.Attention(r, attempt, wire.AttentionNone, source)
 	})

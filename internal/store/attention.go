@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -15,7 +16,7 @@ import (
 // and its run.attention event commit together. It returns the run as it
 // is afterwards and whether its attention changed.
 func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to, source string) (wire.Run, bool, error) {
-	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
+	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) runwrite.Decision {
 		return lifecycle.Attention(r, attempt, to, source)
 	})
 	if err != nil {
@@ -29,12 +30,12 @@ func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to,
 // write and its run.attention event, if any, commit together. It returns
 // the run as it is afterwards and whether the decision wrote anything
 // (the attention or its detail).
-func (s *Store) ChangeAttention(ctx context.Context, runID string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
+func (s *Store) ChangeAttention(ctx context.Context, runID string, decide func(lifecycle.Run) runwrite.Decision) (wire.Run, bool, error) {
 	return s.changeAttentionBy(ctx, runID, "", decide)
 }
 
 // changeAttentionBy is ChangeAttention whose events name actor ("" for none).
-func (s *Store) changeAttentionBy(ctx context.Context, runID, actor string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
+func (s *Store) changeAttentionBy(ctx context.Context, runID, actor string, decide func(lifecycle.Run) runwrite.Decision) (wire.Run, bool, error) {
 	var out wire.Run
 	changed := false
 	if actor != "" {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -38,7 +39,7 @@ const SignalTokenTTL = 24 * time.Hour
 // tokenExpired refuses a signal token whose run ended more than
 // SignalTokenTTL before now (401).
 func tokenExpired(in SignalIn, r wire.Run, now time.Time) error {
-	if !in.ByToken || lifecycle.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
+	if !in.ByToken || runwrite.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
 		return nil
 	}
 	return wire.Errorf(wire.CodeUnauthorized, "this signal token's run ended more than %s ago", SignalTokenTTL)
@@ -145,7 +146,7 @@ func (st *batchRun) recordSeq(ctx context.Context, tx *Tx) error {
 // progressApplied moves the batch's view of the run's progress window
 // (f's, for the run's first progress of the batch) by one applied
 // progress decision d made at now.
-func (st *batchRun) progressApplied(d lifecycle.Decision, f lifecycle.SignalFacts, now time.Time) error {
+func (st *batchRun) progressApplied(d runwrite.Decision, f lifecycle.SignalFacts, now time.Time) error {
 	if st.seq == 0 {
 		st.journaledAt, st.coalesced = f.ProgressJournaledAt, f.ProgressCoalesced
 	}
@@ -365,12 +366,12 @@ func readBatchStart(br pgx.BatchResults, n int) (map[string]*batchRun, []signalF
 // progressOnly: d applies a progress seq and journals it, and writes
 // nothing else, so the run's next signal in the batch needs no new read:
 // only its last progress seq moved.
-func progressOnly(d lifecycle.Decision) bool {
+func progressOnly(d runwrite.Decision) bool {
 	if d.ProgressSeq == 0 || d.Processed != "" || d.Refusal != nil || d.CompleteSource != "" {
 		return false
 	}
 	for _, st := range d.Steps {
-		if st.Write != lifecycle.JournalOnly {
+		if st.Write != runwrite.JournalOnly {
 			return false
 		}
 	}
@@ -378,6 +379,6 @@ func progressOnly(d lifecycle.Decision) bool {
 }
 
 // writes: d writes anything at all.
-func writes(d lifecycle.Decision) bool {
+func writes(d runwrite.Decision) bool {
 	return d.ProgressSeq != 0 || d.Processed != "" || d.Refusal != nil || d.CompleteSource != "" || len(d.Steps) > 0
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -198,7 +199,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (wire.Run, error) {
 }
 
 // Active reports whether a status is not terminal.
-func Active(status string) bool { return lifecycle.Active(status) }
+func Active(status string) bool { return runwrite.Active(status) }
 
 // StopRun moves a pending, spawning or running run to stopped (a manual
 // stop wins over anything after it). It returns the run and the host that

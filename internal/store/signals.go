@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -92,12 +93,12 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 
 // decideSignal is the decision about sig (lifecycle.IngestSignal) from
 // the run and the facts read under its lock.
-func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts) (lifecycle.Decision, error) {
+func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts) (runwrite.Decision, error) {
 	return s.decideSignalAt(r, sender, sig, f, s.now())
 }
 
 // decideSignalAt is decideSignal at a given time.
-func (s *Store) decideSignalAt(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts, now time.Time) (lifecycle.Decision, error) {
+func (s *Store) decideSignalAt(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts, now time.Time) (runwrite.Decision, error) {
 	return lifecycle.IngestSignal(lifecycle.FromWire(r), lifecycle.Signal{Kind: sig.Kind, Source: sig.Source, Attempt: sig.Attempt,
 		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, f, s.Policy, now)
 }
