@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"pam/internal/defaults"
+	"pam/internal/runs"
 	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/wire"
@@ -55,6 +56,7 @@ type Options struct {
 // Dispatcher is the placement loop.
 type Dispatcher struct {
 	store   *store.Store
+	runs    *runs.Service
 	fleet   Sender
 	o       Options
 	wake    chan struct{}
@@ -93,7 +95,7 @@ func New(s *store.Store, f Sender, o Options) *Dispatcher {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{store: s, fleet: f, o: o, wake: make(chan struct{}, 1)}
+	return &Dispatcher{store: s, runs: runs.New(s), fleet: f, o: o, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now. It never blocks.
@@ -144,7 +146,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	// that comes late (a loaded server) still records whether a host was
 	// eligible but for capacity (dispatch_timeout) or none was
 	// (no_eligible_host), and a run placeable now is placed, not failed.
-	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch, d.o.AckTimeout)
+	offers, err := d.runs.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch, d.o.AckTimeout)
 	if err != nil {
 		d.logErr(ctx, "claim runs", err)
 	}
@@ -155,7 +157,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	// the timers would mark offline now gets none either way.
 	d.push(ctx, offers)
 	changed := d.fleetDuties(ctx)
-	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
+	n, err := d.runs.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
 	if err != nil {
 		d.logErr(ctx, "sweep timeouts", err)
 	}

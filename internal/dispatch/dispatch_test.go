@@ -15,6 +15,7 @@ import (
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
 	"pam/internal/signaltoken"
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -291,7 +292,7 @@ func TestBackoffThenReoffer(t *testing.T) {
 	d := y.start(dispatch.Options{Tick: time.Hour})
 	eventually.Wait(t, eventually.Medium, "first offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	yes := true
-	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(y.s).AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
@@ -418,7 +419,7 @@ func TestLatePassJudgesEligibilityFirst(t *testing.T) {
 	y.s.Policy.MaxAttempts = 1
 	full := y.host("full", 1, true, "shell")
 	busy := y.run("shell", &full.ID)
-	if _, err := y.s.ClaimAndOffer(t.Context(), y.fleet.Connected, 10, time.Second); err != nil {
+	if _, err := runs.New(y.s).ClaimAndOffer(t.Context(), y.fleet.Connected, 10, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if got := y.get(busy.ID); got.HostID == nil {
@@ -484,7 +485,7 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 				return
 			}
 			no := false
-			res, err := y.s.AckOffer(t.Context(), host, wire.Frame{RunID: fr.RunID, Attempt: fr.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
+			res, err := runs.New(y.s).AckOffer(t.Context(), host, wire.Frame{RunID: fr.RunID, Attempt: fr.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
 			if err != nil {
 				t.Errorf("refuse: %v", err)
 				return

@@ -318,7 +318,7 @@ func (u *uplinkSession) heartbeat(ctx context.Context, f wire.Frame) {
 // dispatchAck is the worker taking (or declining) a run offered to it;
 // a sender the run has left meanwhile is told to stop it.
 func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.Frame) {
-	res, err := u.s.store.AckOffer(ctx, u.host.ID, f)
+	res, err := u.s.runs.AckOffer(ctx, u.host.ID, f)
 	if err != nil {
 		u.refuse(f, err)
 		return

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -70,12 +71,12 @@ func (f *fleet) running() wire.Run {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second)
+	offers, err := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second)
 	if err != nil || len(offers) != 1 || offers[0].HostID != f.host.ID {
 		f.t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(f.s).AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		f.t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalStarted, 1, wire.ResultApplied)
@@ -339,7 +340,7 @@ func TestInstanceReinstallAndSuspect(t *testing.T) {
 	if _, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
 		t.Fatal(err)
 	}
-	if offers, _ := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {
+	if offers, _ := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {
 		t.Errorf("a suspect host was offered %+v", offers)
 	}
 	// The pinned instance silent past the offline bound: a reinstall.

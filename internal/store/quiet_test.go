@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -290,11 +291,11 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); err != nil || len(offers) != 1 {
+	if offers, err := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); err != nil || len(offers) != 1 {
 		t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(f.s).AckOffer(ctx, f.host.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)
