@@ -14,8 +14,8 @@ import (
 
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
-	"pam/internal/signaltoken"
 	"pam/internal/runs"
+	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -120,7 +120,7 @@ func (y *sys) host(name string, maxRuns int, connected bool, providers ...string
 
 func (y *sys) run(provider string, target *string) wire.Run {
 	y.t.Helper()
-	r, err := y.s.CreateRun(y.t.Context(), wire.CreateRun{TaskID: y.task.ID, Provider: provider, HostID: target})
+	r, err := runs.New(y.s).CreateRun(y.t.Context(), wire.CreateRun{TaskID: y.task.ID, Provider: provider, HostID: target})
 	if err != nil {
 		y.t.Fatal(err)
 	}

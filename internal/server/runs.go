@@ -34,7 +34,7 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	run, err := s.store.CreateRun(r.Context(), in)
+	run, err := s.runs.CreateRun(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -103,7 +103,7 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, host, err := s.store.StopRun(r.Context(), r.PathValue("id"), in.Force)
+	run, host, err := s.runs.StopRun(r.Context(), r.PathValue("id"), in.Force)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -127,7 +127,7 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
+	run, err := s.runs.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -169,7 +169,7 @@ func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, wire.Invalid("text", "provider %s: %v", prov, err))
 		return
 	}
-	run, err := s.store.ContinueRun(r.Context(), r.PathValue("id"), in, provider.BuiltinResumable(prov))
+	run, err := s.runs.ContinueRun(r.Context(), r.PathValue("id"), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -179,7 +179,7 @@ func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) completeRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.store.CompleteRun(r.Context(), r.PathValue("id"))
+	run, err := s.runs.CompleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

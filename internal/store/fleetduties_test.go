@@ -67,7 +67,7 @@ func (f *fleet) sql(q string, args ...any) {
 func (f *fleet) running() wire.Run {
 	f.t.Helper()
 	ctx := f.t.Context()
-	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
+	r, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -337,7 +337,7 @@ func TestInstanceReinstallAndSuspect(t *testing.T) {
 		t.Errorf("worker.instance_suspect journaled %d times", n)
 	}
 	// A suspect host gets no new dispatch.
-	if _, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
+	if _, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
 		t.Fatal(err)
 	}
 	if offers, _ := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {

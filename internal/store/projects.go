@@ -290,6 +290,12 @@ func refuseArchivedID(ctx context.Context, q querier, projectID string) error {
 	return refuseArchived(wire.Project{ID: projectID, Status: status})
 }
 
+// RefuseArchived refuses a change to the runs of an archived project
+// (refuseArchivedID).
+func (tx *Tx) RefuseArchived(ctx context.Context, projectID string) error {
+	return refuseArchivedID(ctx, tx, projectID)
+}
+
 // sameRepo compares two repos, either of which may be absent.
 func sameRepo(a, b *wire.Repo) bool {
 	if a == nil || b == nil {

@@ -94,7 +94,7 @@ func TestCLIHangOnlyForWorkingRuns(t *testing.T) {
 		if ts := f.topics(r.ID, ""); !c.hung && (strings.Contains(ts, "run.stopped") || strings.Contains(ts, "run.failed")) {
 			t.Errorf("%s: events %s", c.what, ts)
 		}
-		if _, _, err := f.s.StopRun(ctx, r.ID, true); err != nil { // not offered again in the next case
+		if _, _, err := runs.New(f.s).StopRun(ctx, r.ID, true); err != nil { // not offered again in the next case
 			t.Fatal(err)
 		}
 	}
@@ -233,7 +233,7 @@ func TestTouchInput(t *testing.T) {
 	} {
 		f.sql(`UPDATE runs SET last_input_at = now() - interval '1 hour' WHERE id = $1`, r.ID)
 		if c.stop {
-			if _, _, err := f.s.StopRun(ctx, r.ID, false); err != nil {
+			if _, _, err := runs.New(f.s).StopRun(ctx, r.ID, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -287,7 +287,7 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	f := newFleet(t, 2)
-	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
+	r, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,17 +8,20 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
 	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
-// CreateRun admits a run in pending (docs/architecture.md#run-status-machine). It never fails for lack of a
-// host: placement is the dispatcher's job. The caller has checked the
-// request (wire.CreateRun.Validate) and the prompt against the
-// provider's catalog (server.createRun).
-func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
-	pol := s.Policy.WithDefaults()
+// AdmitRun inserts a run in pending (docs/architecture.md#run-status-machine)
+// for a request the caller has checked (wire.CreateRun.Validate, the
+// prompt against the provider's catalog), with maxAttempts unless the
+// request gives its own. It refuses a task that does not exist or is not
+// a task or subtask, an archived project, a host that does not exist and
+// a workspace the project cannot have; it never fails for lack of a
+// host. The caller journals the admission (Store.Apply) in the same
+// transaction, and tries again when the session name is taken
+// (IsUniqueViolation runs_session_name_key).
+func (tx *Tx) AdmitRun(ctx context.Context, in wire.CreateRun, maxAttempts int) (wire.Run, error) {
 	var cwd, prompt string
 	if in.Cwd != nil {
 		cwd = *in.Cwd
@@ -30,62 +33,44 @@ func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, err
 	if args == nil {
 		args = []string{}
 	}
-	maxAttempts := pol.MaxAttempts
 	if in.MaxAttempts != nil {
 		maxAttempts = *in.MaxAttempts
 	}
-	var out wire.Run
-	for try := 0; ; try++ {
-		err := s.InTx(ctx, func(tx *Tx) error {
-			var kind, projectID, projectStatus string
-			var hasRepo bool
-			err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL, p.status FROM work_items w
-				JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo, &projectStatus)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return wire.Invalid("task_id", "task %s does not exist", in.TaskID)
-			}
-			if err != nil {
-				return err
-			}
-			if err := refuseArchived(wire.Project{ID: projectID, Status: projectStatus}); err != nil {
-				return err
-			}
-			if kind != "task" && kind != "subtask" {
-				return wire.Invalid("task_id", "runs are only for work items of kind task or subtask, not %s", kind)
-			}
-			var target *string
-			if in.HostID != nil {
-				h, err := lookupHost(ctx, tx, *in.HostID, false)
-				if wire.HasCode(err, wire.CodeNotFound) {
-					return wire.Invalid("host_id", "host %s does not exist", *in.HostID)
-				}
-				if err != nil {
-					return err
-				}
-				target = &h.ID
-			}
-			mode, err := workspaceMode(in.Workspace, hasRepo, cwd)
-			if err != nil {
-				return err
-			}
-			id := uuid.NewString()
-			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
-				session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11)
-				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode))
-			if err != nil {
-				return err
-			}
-			_, err = s.apply(ctx, tx, out, lifecycle.Created(out.Provider, out.SessionName, out.TargetHostID))
-			return err
-		})
-		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
-			continue // the 8-hex prefix is taken: a new id
+	var kind, projectID, projectStatus string
+	var hasRepo bool
+	err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL, p.status FROM work_items w
+		JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo, &projectStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Run{}, wire.Invalid("task_id", "task %s does not exist", in.TaskID)
+	}
+	if err != nil {
+		return wire.Run{}, err
+	}
+	if err := refuseArchived(wire.Project{ID: projectID, Status: projectStatus}); err != nil {
+		return wire.Run{}, err
+	}
+	if kind != "task" && kind != "subtask" {
+		return wire.Run{}, wire.Invalid("task_id", "runs are only for work items of kind task or subtask, not %s", kind)
+	}
+	var target *string
+	if in.HostID != nil {
+		h, err := lookupHost(ctx, tx, *in.HostID, false)
+		if wire.HasCode(err, wire.CodeNotFound) {
+			return wire.Run{}, wire.Invalid("host_id", "host %s does not exist", *in.HostID)
 		}
 		if err != nil {
-			return wire.Run{}, fmt.Errorf("create a run of task %s: %w", in.TaskID, err)
+			return wire.Run{}, err
 		}
-		return out, nil
+		target = &h.ID
 	}
+	mode, err := workspaceMode(in.Workspace, hasRepo, cwd)
+	if err != nil {
+		return wire.Run{}, err
+	}
+	id := uuid.NewString()
+	return scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
+		session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, now(), $11)
+		RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode))
 }
 
 // RunFilter narrows GET /runs. Attention is an attention value, or "any"
@@ -200,81 +185,6 @@ func (s *Store) GetRun(ctx context.Context, id string) (wire.Run, error) {
 
 // Active reports whether a status is not terminal.
 func Active(status string) bool { return runwrite.Active(status) }
-
-// StopRun moves a pending, spawning or running run to stopped (a manual
-// stop wins over anything after it). It returns the run and the host that
-// must run the stop ladder, if any.
-func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, string, error) {
-	var out wire.Run
-	var host string
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		d, err := lifecycle.Stop(lifecycle.FromWire(r), force)
-		if err != nil {
-			return err
-		}
-		if r.HostID != nil {
-			host = *r.HostID
-		}
-		out, err = s.apply(ctx, tx, r, d)
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, "", fmt.Errorf("stop run %s: %w", id, err)
-	}
-	return out, host, nil
-}
-
-// RetryRun requeues a run that ended failed with its attempts used up,
-// raising max_attempts by one. The new attempt resumes the agent's
-// conversation unless fresh (docs/architecture.md#resume-and-continue);
-// a run that was continued is not retried.
-func (s *Store) RetryRun(ctx context.Context, id string, fresh bool) (wire.Run, error) {
-	var out wire.Run
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		if err := refuseArchivedID(ctx, tx, r.ProjectID); err != nil {
-			return err
-		}
-		continuedBy, err := continuationOf(ctx, tx, r.ID)
-		if err != nil {
-			return err
-		}
-		d, err := lifecycle.Retry(lifecycle.FromWire(r), fresh, continuedBy, s.now())
-		if err != nil {
-			return err
-		}
-		out, err = s.apply(ctx, tx, r, d)
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, fmt.Errorf("retry run %s: %w", id, err)
-	}
-	return out, nil
-}
-
-// CompleteRun is the manual completion mark: it does not stop the run.
-func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
-	var out wire.Run
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		out, err = s.apply(ctx, tx, r, lifecycle.Complete(wire.SourceManual))
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, fmt.Errorf("complete run %s: %w", id, err)
-	}
-	return out, nil
-}
 
 // complete records a completion (manual or a hook's) and, when the
 // project's auto_done is set, moves the work item to done.
