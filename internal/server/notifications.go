@@ -133,7 +133,7 @@ func (s *Server) useAnswer(w http.ResponseWriter, r *http.Request) {
 	delivery := wire.DeliveryUnconfirmed
 	if observed {
 		delivery = wire.DeliveryObserved
-		if _, _, err := s.store.ClearAnsweredBy(r.Context(), run.ID, run.Attempt, wire.AttentionNeedsInput, questionOf(run), wire.AttentionSourceAnswer, a.Channel); err != nil {
+		if _, _, err := s.runs.ClearAnsweredBy(r.Context(), run.ID, run.Attempt, wire.AttentionNeedsInput, questionOf(run), wire.AttentionSourceAnswer, a.Channel); err != nil {
 			s.log.Warn("clear attention after an answer link", "run_id", run.ID, "err", err)
 		}
 	}

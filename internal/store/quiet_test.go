@@ -72,7 +72,7 @@ func TestCLIHangOnlyForWorkingRuns(t *testing.T) {
 	} {
 		r := f.running()
 		if c.attention != wire.AttentionNone {
-			if _, changed, err := f.s.SetAttention(ctx, r.ID, 1, c.attention, "test"); err != nil || !changed {
+			if _, changed, err := runs.New(f.s).SetAttention(ctx, r.ID, 1, c.attention, "test"); err != nil || !changed {
 				t.Fatalf("%s: set attention: %v", c.what, err)
 			}
 		}
