@@ -154,18 +154,18 @@ func TestHostLost(t *testing.T) {
 		{"serve started recently", 2 * time.Hour, 3 * time.Hour, time.Now()},
 	} {
 		f.silent(c.seen, c.online)
-		if n, err := f.s.MarkHostsLost(ctx, time.Hour, c.start); err != nil || n != 0 {
+		if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, c.start); err != nil || n != 0 {
 			t.Fatalf("%s: %d runs lost (%v)", c.what, n, err)
 		}
 	}
 	// An online host is never lost, whatever its clocks say.
 	f.sql(`UPDATE hosts SET status = 'online', last_seen_at = now() - interval '5 hours', last_online_at = now() - interval '5 hours' WHERE id = $1`, f.host.ID)
-	if n, _ := f.s.MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
+	if n, _ := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
 		t.Fatalf("an online host lost %d runs", n)
 	}
 
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, longAgo); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); err != nil || n != 1 {
 		t.Fatalf("lost %d runs (%v), want 1", n, err)
 	}
 	got := f.run(r.ID)
@@ -183,7 +183,7 @@ func TestHostLost(t *testing.T) {
 		t.Errorf("run events: %s", ts)
 	}
 	// Once its runs are gone nothing more happens (one worker.lost).
-	if n, _ := f.s.MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
+	if n, _ := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
 		t.Errorf("lost again: %d", n)
 	}
 	// Late signals of the lost incarnation are journaled, never applied.
@@ -205,7 +205,7 @@ func TestLateSignalsAfterHostLostNeverResurrect(t *testing.T) {
 	f := newFleet(t, 1)
 	r := f.running()
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("lost %d (%v)", n, err)
 	}
 	for _, kind := range []string{wire.SignalFinished, wire.SignalCompleted, wire.SignalProgress, wire.SignalStarted, wire.SignalFailed} {
@@ -234,7 +234,7 @@ func TestIgnoredSignalJournalBounded(t *testing.T) {
 	f := newFleet(t, 1)
 	r := f.running()
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("lost %d (%v)", n, err)
 	}
 	kinds := []string{wire.SignalFinished, wire.SignalCompleted, wire.SignalProgress, wire.SignalStarted, wire.SignalFailed}
@@ -285,13 +285,13 @@ func TestCLIHang(t *testing.T) {
 			status = "offline"
 		}
 		f.sql(`UPDATE hosts SET status = $2 WHERE id = $1`, f.host.ID, status)
-		if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, c.start); err != nil || len(hung) != 0 {
+		if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, c.start); err != nil || len(hung) != 0 {
 			t.Fatalf("%s: hung %+v (%v)", c.what, hung, err)
 		}
 	}
 	f.sql(`UPDATE hosts SET status = 'online' WHERE id = $1`, f.host.ID)
 	quiet(2*time.Hour, 4*time.Hour)
-	hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
+	hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
 	if err != nil || len(hung) != 1 || hung[0] != (store.Hang{RunID: r.ID, Attempt: 1, HostID: f.host.ID}) {
 		t.Fatalf("hung %+v (%v)", hung, err)
 	}
@@ -309,7 +309,7 @@ func TestCLIHang(t *testing.T) {
 	f2.sql(`UPDATE runs SET last_output_at = now() - interval '2 hours', started_at = now() - interval '2 hours', last_input_at = now() - interval '2 hours'
 		WHERE id = $1`, r2.ID)
 	f2.sql(`UPDATE hosts SET last_online_at = now() - interval '3 hours', last_seen_at = now() WHERE id = $1`, f2.host.ID)
-	if hung, _ := f2.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo); len(hung) != 1 {
+	if hung, _ := runs.New(f2.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo); len(hung) != 1 {
 		t.Errorf("disabled live host: hung %+v", hung)
 	}
 }

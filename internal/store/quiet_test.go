@@ -77,7 +77,7 @@ func TestCLIHangOnlyForWorkingRuns(t *testing.T) {
 			}
 		}
 		f.clocks(r.ID, c.input, 3*time.Hour, c.completed)
-		hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
+		hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +118,7 @@ func TestCompletedIdleStop(t *testing.T) {
 	f.sql(`UPDATE work_items SET status = 'doing' WHERE id = $1`, f.task.ID)
 	stops := func(stopAfter time.Duration, start time.Time) []store.IdleStop {
 		t.Helper()
-		s, err := f.s.StopCompletedRuns(ctx, stopAfter, 90*time.Second, start)
+		s, err := runs.New(f.s).StopCompletedRuns(ctx, stopAfter, 90*time.Second, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -274,7 +274,7 @@ func TestCompletionPerTurn(t *testing.T) {
 	if n := strings.Count(f.topics(r.ID, ""), "run.completed"); n != 2 {
 		t.Errorf("%d run.completed, want one per turn", n)
 	}
-	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+	if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
 		t.Fatalf("the second turn's completion did not make the run wait: hung %+v (%v)", hung, err)
 	}
 }
@@ -308,7 +308,7 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 	f.sql(`UPDATE runs SET started_at = now() - interval '2 hours', last_output_at = now() - interval '2 hours',
 		last_input_at = last_input_at - interval '2 hours', completed_at = completed_at - interval '2 hours' WHERE id = $1`, r.ID)
 	f.sql(`UPDATE hosts SET status = 'online', last_online_at = now() - interval '12 hours' WHERE id = $1`, f.host.ID)
-	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+	if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
 		t.Fatalf("a run whose completion overtook its start was hung: %+v (%v)", hung, err)
 	}
 }
