@@ -295,7 +295,7 @@ func TestBackoffThenReoffer(t *testing.T) {
 	if _, err := runs.New(y.s).AckOffer(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
+	if _, _, err := runs.New(y.s).RunStateReport(t.Context(), h.ID, wire.Frame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	got := y.get(r.ID)
@@ -347,7 +347,7 @@ func TestHungRunStopped(t *testing.T) {
 	y.start(dispatch.Options{CLIHangTimeout: 300 * time.Millisecond, Tick: 20 * time.Millisecond})
 	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunDispatch)) == 1 })
 	one := 1
-	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
+	if _, err := runs.New(y.s).IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
 		t.Fatal(err)
 	}
 	eventually.Wait(t, eventually.Medium, "run_stop of the hung run", func() bool { return len(y.fleet.frames(h.ID, wire.FrameRunStop)) == 1 })
@@ -376,7 +376,7 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 	one := 1
 	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
 		{Kind: wire.SignalCompleted, Source: wire.SourceProviderHook, Attempt: &one}} {
-		if res, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, sig); err != nil || res.Result != wire.ResultApplied {
+		if res, err := runs.New(y.s).IngestSignal(t.Context(), r.ID, h.ID, sig); err != nil || res.Result != wire.ResultApplied {
 			t.Fatalf("%s: %+v %v", sig.Kind, res, err)
 		}
 	}

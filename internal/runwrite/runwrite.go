@@ -216,3 +216,25 @@ type Refusal struct {
 	Kind    string
 	Result  string
 }
+
+// SignalFacts are what the store reads for a signal besides the run
+// (lifecycle.IngestSignal decides with them).
+type SignalFacts struct {
+	// Processed: this one-shot kind was already applied for the attempt.
+	Processed bool
+	// LastProgressSeq is the run's last applied progress seq.
+	LastProgressSeq int64
+	// Refused lists the results (stale_attempt, stale_offer, ignored) a
+	// signal of this kind at this attempt was already set aside with, and
+	// journaled for: a repeat is not journaled again.
+	Refused []string
+	// Screen is the question the server last read on the run's screen
+	// for the signal's attempt and sender (nil: none): a needs_input
+	// signal carries it as its detail.
+	Screen *wire.AttentionDetail
+	// ProgressJournaledAt is when the run's last run.progress was
+	// journaled (zero: never), and ProgressCoalesced how many progress
+	// signals were applied since without a run.progress of their own.
+	ProgressJournaledAt time.Time
+	ProgressCoalesced   int
+}

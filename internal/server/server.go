@@ -145,7 +145,7 @@ func New(o Options) *Server {
 	s := &Server{opts: o, store: o.Store, runs: runs.New(o.Store), log: o.Logger, mux: newRouteMux(), agentCalls: newCallWindow()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
-	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
+	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Decide: s.runs.DecideSignal, Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
 		s.metrics.signalBatch.Observe(float64(n))
 		if !together {
 			s.metrics.signalSplits.Inc()

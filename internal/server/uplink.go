@@ -417,7 +417,7 @@ func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.Frame) {
 // reported before this (idle) is written first.
 func (u *uplinkSession) runState(ctx context.Context, f wire.Frame) {
 	u.s.outputs.flushRun(ctx, f.RunID)
-	_, changed, err := u.s.store.RunStateReport(ctx, u.host.ID, f)
+	_, changed, err := u.s.runs.RunStateReport(ctx, u.host.ID, f)
 	if err != nil {
 		u.refuse(f, err)
 		return

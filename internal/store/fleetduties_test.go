@@ -104,7 +104,7 @@ func (f *fleet) signal(runID, kind string, attempt int, want string) {
 	case wire.SignalCompleted:
 		sig.Source = wire.SourceProviderHook
 	}
-	res, err := f.s.IngestSignal(f.t.Context(), runID, f.host.ID, sig)
+	res, err := runs.New(f.s).IngestSignal(f.t.Context(), runID, f.host.ID, sig)
 	if err != nil || res.Result != want {
 		f.t.Fatalf("%s of attempt %d: %q %v, want %q", kind, attempt, res.Result, err, want)
 	}
@@ -363,13 +363,13 @@ func TestRunStateReports(t *testing.T) {
 	ctx := t.Context()
 	f := newFleet(t, 1)
 	r := f.running()
-	if _, changed, err := f.s.RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
+	if _, changed, err := runs.New(f.s).RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
 		t.Fatalf("wrapper_died: %v %v", changed, err)
 	}
 	if got := f.run(r.ID); got.Status != wire.RunFailed || *got.FailureReason != wire.FailWrapperDied {
 		t.Errorf("run %+v", got)
 	}
-	if _, _, err := f.s.RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
+	if _, _, err := runs.New(f.s).RunStateReport(ctx, f.host.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -394,7 +394,7 @@ func TestOrphanDetectedCarriesRunID(t *testing.T) {
 		{ghost, "session pam-0badc0de"},
 		{other.ID, "session pam-" + other.ID[:8]},
 	} {
-		if _, changed, err := f.s.RunStateReport(ctx, reporter.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected,
+		if _, changed, err := runs.New(f.s).RunStateReport(ctx, reporter.ID, wire.Frame{Type: wire.FrameRunState, State: wire.StateOrphanDetected,
 			RunID: c.runID, Attempt: wire.IntPtr(3), Detail: c.detail}); err != nil || changed {
 			t.Fatalf("%s: changed %v, %v", c.runID, changed, err)
 		}

@@ -10,7 +10,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
 	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
@@ -68,7 +67,7 @@ var errCommit = errors.New("commit the signal batch")
 // signal is applied again in its own transaction (IngestSignal), so one
 // signal the database refuses fails alone. A failed commit answers every
 // signal with its error.
-func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalOut, together bool) {
+func (s *Store) IngestSignals(ctx context.Context, decide SignalRule, in []SignalIn) (out []SignalOut, together bool) {
 	in = slices.Clone(in) // run and host ids are made canonical here
 	out = make([]SignalOut, len(in))
 	live := make([]int, 0, len(in)) // the signals that need the database
@@ -89,7 +88,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 	if len(live) == 0 {
 		return out, true
 	}
-	err := s.ingestBatch(ctx, in, live, out)
+	err := s.ingestBatch(ctx, decide, in, live, out)
 	if err == nil {
 		return out, true
 	}
@@ -100,7 +99,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 		return out, true
 	}
 	for _, i := range live {
-		res, err := s.ingestOne(ctx, in[i])
+		res, err := s.ingestOne(ctx, decide, in[i])
 		out[i] = SignalOut{Ingest: res, Err: err}
 	}
 	return out, false
@@ -146,7 +145,7 @@ func (st *batchRun) recordSeq(ctx context.Context, tx *Tx) error {
 // progressApplied moves the batch's view of the run's progress window
 // (f's, for the run's first progress of the batch) by one applied
 // progress decision d made at now.
-func (st *batchRun) progressApplied(d runwrite.Decision, f lifecycle.SignalFacts, now time.Time) error {
+func (st *batchRun) progressApplied(d runwrite.Decision, f runwrite.SignalFacts, now time.Time) error {
 	if st.seq == 0 {
 		st.journaledAt, st.coalesced = f.ProgressJournaledAt, f.ProgressCoalesced
 	}
@@ -175,7 +174,7 @@ func nullTime(t time.Time) *time.Time {
 // signalFactsRow is the facts of one signal as the batch reads them.
 type signalFactsRow struct {
 	known bool
-	facts lifecycle.SignalFacts
+	facts runwrite.SignalFacts
 }
 
 // ingestBatch applies the live signals of in in one transaction, writing
@@ -183,7 +182,7 @@ type signalFactsRow struct {
 // the batch (in id order) and read every signal's facts; then only what a
 // decision reads back (a status write's new row) or a run read again; one
 // for the pipelined writes; one to commit.
-func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out []SignalOut) error {
+func (s *Store) ingestBatch(ctx context.Context, decide SignalRule, in []SignalIn, live []int, out []SignalOut) error {
 	ids := make([]string, 0, len(live))
 	runIDs := make([]string, len(live))
 	senders := make([]string, len(live))
@@ -263,7 +262,7 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			continue
 		}
 		f.facts.Screen = sg.Screen
-		d, err := s.decideSignalAt(st.run, sg.Sender, sg.Signal, f.facts, now)
+		d, err := decide(st.run, sg.Sender, sg.Signal, f.facts, now)
 		if err != nil {
 			out[i].Err = err // refused: nothing written
 			continue
