@@ -232,61 +232,88 @@ func (s *Store) ingestBatch(ctx context.Context, decide SignalRule, in []SignalI
 			out[i].Err = wire.NotFound("run")
 			continue
 		}
-		f := facts[k]
-		if st.reread {
-			if err := st.recordSeq(ctx, tx); err != nil {
-				return err
-			}
-			r, err := runByID(ctx, tx, sg.RunID, true)
-			if err != nil {
-				return err
-			}
-			if f.known, err = senderKnown(ctx, tx, sg.RunID, sg.Sender); err != nil {
-				return err
-			}
-			if f.facts, err = signalFacts(ctx, tx, r, int(attempts[k]), sg.Signal.Kind); err != nil {
-				return err
-			}
-			*st = batchRun{run: r}
-		} else if st.seq > 0 {
-			f.facts.LastProgressSeq = st.seq
-			f.facts.ProgressJournaledAt, f.facts.ProgressCoalesced = st.journaledAt, st.coalesced
+		if err := s.batchSignal(ctx, tx, decide, sg, st, facts[k], int(attempts[k]), &out[i]); err != nil {
+			return err
 		}
-		if !f.known {
-			out[i].Err = wire.NotFound("run")
-			continue
+	}
+	if err := recordBatchSeqs(ctx, tx, ids, runs); err != nil {
+		return err
+	}
+	if err := tx.flush(ctx); err != nil {
+		return err // a write failed: nothing is committed
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errCommit, err)
+	}
+	if tx.Journaled && s.AfterCommit != nil {
+		s.AfterCommit()
+	}
+	return nil
+}
+
+// batchSignal decides and applies one signal sg of a batch about the run
+// st (locked), with the facts f read for it (read again first when the
+// batch already wrote more than a progress seq of the run), writing its
+// outcome into out. An error aborts the batch; a refusal is out's.
+func (s *Store) batchSignal(ctx context.Context, tx *Tx, decide SignalRule, sg SignalIn, st *batchRun, f signalFactsRow, attempt int, out *SignalOut) error {
+	if st.reread {
+		if err := st.recordSeq(ctx, tx); err != nil {
+			return err
 		}
-		now := s.now()
-		if err := tokenExpired(sg, st.run, now); err != nil {
-			out[i].Err = err
-			continue
-		}
-		f.facts.Screen = sg.Screen
-		d, err := decide(st.run, sg.Sender, sg.Signal, f.facts, now)
-		if err != nil {
-			out[i].Err = err // refused: nothing written
-			continue
-		}
-		only := progressOnly(d)
-		if only {
-			if err := st.progressApplied(d, f.facts, now); err != nil {
-				return err
-			}
-			d.ProgressSeq = 0 // recorded once for the run (recordSeq)
-		} else if writes(d) {
-			if err := st.recordSeq(ctx, tx); err != nil {
-				return err
-			}
-			st.reread = true
-		}
-		r, err := s.apply(ctx, tx, st.run, d)
+		r, err := runByID(ctx, tx, sg.RunID, true)
 		if err != nil {
 			return err
 		}
-		out[i].Ingest = Ingest{Result: d.Result, Run: r, StopSender: d.StopSender, StatusChange: d.Changed()}
-		st.run = r
+		if f.known, err = senderKnown(ctx, tx, sg.RunID, sg.Sender); err != nil {
+			return err
+		}
+		if f.facts, err = signalFacts(ctx, tx, r, attempt, sg.Signal.Kind); err != nil {
+			return err
+		}
+		*st = batchRun{run: r}
+	} else if st.seq > 0 {
+		f.facts.LastProgressSeq = st.seq
+		f.facts.ProgressJournaledAt, f.facts.ProgressCoalesced = st.journaledAt, st.coalesced
 	}
-	// The seqs still unwritten, one statement for all the runs.
+	if !f.known {
+		out.Err = wire.NotFound("run")
+		return nil
+	}
+	now := s.now()
+	if err := tokenExpired(sg, st.run, now); err != nil {
+		out.Err = err
+		return nil
+	}
+	f.facts.Screen = sg.Screen
+	d, err := decide(st.run, sg.Sender, sg.Signal, f.facts, now)
+	if err != nil {
+		out.Err = err // refused: nothing written
+		return nil
+	}
+	only := progressOnly(d)
+	if only {
+		if err := st.progressApplied(d, f.facts, now); err != nil {
+			return err
+		}
+		d.ProgressSeq = 0 // recorded once for the run (recordSeq)
+	} else if writes(d) {
+		if err := st.recordSeq(ctx, tx); err != nil {
+			return err
+		}
+		st.reread = true
+	}
+	r, err := s.apply(ctx, tx, st.run, d)
+	if err != nil {
+		return err
+	}
+	out.Ingest = Ingest{Result: d.Result, Run: r, StopSender: d.StopSender, StatusChange: d.Changed()}
+	st.run = r
+	return nil
+}
+
+// recordBatchSeqs records the progress seqs and windows the batch left
+// unwritten, one statement for all the runs.
+func recordBatchSeqs(ctx context.Context, tx *Tx, ids []string, runs map[string]*batchRun) error {
 	var seqRuns []string
 	var seqs []int64
 	var ats []*time.Time
@@ -305,15 +332,6 @@ func (s *Store) ingestBatch(ctx context.Context, decide SignalRule, in []SignalI
 			seqRuns, seqs, ats, counts, helds); err != nil {
 			return fmt.Errorf("record the progress of a signal batch: %w", err)
 		}
-	}
-	if err := tx.flush(ctx); err != nil {
-		return err // a write failed: nothing is committed
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("%w: %w", errCommit, err)
-	}
-	if tx.Journaled && s.AfterCommit != nil {
-		s.AfterCommit()
 	}
 	return nil
 }

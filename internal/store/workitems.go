@@ -198,31 +198,10 @@ func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem, actor string) (wire.WorkItem, error) {
 	var out wire.WorkItem
 	err := s.InTx(ctx, func(tx *Tx) error {
-		// A move changes the project's tree, so a request that names a
-		// parent (a move, unless the item is already there once locked)
-		// takes the project's lock, as creates do, then the item's: two
-		// moves can never make a cycle. Any other change is the item's
-		// alone and locks only it, so edits of different cards of one
-		// project run side by side (20 editors of one project were one at
-		// a time: ≈270 PATCHes/s under pam-bench load, docs/bench.md).
-		// Nothing locks an item and then its project: no deadlock.
-		if in.ParentID.Set {
-			unlocked, err := itemByID(ctx, tx, id, false)
-			if err != nil {
-				return err
-			}
-			if _, err := projectByRef(ctx, tx, unlocked.ProjectID, true); err != nil {
-				return err
-			}
-		}
-		cur, err := itemByID(ctx, tx, id, true)
+		cur, err := lockItem(ctx, tx, id, in.ParentID.Set)
 		if err != nil {
 			return err
 		}
-		if err := refuseArchivedID(ctx, tx, cur.ProjectID); err != nil {
-			return err
-		}
-		var events []NewEvent
 		changed := map[string]any{}
 		if in.Title != nil && *in.Title != cur.Title {
 			changed["title"] = *in.Title
@@ -236,20 +215,8 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		newPath := cur.Path
 		reparent := in.ParentID.Set && !sameParent(cur.ParentID, in.ParentID.Value)
 		if reparent {
-			newPath = cur.ID
-			if p := in.ParentID.Value; p != nil {
-				target, err := itemByID(ctx, tx, *p, false)
-				if err != nil && !wire.HasCode(err, wire.CodeNotFound) {
-					return fmt.Errorf("read new parent %s: %w", *p, err)
-				}
-				if *p == cur.ID || (err == nil && strings.HasPrefix(target.Path, cur.Path+"/")) {
-					return wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
-				}
-				parent, err := parentFor(ctx, tx, cur.ProjectID, *p, cur.Kind)
-				if err != nil {
-					return err
-				}
-				newPath = parent.Path + "/" + cur.ID
+			if newPath, err = movedPath(ctx, tx, cur, in.ParentID.Value); err != nil {
+				return err
 			}
 		}
 		statusChanged := in.Status != nil && *in.Status != cur.Status
@@ -278,25 +245,79 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 				return err
 			}
 		}
-		if len(changed) > 0 {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
-		}
-		if statusChanged {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": status, "work_item": out}})
-		}
-		if reparent {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
-					"old_path": cur.Path, "path": out.Path, "work_item": out}})
-		}
-		return tx.Journal(ctx, events...)
+		return tx.Journal(ctx, itemEvents(cur, out, changed, statusChanged, reparent, actor)...)
 	})
 	if err != nil {
 		return wire.WorkItem{}, fmt.Errorf("update work item %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// lockItem reads item id under its row lock for an update. A move
+// changes the project's tree, so a request that names a parent (a move,
+// unless the item is already there once locked) takes the project's
+// lock, as creates do, then the item's: two moves can never make a
+// cycle. Any other change is the item's alone and locks only it, so
+// edits of different cards of one project run side by side (20 editors
+// of one project were one at a time: ≈270 PATCHes/s under pam-bench
+// load, docs/bench.md). Nothing locks an item and then its project: no
+// deadlock. An item of an archived project is refused.
+func lockItem(ctx context.Context, tx *Tx, id string, move bool) (wire.WorkItem, error) {
+	if move {
+		unlocked, err := itemByID(ctx, tx, id, false)
+		if err != nil {
+			return unlocked, err
+		}
+		if _, err := projectByRef(ctx, tx, unlocked.ProjectID, true); err != nil {
+			return unlocked, err
+		}
+	}
+	cur, err := itemByID(ctx, tx, id, true)
+	if err != nil {
+		return cur, err
+	}
+	return cur, refuseArchivedID(ctx, tx, cur.ProjectID)
+}
+
+// movedPath is the path of cur moved under parent (nil: the project's
+// top level); a parent inside cur's own subtree, or one that may not hold
+// cur's kind, is refused.
+func movedPath(ctx context.Context, tx *Tx, cur wire.WorkItem, parent *string) (string, error) {
+	if parent == nil {
+		return cur.ID, nil
+	}
+	target, err := itemByID(ctx, tx, *parent, false)
+	if err != nil && !wire.HasCode(err, wire.CodeNotFound) {
+		return "", fmt.Errorf("read new parent %s: %w", *parent, err)
+	}
+	if *parent == cur.ID || (err == nil && strings.HasPrefix(target.Path, cur.Path+"/")) {
+		return "", wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
+	}
+	p, err := parentFor(ctx, tx, cur.ProjectID, *parent, cur.Kind)
+	if err != nil {
+		return "", err
+	}
+	return p.Path + "/" + cur.ID, nil
+}
+
+// itemEvents journals an update of cur into out: work_item.updated for
+// the fields in changed, work_item.status_changed, work_item.reparented.
+func itemEvents(cur, out wire.WorkItem, changed map[string]any, statusChanged, reparent bool, actor string) []NewEvent {
+	var events []NewEvent
+	if len(changed) > 0 {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
+	}
+	if statusChanged {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": out.Status, "work_item": out}})
+	}
+	if reparent {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
+				"old_path": cur.Path, "path": out.Path, "work_item": out}})
+	}
+	return events
 }
 
 func sameParent(a, b *string) bool {
