@@ -60,6 +60,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := checkRunFilter(f); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	runs, next, err := s.store.ListRuns(r.Context(), f)
 	if err != nil {
 		s.fail(w, r, err)
