@@ -12,10 +12,13 @@ package dispatch
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"pam/internal/defaults"
+	"pam/internal/runs"
+	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -56,6 +59,7 @@ type Options struct {
 // Dispatcher is the placement loop.
 type Dispatcher struct {
 	store   *store.Store
+	runs    *runs.Service
 	fleet   Sender
 	o       Options
 	wake    chan struct{}
@@ -94,7 +98,7 @@ func New(s *store.Store, f Sender, o Options) *Dispatcher {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Dispatcher{store: s, fleet: f, o: o, wake: make(chan struct{}, 1)}
+	return &Dispatcher{store: s, runs: runs.New(s), fleet: f, o: o, wake: make(chan struct{}, 1)}
 }
 
 // Wake asks for a pass now. It never blocks.
@@ -145,7 +149,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	// that comes late (a loaded server) still records whether a host was
 	// eligible but for capacity (dispatch_timeout) or none was
 	// (no_eligible_host), and a run placeable now is placed, not failed.
-	offers, err := d.store.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch, d.o.AckTimeout)
+	offers, err := d.runs.ClaimAndOffer(ctx, d.fleet.Connected, d.o.Batch, d.o.AckTimeout)
 	if err != nil {
 		d.logErr(ctx, "claim runs", err)
 	}
@@ -156,7 +160,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 	// the timers would mark offline now gets none either way.
 	d.push(ctx, offers)
 	changed := d.fleetDuties(ctx)
-	n, err := d.store.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
+	n, err := d.runs.Sweep(ctx, d.o.AckTimeout, d.o.DispatchTimeout, d.o.SpawnTimeout)
 	if err != nil {
 		d.logErr(ctx, "sweep timeouts", err)
 	}
@@ -170,7 +174,7 @@ func (d *Dispatcher) pass(ctx context.Context) bool {
 // push sends each offer's run_dispatch to its host.
 func (d *Dispatcher) push(ctx context.Context, offers []store.Offer) {
 	for _, o := range offers {
-		f, err := d.store.DispatchFrame(ctx, o)
+		f, err := d.dispatchFrame(ctx, o)
 		if err == nil {
 			err = d.fleet.Send(o.HostID, f)
 		}
@@ -181,6 +185,21 @@ func (d *Dispatcher) push(ctx context.Context, offers []store.Offer) {
 		}
 		d.o.Logger.Debug("run offered", "run_id", o.Run.ID, "attempt", o.Run.Attempt, "host_id", o.HostID)
 	}
+}
+
+// dispatchFrame is the run_dispatch frame of an offer with the signal
+// token of the offered attempt and host.
+func (d *Dispatcher) dispatchFrame(ctx context.Context, o store.Offer) (wire.RunDispatchFrame, error) {
+	key, err := d.store.SignalSecret(ctx)
+	if err != nil {
+		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
+	}
+	f, err := d.store.DispatchFrame(ctx, o)
+	if err != nil {
+		return wire.RunDispatchFrame{}, err
+	}
+	f.SignalToken = signaltoken.Mint(key, o.Run.ID, o.Run.Attempt, o.HostID)
+	return f, nil
 }
 
 func (d *Dispatcher) logErr(ctx context.Context, what string, err error) {

@@ -15,6 +15,8 @@ import (
 	"pam/internal/clock"
 	"pam/internal/dispatch"
 	"pam/internal/eventually"
+	"pam/internal/runs"
+	"pam/internal/signaltoken"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -142,7 +144,7 @@ func (y *sys) host(name string, maxRuns int, connected bool, providers ...string
 
 func (y *sys) run(provider string, target *string) wire.Run {
 	y.t.Helper()
-	r, err := y.s.CreateRun(y.t.Context(), wire.CreateRun{TaskID: y.task.ID, Provider: provider, HostID: target})
+	r, err := runs.New(y.s).CreateRun(y.t.Context(), wire.CreateRun{TaskID: y.task.ID, Provider: provider, HostID: target})
 	if err != nil {
 		y.t.Fatal(err)
 	}
@@ -235,9 +237,13 @@ func TestOffersToTheEligibleHost(t *testing.T) {
 	if slices.ContainsFunc(sentOf[wire.RunDispatchFrame](y.fleet, pinned.ID), func(f wire.RunDispatchFrame) bool { return f.RunID == free.ID }) {
 		freeHost = pinned.ID
 	}
-	host, attempt, err := y.s.VerifySignalToken(t.Context(), free.ID, f.SignalToken)
-	if err != nil || host != freeHost || attempt != 1 {
-		t.Errorf("signal token verifies as host %s attempt %d: %v", host, attempt, err)
+	key, err := y.s.SignalSecret(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, attempt, ok := signaltoken.Verify(key, free.ID, f.SignalToken)
+	if !ok || host != freeHost || attempt != 1 {
+		t.Errorf("signal token verifies as host %s attempt %d: %v", host, attempt, ok)
 	}
 	if r := y.get(free.ID); r.Status != wire.RunPending || r.HostID == nil || *r.HostID != freeHost {
 		t.Errorf("offered run %+v", r)
@@ -318,10 +324,10 @@ func TestBackoffThenReoffer(t *testing.T) {
 	d := y.start(dispatch.Options{Tick: time.Hour})
 	eventually.Wait(t, eventually.Medium, "first offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 	yes := true
-	if _, err := y.s.AckOffer(t.Context(), h.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(y.s).AckOffer(t.Context(), h.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := y.s.RunStateReport(t.Context(), h.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
+	if _, _, err := runs.New(y.s).RunStateReport(t.Context(), h.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateSpawnFailed, Detail: "test"}); err != nil {
 		t.Fatal(err)
 	}
 	got := y.get(r.ID)
@@ -379,7 +385,7 @@ func TestHungRunStopped(t *testing.T) {
 	y.start(dispatch.Options{CLIHangTimeout: hang, HostOfflineAfter: time.Hour, Tick: 20 * time.Millisecond})
 	eventually.Wait(t, eventually.Medium, "the offer", func() bool { return len(sentOf[wire.RunDispatchFrame](y.fleet, h.ID)) == 1 })
 	one := 1
-	if _, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
+	if _, err := runs.New(y.s).IngestSignal(t.Context(), r.ID, h.ID, wire.Signal{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one}); err != nil {
 		t.Fatal(err)
 	}
 	y.advance(hang - time.Second)
@@ -414,7 +420,7 @@ func TestCompletedIdleRunStopped(t *testing.T) {
 	one := 1
 	for _, sig := range []wire.Signal{{Kind: wire.SignalStarted, Source: wire.SourceWrapper, Attempt: &one},
 		{Kind: wire.SignalCompleted, Source: wire.SourceProviderHook, Attempt: &one}} {
-		if res, err := y.s.IngestSignal(t.Context(), r.ID, h.ID, sig); err != nil || res.Result != wire.ResultApplied {
+		if res, err := runs.New(y.s).IngestSignal(t.Context(), r.ID, h.ID, sig); err != nil || res.Result != wire.ResultApplied {
 			t.Fatalf("%s: %+v %v", sig.Kind, res, err)
 		}
 	}
@@ -462,7 +468,7 @@ func TestLatePassJudgesEligibilityFirst(t *testing.T) {
 	y.s.Policy.MaxAttempts = 1
 	full := y.host("full", 1, true, "shell")
 	busy := y.run("shell", &full.ID)
-	if _, err := y.s.ClaimAndOffer(t.Context(), y.fleet.Connected, 10, time.Second); err != nil {
+	if _, err := runs.New(y.s).ClaimAndOffer(t.Context(), y.fleet.Connected, 10, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if got := y.get(busy.ID); got.HostID == nil {
@@ -542,7 +548,7 @@ func TestRefusedOfferNotReofferedWithinAckTimeout(t *testing.T) {
 				return
 			}
 			no := false
-			res, err := y.s.AckOffer(t.Context(), host, wire.RunDispatchAckFrame{RunID: offer.RunID, Attempt: offer.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
+			res, err := runs.New(y.s).AckOffer(t.Context(), host, wire.RunDispatchAckFrame{RunID: offer.RunID, Attempt: offer.Attempt, Accepted: &no, Reason: "at capacity: 4 of 4 runs"})
 			if err != nil {
 				t.Errorf("refuse: %v", err)
 				return

@@ -27,13 +27,13 @@ func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 	}
 	// Every bound counts from this serve's start at the earliest, so an
 	// outage of serve itself is never held against a host or a run.
-	if n, err := d.store.MarkHostsLost(ctx, d.o.HostLostAfter, d.started); err != nil {
+	if n, err := d.runs.MarkHostsLost(ctx, d.o.HostLostAfter, d.started); err != nil {
 		d.logErr(ctx, "mark hosts lost", err)
 	} else if n > 0 {
 		d.o.Logger.Warn("host lost: its runs failed host_lost", "runs", n, "lost_after", d.o.HostLostAfter)
 		changed += n
 	}
-	hung, err := d.store.FailHungRuns(ctx, d.o.CLIHangTimeout, d.o.HostOfflineAfter, d.started)
+	hung, err := d.runs.FailHungRuns(ctx, d.o.CLIHangTimeout, d.o.HostOfflineAfter, d.started)
 	if err != nil {
 		d.logErr(ctx, "fail hung runs", err)
 	}
@@ -48,7 +48,7 @@ func (d *Dispatcher) fleetDuties(ctx context.Context) int {
 		d.logErr(ctx, "flush held progress", err)
 	}
 	if d.o.CompletedStopAfter > 0 {
-		idle, err := d.store.StopCompletedRuns(ctx, d.o.CompletedStopAfter, d.o.HostOfflineAfter, d.started)
+		idle, err := d.runs.StopCompletedRuns(ctx, d.o.CompletedStopAfter, d.o.HostOfflineAfter, d.started)
 		if err != nil {
 			d.logErr(ctx, "stop completed idle runs", err)
 		}

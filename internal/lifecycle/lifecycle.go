@@ -1,9 +1,10 @@
 // Package lifecycle decides how a run moves through its status machine:
 // pure functions from (the run as it is, what happened, now) to a
 // Decision — the guarded status writes to make, in order, and the events
-// that journal each. It reads no database and no clock but the one passed
-// in; package store loads the facts, calls a function here, and applies
-// the decision in one transaction. The whole machine is one table test
+// that journal each (the data of package runwrite). It reads no database
+// and no clock but the one passed in; the caller loads the facts through
+// store, calls a function here, and has store apply the decision, in one
+// transaction. The whole machine is one table test
 // (lifecycle_test.go) that walks every edge.
 //
 // The rules are those of docs/architecture.md, "The run status machine"
@@ -30,9 +31,45 @@ import (
 	"slices"
 	"time"
 
-	"pam/internal/defaults"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
+
+// The data of a decision lives in package runwrite, which store applies
+// without importing the rules here; these names keep it read as
+// lifecycle's.
+type (
+	Write        = runwrite.Write
+	Event        = runwrite.Event
+	Step         = runwrite.Step
+	Decision     = runwrite.Decision
+	Policy       = runwrite.Policy
+	ProgressNote = runwrite.ProgressNote
+	Refusal      = runwrite.Refusal
+	SignalFacts  = runwrite.SignalFacts
+)
+
+// The writes (runwrite.Write).
+const (
+	JournalOnly     = runwrite.JournalOnly
+	Offer           = runwrite.Offer
+	Withdraw        = runwrite.Withdraw
+	ToSpawning      = runwrite.ToSpawning
+	ToRunning       = runwrite.ToRunning
+	ToExited        = runwrite.ToExited
+	ToFailed        = runwrite.ToFailed
+	ToStopped       = runwrite.ToStopped
+	Requeue         = runwrite.Requeue
+	SetAttention    = runwrite.SetAttention
+	SetAgentSession = runwrite.SetAgentSession
+)
+
+// ProgressEvery is runwrite.ProgressEvery: the least time between two
+// run.progress events of a run.
+const ProgressEvery = runwrite.ProgressEvery
+
+// Active reports whether a status is not terminal (runwrite.Active).
+func Active(status string) bool { return runwrite.Active(status) }
 
 // Run is the part of a run a decision reads.
 type Run struct {
@@ -94,181 +131,8 @@ func latest(ts ...time.Time) time.Time {
 	return l
 }
 
-// Active reports whether a status is not terminal.
-func Active(status string) bool {
-	return status == wire.RunPending || status == wire.RunSpawning || status == wire.RunRunning
-}
-
-// Write is the kind of status write a step makes.
-type Write int
-
-// The writes. Each is guarded by the status and attempt of the step's
-// From: the store writes … WHERE status = From AND attempt = Attempt, so a
-// decision made on stale facts changes nothing.
-const (
-	// JournalOnly writes no status; the step only journals.
-	JournalOnly Write = iota
-	// Offer places a pending run on a host (host_id set, offered_at now).
-	Offer
-	// Withdraw takes a pending run's offer back (host_id cleared).
-	Withdraw
-	// ToSpawning: pending → spawning, the offered host accepted.
-	ToSpawning
-	// ToRunning: spawning → running; the attempt's started_at is set and
-	// the work item moves todo → doing.
-	ToRunning
-	// ToExited: → exited with exit code 0; the attempt ends exited.
-	ToExited
-	// ToFailed: → failed with Reason (and ExitCode); the attempt ends failed.
-	ToFailed
-	// ToStopped: → stopped by an operator; the attempt ends stopped.
-	ToStopped
-	// Requeue: failed → pending at attempt + 1, due at NextAttemptAt,
-	// host cleared unless pinned, the attempt's fields cleared.
-	Requeue
-	// SetAttention: a running run's attention from AttentionFrom to
-	// Attention; guarded on the status (running), the attempt and the
-	// attention it was decided from. It changes no status.
-	SetAttention
-	// SetAgentSession: the run's agent_session_id becomes AgentSessionID
-	// (docs/architecture.md#resume-and-continue); guarded on the status
-	// and attempt it was decided from. It changes no status.
-	SetAgentSession
-)
-
-var writeNames = [...]string{"journal", "offer", "withdraw", "spawning", "running", "exited", "failed", "stopped", "requeue", "attention", "agent_session"}
-
-func (w Write) String() string {
-	if int(w) < len(writeNames) {
-		return writeNames[w]
-	}
-	return "write(?)"
-}
-
-// Event is one journal entry of a step. The store adds run_id, attempt
-// and task_id (as the run is after the step's write) to Extra.
-type Event struct {
-	Topic wire.Topic
-	Extra map[string]any
-}
-
-// Step is one guarded write and the events that journal it.
-type Step struct {
-	Write   Write
-	From    string // the status the write is guarded on
-	Attempt int    // the attempt the write is guarded on
-	To      string // the status after the write ("" for JournalOnly)
-
-	Reason        string    // ToFailed: failure_reason
-	ExitCode      *int      // ToFailed, ToExited
-	Source        string    // ToRunning, ToExited, ToFailed, ToStopped: status_source ("" for the orchestrator)
-	HostID        string    // Offer: the host
-	NextAttemptAt time.Time // Requeue: when the new attempt is due (also its pending_since)
-	RaiseMax      bool      // Requeue: raise max_attempts to the new attempt (POST /retry)
-	// Fresh: Requeue forgets the agent's conversation (agent_session_id
-	// cleared), so the new attempt starts afresh (POST /retry {fresh}).
-	Fresh bool
-	// AgentSessionID is SetAgentSession's session id.
-	AgentSessionID string
-	AttentionFrom  string // SetAttention: the attention the write is guarded on
-	Attention      string // SetAttention: the attention after the write
-	// AttentionDetail is SetAttention's attention_detail after the write:
-	// what the run is asked (nil: none is known, or the run waits for
-	// nothing).
-	AttentionDetail *wire.AttentionDetail
-
-	Events []Event
-}
-
-// Decision is what to do about one happening.
-type Decision struct {
-	// Result is the answer to a signal (wire.Result*); "" otherwise.
-	Result string
-	// Steps are made in order, in one transaction.
-	Steps []Step
-	// StopSender: the sending host's incarnation must not run (stale offer).
-	StopSender bool
-	// Processed != "" records that one-shot signal kind as processed for
-	// the run's attempt (so a repeat is a duplicate).
-	Processed string
-	// Refusal records a signal set aside without being processed
-	// (stale_attempt, stale_offer, or ignored after host_lost), so that
-	// its repeats are counted instead of journaled again.
-	Refusal *Refusal
-	// ProgressSeq > 0 records last_progress_seq.
-	ProgressSeq int64
-	// Report != "" marks a worker's run_state report that is only
-	// journaled (orphan_detected, stale_session, or a report about an
-	// attempt or host the run has left): the store journals it once per
-	// (host, run, kind) an hour and counts the repeats in between.
-	Report string
-	// Progress says how the applied progress signal is journaled (nil
-	// for any other decision): at once, or held back for the trailing
-	// flush because one was journaled less than ProgressEvery ago.
-	Progress *ProgressNote
-	// CompleteSource != "" records the completion mark (completed_at,
-	// run.completed, and the work item to done when the project's
-	// auto_done is set — a fact the store reads).
-	CompleteSource string
-}
-
-// Changed reports whether the decision writes a status (so that capacity
-// may have freed or a run may be due).
-func (d Decision) Changed() bool {
-	for _, s := range d.Steps {
-		if s.Write != JournalOnly && s.Write != SetAttention && s.Write != SetAgentSession {
-			return true
-		}
-	}
-	return false
-}
-
-// Final is the run's status after the decision ("" when unchanged).
-func (d Decision) Final() string {
-	final := ""
-	for _, s := range d.Steps {
-		if s.To != "" {
-			final = s.To
-		}
-	}
-	return final
-}
-
-// Topics are the decision's events in journal order.
-func (d Decision) Topics() []wire.Topic {
-	var t []wire.Topic
-	for _, s := range d.Steps {
-		for _, e := range s.Events {
-			t = append(t, e.Topic)
-		}
-	}
-	return t
-}
-
-// Policy is the restart policy (PAM_MAX_ATTEMPTS,
-// PAM_RESTART_INITIAL_DELAY, PAM_RESTART_MAX_DELAY).
-type Policy struct {
-	MaxAttempts         int
-	RestartInitialDelay time.Duration
-	RestartMaxDelay     time.Duration
-}
-
-// WithDefaults fills what is unset.
-func (p Policy) WithDefaults() Policy {
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = defaults.MaxAttempts
-	}
-	if p.RestartInitialDelay <= 0 {
-		p.RestartInitialDelay = defaults.RestartInitialDelay
-	}
-	if p.RestartMaxDelay <= 0 {
-		p.RestartMaxDelay = defaults.RestartMaxDelay
-	}
-	return p
-}
-
-// Backoff is min(initial × 2^(attempt−1), max) for the attempt that failed.
-func (p Policy) Backoff(failedAttempt int) time.Duration {
+// backoff is min(initial × 2^(attempt−1), max) for the attempt that failed.
+func backoff(p Policy, failedAttempt int) time.Duration {
 	p = p.WithDefaults()
 	d := p.RestartInitialDelay
 	for i := 1; i < failedAttempt && d < p.RestartMaxDelay; i++ {
@@ -290,9 +154,9 @@ func fail(r Run, reason string, exitCode *int, source string, p Policy, now time
 		extra["exit_code"] = *exitCode
 	}
 	steps := []Step{leave(r, Step{Write: ToFailed, From: r.Status, Attempt: r.Attempt, To: wire.RunFailed,
-		Reason: reason, ExitCode: exitCode, Source: source, Events: []Event{{wire.TopicRunFailed, extra}}})}
+		Reason: reason, ExitCode: exitCode, Source: source, Events: []Event{{Topic: wire.TopicRunFailed, Extra: extra}}})}
 	if r.Attempt < r.MaxAttempts {
-		steps = append(steps, requeue(r.Attempt, now.Add(p.Backoff(r.Attempt)), false))
+		steps = append(steps, requeue(r.Attempt, now.Add(backoff(p, r.Attempt)), false))
 	}
 	return steps
 }
@@ -310,7 +174,7 @@ func attentionEvent(from, to, source string, extra map[string]any) Event {
 	for k, v := range extra {
 		p[k] = v
 	}
-	return Event{wire.TopicRunAttention, p}
+	return Event{Topic: wire.TopicRunAttention, Extra: p}
 }
 
 // leave completes a step that may take r out of running: a run that is
@@ -423,14 +287,14 @@ func Screen(r Run, host string, attempt int, attention string, detail *wire.Atte
 // requeue is failed → pending at attempt+1, due at next.
 func requeue(attempt int, next time.Time, raiseMax bool) Step {
 	return Step{Write: Requeue, From: wire.RunFailed, Attempt: attempt, To: wire.RunPending, NextAttemptAt: next, RaiseMax: raiseMax,
-		Events: []Event{{wire.TopicRunRequeued, map[string]any{"attempt": attempt + 1, "next_attempt_at": next.UTC(), "previous_attempt": attempt}}}}
+		Events: []Event{{Topic: wire.TopicRunRequeued, Extra: map[string]any{"attempt": attempt + 1, "next_attempt_at": next.UTC(), "previous_attempt": attempt}}}}
 }
 
 // spawning is pending → spawning: the offered host accepted, or a later
 // signal from it proves it did.
 func spawning(r Run) Step {
 	return Step{Write: ToSpawning, From: wire.RunPending, Attempt: r.Attempt, To: wire.RunSpawning,
-		Events: []Event{{wire.TopicRunSpawning, map[string]any{"host_id": r.HostID}}}}
+		Events: []Event{{Topic: wire.TopicRunSpawning, Extra: map[string]any{"host_id": r.HostID}}}}
 }
 
 // fromLive is the status a live-run failure or finish is decided from: a
@@ -446,7 +310,7 @@ func fromLive(r Run) (Run, []Step) {
 }
 
 func journal(topic wire.Topic, extra map[string]any) Step {
-	return Step{Write: JournalOnly, Events: []Event{{topic, extra}}}
+	return Step{Write: JournalOnly, Events: []Event{{Topic: topic, Extra: extra}}}
 }
 
 // Created is the admission of a new run: (new) → pending.
@@ -466,7 +330,7 @@ func ContinuationCreated(provider, sessionName, targetHostID, continues string) 
 // Offered is a pending run offered to host (on every offer).
 func Offered(r Run, host string) Decision {
 	return Decision{Steps: []Step{{Write: Offer, From: wire.RunPending, Attempt: r.Attempt, HostID: host,
-		Events: []Event{{wire.TopicRunDispatched, map[string]any{"host_id": host}}}}}}
+		Events: []Event{{Topic: wire.TopicRunDispatched, Extra: map[string]any{"host_id": host}}}}}}
 }
 
 // Stop is POST /runs/{id}/stop: a manual stop of a run that is not
@@ -476,7 +340,7 @@ func Stop(r Run, force bool) (Decision, error) {
 		return Decision{}, illegal(r, "stop")
 	}
 	return Decision{Steps: []Step{leave(r, Step{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped, Source: wire.SourceManual,
-		Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}}}})}}, nil
+		Events: []Event{{Topic: wire.TopicRunStopped, Extra: map[string]any{"source": wire.SourceManual, "force": force, "from": r.Status}}}})}}, nil
 }
 
 // Retry is POST /runs/{id}/retry: a run that stayed failed goes back to
@@ -579,7 +443,7 @@ func Ack(r Run, host string, attempt int, accepted bool, reason string, offered 
 
 func withdraw(r Run, reason string) Decision {
 	return Decision{Steps: []Step{{Write: Withdraw, From: wire.RunPending, Attempt: r.Attempt,
-		Events: []Event{{wire.TopicRunDispatchWithdrawn, map[string]any{"host_id": r.HostID, "reason": reason}}}}}}
+		Events: []Event{{Topic: wire.TopicRunDispatchWithdrawn, Extra: map[string]any{"host_id": r.HostID, "reason": reason}}}}}}
 }
 
 // Timer is a central timeout that fired for a run.
@@ -698,7 +562,7 @@ func Quiet(r Run, pane Pane, t PaneTimers, p Policy, now time.Time) Decision {
 			return Decision{}
 		}
 		return Decision{Steps: []Step{leave(r, Step{Write: ToStopped, From: r.Status, Attempt: r.Attempt, To: wire.RunStopped,
-			Events: []Event{{wire.TopicRunStopped, map[string]any{"source": wire.StopCompletedIdle, "force": false, "from": r.Status,
+			Events: []Event{{Topic: wire.TopicRunStopped, Extra: map[string]any{"source": wire.StopCompletedIdle, "force": false, "from": r.Status,
 				"idle_since": since.UTC()}}}})}}
 	case Waiting(r):
 		return Decision{}
@@ -723,57 +587,6 @@ type Signal struct {
 	Seq     *int64
 	Payload json.RawMessage
 	Sender  string // the host that sent it (by worker token or signal token)
-}
-
-// SignalFacts are what the store reads for a signal besides the run.
-type SignalFacts struct {
-	// Processed: this one-shot kind was already applied for the attempt.
-	Processed bool
-	// LastProgressSeq is the run's last applied progress seq.
-	LastProgressSeq int64
-	// Refused lists the results (stale_attempt, stale_offer, ignored) a
-	// signal of this kind at this attempt was already set aside with, and
-	// journaled for: a repeat is not journaled again.
-	Refused []string
-	// Screen is the question the server last read on the run's screen
-	// for the signal's attempt and sender (nil: none): a needs_input
-	// signal carries it as its detail.
-	Screen *wire.AttentionDetail
-	// ProgressJournaledAt is when the run's last run.progress was
-	// journaled (zero: never), and ProgressCoalesced how many progress
-	// signals were applied since without a run.progress of their own.
-	ProgressJournaledAt time.Time
-	ProgressCoalesced   int
-}
-
-// ProgressEvery is the least time between two run.progress events of a
-// run: the progress signals in between are applied (their seq recorded)
-// and counted, and the newest of them is journaled by the next one or
-// by the trailing flush (docs/architecture.md#bounded-journal).
-const ProgressEvery = time.Second
-
-// ProgressNote is how an applied progress signal is journaled.
-type ProgressNote struct {
-	// Journaled: the decision's run.progress event is written now, with
-	// the count of the signals it stands for (coalesced); the run's
-	// progress window starts again.
-	Journaled bool
-	// Held is the event's payload when it is not journaled now: kept
-	// on the run (the newest only) for the trailing flush.
-	Held map[string]any
-}
-
-// Refusal is a signal of a run that the ingest set aside without
-// processing it: an old attempt's (stale_attempt), a withdrawn offer's
-// (stale_offer), or one that came after its attempt ended host_lost
-// (ignored). Nothing marks such a signal processed, so an old token could
-// send them without end; the first of each (run, attempt, kind, result)
-// is journaled and the rest are only counted, so the journal stays
-// bounded (docs/architecture.md#signal-ingest).
-type Refusal struct {
-	Attempt int // the signal's attempt
-	Kind    string
-	Result  string
 }
 
 // IngestSignal decides a signal in the order the ingest guarantees: the
@@ -847,7 +660,7 @@ func agentSession(r Run, session string) Step {
 		from = r.AgentSessionID
 	}
 	return Step{Write: SetAgentSession, From: r.Status, Attempt: r.Attempt, AgentSessionID: session,
-		Events: []Event{{wire.TopicRunAgentSession, map[string]any{"agent_session_id": session, "from": from}}}}
+		Events: []Event{{Topic: wire.TopicRunAgentSession, Extra: map[string]any{"agent_session_id": session, "from": from}}}}
 }
 
 // ingestKind is IngestSignal of a signal that passed the epoch, sender and
@@ -927,7 +740,7 @@ func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Ti
 		}
 		r, steps = fromLive(r) // started overtook the ack
 		steps = append(steps, Step{Write: ToRunning, From: r.Status, Attempt: r.Attempt, To: wire.RunRunning, Source: sig.Source,
-			Events: []Event{{wire.TopicRunStarted, map[string]any{"provider": r.Provider, "session_name": r.SessionName, "source": sig.Source}}}})
+			Events: []Event{{Topic: wire.TopicRunStarted, Extra: map[string]any{"provider": r.Provider, "session_name": r.SessionName, "source": sig.Source}}}})
 	case wire.SignalFinished:
 		code, err := ExitCode(sig.Payload)
 		if err != nil {
@@ -940,7 +753,7 @@ func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Ti
 		} else {
 			zero := 0
 			steps = append(steps, leave(r, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
-				Events: []Event{{wire.TopicRunExited, map[string]any{"exit_code": 0}}}}))
+				Events: []Event{{Topic: wire.TopicRunExited, Extra: map[string]any{"exit_code": 0}}}}))
 		}
 	case wire.SignalFailed:
 		reason := wire.FailProviderFailed

@@ -43,7 +43,7 @@ func (s *Server) agentRoutes() {
 func (s *Server) agentAuth(h agentHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runID := r.PathValue("id")
-		hostID, attempt, err := s.store.VerifySignalToken(r.Context(), runID, bearer(r))
+		hostID, attempt, err := s.verifySignalToken(r.Context(), runID, bearer(r))
 		if err != nil {
 			if !wire.HasCode(err, wire.CodeUnauthorized) && s.lookupFailed(r, err) {
 				writeError(w, store.ErrUnavailable)
@@ -77,6 +77,10 @@ func (s *Server) agentListItems(w http.ResponseWriter, r *http.Request, sc store
 			return
 		}
 	}
+	if err := wire.ValidateItemFilter(q.Get("status"), "", ""); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	items, err := s.store.AgentWorkItems(r.Context(), sc, q.Get("status"))
 	if err != nil {
 		s.fail(w, r, err)
@@ -100,6 +104,10 @@ func (s *Server) agentCreateItem(w http.ResponseWriter, r *http.Request, sc stor
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	item, err := s.store.AgentCreateWorkItem(r.Context(), sc, in)
 	if err != nil {
 		s.fail(w, r, err)
@@ -114,6 +122,10 @@ func (s *Server) agentUpdateItem(w http.ResponseWriter, r *http.Request, sc stor
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	item, err := s.store.AgentUpdateWorkItem(r.Context(), sc, r.PathValue("item"), in)
 	if err != nil {
 		s.fail(w, r, err)
@@ -125,6 +137,10 @@ func (s *Server) agentUpdateItem(w http.ResponseWriter, r *http.Request, sc stor
 func (s *Server) agentProgress(w http.ResponseWriter, r *http.Request, sc store.AgentScope) {
 	var in wire.AgentProgress
 	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := in.Validate(); err != nil {
 		s.fail(w, r, err)
 		return
 	}

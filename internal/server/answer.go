@@ -94,7 +94,7 @@ func (s *Server) answered(ctx context.Context, run wire.Run, observed bool, sour
 	case from == wire.AttentionNone, from != wire.AttentionIdle && !observed:
 		return
 	}
-	if _, _, err := s.store.ClearAnswered(ctx, run.ID, run.Attempt, from, questionOf(run), source); err != nil && ctx.Err() == nil {
+	if _, _, err := s.runs.ClearAnswered(ctx, run.ID, run.Attempt, from, questionOf(run), source); err != nil && ctx.Err() == nil {
 		s.log.Warn("clear attention after an answer", "run_id", run.ID, "source", source, "err", err)
 	}
 }

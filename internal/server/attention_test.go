@@ -12,6 +12,7 @@ import (
 	"github.com/coder/websocket"
 
 	"pam/internal/eventually"
+	"pam/internal/runs"
 	"pam/internal/wire"
 	"pam/internal/wire/wiretest"
 )
@@ -554,7 +555,7 @@ func TestAnswerClearsOnlyWhatLanded(t *testing.T) {
 	// uplink orders a report after the changes before it.)
 	ctx := t.Context()
 	e.srv.FlushOutputs(ctx, r.ID)
-	if _, _, err := e.store.SetAttention(ctx, r.ID, r.Attempt, wire.AttentionRateLimited, wire.AttentionSourceScreen); err != nil {
+	if _, _, err := runs.New(e.store).SetAttention(ctx, r.ID, r.Attempt, wire.AttentionRateLimited, wire.AttentionSourceScreen); err != nil {
 		t.Fatal(err)
 	}
 	if kr := e.answerKeys(w, d, r.ID, ""); kr.Delivery != wire.DeliveryUnconfirmed {

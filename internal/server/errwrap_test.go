@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/runs"
 	"pam/internal/wire"
 )
 
@@ -31,7 +32,7 @@ func TestWrappedRefusalsAnswerWithTheirCode(t *testing.T) {
 		{
 			name: "a run that does not exist",
 			store: func() error {
-				_, _, err := e.store.StopRun(ctx, "00000000-0000-4000-8000-000000000000", false)
+				_, _, err := runs.New(e.store).StopRun(ctx, "00000000-0000-4000-8000-000000000000", false)
 				return err
 			},
 			method: "POST", path: "/api/v1/runs/00000000-0000-4000-8000-000000000000/stop", body: map[string]any{},

@@ -42,6 +42,10 @@ func (s *Server) createHost(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	out, err := s.store.CreateHost(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)
@@ -97,6 +101,10 @@ func (s *Server) enableHost(w http.ResponseWriter, r *http.Request) {
 func (s *Server) updateHost(w http.ResponseWriter, r *http.Request) {
 	var in wire.UpdateHost
 	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := in.Validate(); err != nil {
 		s.fail(w, r, err)
 		return
 	}

@@ -79,7 +79,21 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	out, err := s.store.Register(r.Context(), hostOf(r), in, s.hostOfflineAfter())
+	host := hostOf(r)
+	if in.HostName != host.Name {
+		s.fail(w, r, wire.Errorf(wire.CodeUnauthorized, "this worker token belongs to another host"))
+		return
+	}
+	if in.Protocol != wire.UplinkProtocol {
+		s.fail(w, r, wire.Errorf(wire.CodeProtocolMismatch,
+			"this server speaks uplink protocol %d, the worker %d", wire.UplinkProtocol, in.Protocol).With("protocols", []int{wire.UplinkProtocol}))
+		return
+	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	out, err := s.store.Register(r.Context(), host, in, s.hostOfflineAfter())
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -121,7 +135,7 @@ func (s *Server) postSignal(w http.ResponseWriter, r *http.Request) {
 	host, err := s.workerFrom(r)
 	if errors.Is(err, errNoCredential) {
 		var h string
-		h, tokenAttempt, err = s.store.VerifySignalToken(r.Context(), runID, bearer(r))
+		h, tokenAttempt, err = s.verifySignalToken(r.Context(), runID, bearer(r))
 		if wire.HasCode(err, wire.CodeUnauthorized) {
 			err = errNoCredential
 		}

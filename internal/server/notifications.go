@@ -51,6 +51,10 @@ func (s *Server) createChannel(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	var b [32]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		s.fail(w, r, err)
@@ -129,7 +133,7 @@ func (s *Server) useAnswer(w http.ResponseWriter, r *http.Request) {
 	delivery := wire.DeliveryUnconfirmed
 	if observed {
 		delivery = wire.DeliveryObserved
-		if _, _, err := s.store.ClearAnsweredBy(r.Context(), run.ID, run.Attempt, wire.AttentionNeedsInput, questionOf(run), wire.AttentionSourceAnswer, a.Channel); err != nil {
+		if _, _, err := s.runs.ClearAnsweredBy(r.Context(), run.ID, run.Attempt, wire.AttentionNeedsInput, questionOf(run), wire.AttentionSourceAnswer, a.Channel); err != nil {
 			s.log.Warn("clear attention after an answer link", "run_id", run.ID, "err", err)
 		}
 	}

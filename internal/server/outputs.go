@@ -135,7 +135,7 @@ func (o *outputs) write(ctx context.Context, batch map[string]outputNote) {
 	}
 	for id, attempt := range waiting {
 		if n := batch[id]; n.changed && n.attempt == attempt && !o.s.answers.busy(id) {
-			_, _, err := o.s.store.ChangeAttention(ctx, id, func(r lifecycle.Run) lifecycle.Decision {
+			_, _, err := o.s.runs.ChangeAttention(ctx, id, func(r lifecycle.Run) lifecycle.Decision {
 				return lifecycle.ChangeAttention(r, attempt, lifecycle.Change{To: wire.AttentionNone, Source: wire.AttentionSourcePane, Over: []string{wire.AttentionIdle}})
 			})
 			if err != nil {

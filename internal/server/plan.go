@@ -39,6 +39,10 @@ func (s *Server) createProject(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	p, err := s.store.CreateProject(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)
@@ -59,6 +63,10 @@ func (s *Server) getProject(w http.ResponseWriter, r *http.Request) {
 func (s *Server) updateProject(w http.ResponseWriter, r *http.Request) {
 	var in wire.UpdateProject
 	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := in.Validate(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -92,6 +100,10 @@ func (s *Server) unarchiveProject(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) listWorkItems(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if err := wire.ValidateItemFilter(q.Get("status"), q.Get("kind"), q.Get("parent_id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	items, err := s.store.ListWorkItems(r.Context(), r.PathValue("ref"), store.ItemFilter{
 		Status: q.Get("status"), Kind: q.Get("kind"), ParentID: q.Get("parent_id"),
 	})
@@ -105,6 +117,10 @@ func (s *Server) listWorkItems(w http.ResponseWriter, r *http.Request) {
 func (s *Server) createWorkItem(w http.ResponseWriter, r *http.Request) {
 	var in wire.CreateWorkItem
 	if err := decodeJSON(w, r, &in); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := in.Validate(); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -163,6 +179,9 @@ func (s *Server) getWorkItem(w http.ResponseWriter, r *http.Request) {
 func (s *Server) updateWorkItem(w http.ResponseWriter, r *http.Request) {
 	var in wire.UpdateWorkItem
 	err := decodeJSON(w, r, &in)
+	if err == nil {
+		err = in.Validate()
+	}
 	var item wire.WorkItem
 	if err == nil {
 		item, err = s.store.UpdateWorkItem(r.Context(), r.PathValue("id"), in)

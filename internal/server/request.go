@@ -10,6 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"pam/internal/store"
 	"pam/internal/wire"
 )
 
@@ -261,4 +262,26 @@ func join(at, name string) string {
 		return name
 	}
 	return at + "." + name
+}
+
+// checkRunFilter checks the filter of GET /runs: a run status, UUIDs, an
+// attention (or any), a limit of 1 to 1000 (0: the default).
+func checkRunFilter(f store.RunFilter) error {
+	switch f.Status {
+	case "", wire.RunPending, wire.RunSpawning, wire.RunRunning, wire.RunExited, wire.RunFailed, wire.RunStopped:
+	default:
+		return wire.Invalid("status", "status must be one of pending, spawning, running, exited, failed, stopped")
+	}
+	for _, p := range []struct{ field, v string }{{"project_id", f.ProjectID}, {"task_id", f.TaskID}, {"host_id", f.HostID}, {"before", f.Before}} {
+		if p.v != "" && !wire.ValidUUID(p.v) {
+			return wire.Invalid(p.field, "%s must be a UUID", p.field)
+		}
+	}
+	if f.Attention != "" && f.Attention != store.AttentionAny && !wire.ValidAttention(f.Attention) {
+		return wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
+	}
+	if f.Limit != 0 && (f.Limit < 1 || f.Limit > 1000) {
+		return wire.Invalid("limit", "limit must be between 1 and 1000")
+	}
+	return nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"pam/internal/provider"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -21,7 +22,19 @@ func (s *Server) createRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.store.CreateRun(r.Context(), in)
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// A prompt is never an option of the CLI; the host's own catalog is
+	// checked again by the wrapper before exec.
+	if in.Prompt != nil {
+		if err := provider.CheckBuiltinPrompt(in.Provider, *in.Prompt, in.Args); err != nil {
+			s.fail(w, r, wire.Invalid("prompt", "provider %s: %v", in.Provider, err))
+			return
+		}
+	}
+	run, err := s.runs.CreateRun(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -44,6 +57,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if f.IDPrefix, err = idPrefix(r); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if err := checkRunFilter(f); err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -90,7 +107,7 @@ func (s *Server) stopRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, host, err := s.store.StopRun(r.Context(), r.PathValue("id"), in.Force)
+	run, host, err := s.runs.StopRun(r.Context(), r.PathValue("id"), in.Force)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -114,7 +131,7 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.store.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
+	run, err := s.runs.RetryRun(r.Context(), r.PathValue("id"), in.Fresh)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -127,7 +144,8 @@ func (s *Server) retryRun(w http.ResponseWriter, r *http.Request) {
 // ended run's conversation in its worktree on its host
 // (docs/architecture.md#resume-and-continue).
 func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
-	if _, err := s.store.GetRun(r.Context(), r.PathValue("id")); err != nil {
+	old, err := s.store.GetRun(r.Context(), r.PathValue("id"))
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
@@ -136,7 +154,26 @@ func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	run, err := s.store.ContinueRun(r.Context(), r.PathValue("id"), in)
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	// The text is the resumed CLI's message, and the prompt of a fresh
+	// start: never an option of the CLI. A run's provider and args never
+	// change, so the run read above is the one continued.
+	prov := old.Provider
+	if in.Provider != nil {
+		prov = *in.Provider
+	}
+	text := ""
+	if in.Text != nil {
+		text = *in.Text
+	}
+	if err := provider.CheckBuiltinPrompt(prov, text, old.Args); err != nil {
+		s.fail(w, r, wire.Invalid("text", "provider %s: %v", prov, err))
+		return
+	}
+	run, err := s.runs.ContinueRun(r.Context(), r.PathValue("id"), in)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -146,7 +183,7 @@ func (s *Server) continueRun(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) completeRun(w http.ResponseWriter, r *http.Request) {
-	run, err := s.store.CompleteRun(r.Context(), r.PathValue("id"))
+	run, err := s.runs.CompleteRun(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -28,7 +28,7 @@ func (u *uplinkSession) screen(ctx context.Context, f wire.ScreenFrame) {
 		return
 	}
 	current := false
-	_, _, err := u.s.store.ChangeAttention(ctx, f.RunID, func(r lifecycle.Run) lifecycle.Decision {
+	_, _, err := u.s.runs.ChangeAttention(ctx, f.RunID, func(r lifecycle.Run) lifecycle.Decision {
 		current = r.HostID == u.host.ID && r.Attempt == attempt
 		return lifecycle.Screen(r, u.host.ID, attempt, f.Attention, detail)
 	})
@@ -62,7 +62,7 @@ func (u *uplinkSession) answeredByLink(ctx context.Context, f wire.ScreenFrame, 
 	if !ok || l.attempt != attempt {
 		return false
 	}
-	r, changed, err := u.s.store.ClearAnsweredBy(ctx, f.RunID, attempt, wire.AttentionNeedsInput, l.question, wire.AttentionSourceAnswer, l.channel)
+	r, changed, err := u.s.runs.ClearAnsweredBy(ctx, f.RunID, attempt, wire.AttentionNeedsInput, l.question, wire.AttentionSourceAnswer, l.channel)
 	if err != nil || !changed || r.HostID == nil || *r.HostID != u.host.ID {
 		return false
 	}
@@ -85,7 +85,7 @@ func (s *Server) askKeptScreen(runID, hostID string, attempt int) {
 	s.bg.goFunc(func() {
 		ctx, cancel := context.WithTimeout(s.streamCtx, 10*time.Second)
 		defer cancel()
-		_, _, err := s.store.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
+		_, _, err := s.runs.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
 			// The newest reading: a later screen frame may have come.
 			now, ok := s.opts.Fleet.Screen(runID)
 			if !ok || now.HostID != hostID || now.Attempt != attempt {

@@ -23,6 +23,7 @@ import (
 
 	"pam/internal/defaults"
 	"pam/internal/fleet"
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/webui"
 	"pam/internal/wire"
@@ -89,6 +90,7 @@ type Options struct {
 type Server struct {
 	opts      Options
 	store     *store.Store
+	runs      *runs.Service // the run decisions, over store
 	log       *slog.Logger
 	mux       *routeMux
 	registry  *prometheus.Registry
@@ -140,10 +142,10 @@ func New(o Options) *Server {
 	if o.Clock == nil {
 		o.Clock = time.Now
 	}
-	s := &Server{opts: o, store: o.Store, log: o.Logger, mux: newRouteMux(), agentCalls: newCallWindow()}
+	s := &Server{opts: o, store: o.Store, runs: runs.New(o.Store), log: o.Logger, mux: newRouteMux(), agentCalls: newCallWindow()}
 	s.streamCtx, s.stopAll = context.WithCancel(context.Background())
 	s.registry, s.metrics = newMetrics(s)
-	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
+	s.signals = o.Store.NewSignalBatcher(store.BatcherOptions{Decide: s.runs.DecideSignal, Lanes: o.SignalLanes, OnBatch: func(n int, together bool) {
 		s.metrics.signalBatch.Observe(float64(n))
 		if !together {
 			s.metrics.signalSplits.Inc()

@@ -37,6 +37,10 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	if err := in.Validate(); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	out, err := s.store.CreateToken(r.Context(), in)
 	if err != nil {
 		s.fail(w, r, err)

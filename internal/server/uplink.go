@@ -321,7 +321,7 @@ func (u *uplinkSession) heartbeat(ctx context.Context, f wire.HeartbeatFrame) {
 // dispatchAck is the worker taking (or declining) a run offered to it;
 // a sender the run has left meanwhile is told to stop it.
 func (u *uplinkSession) dispatchAck(ctx context.Context, f wire.RunDispatchAckFrame) {
-	res, err := u.s.store.AckOffer(ctx, u.host.ID, f)
+	res, err := u.s.runs.AckOffer(ctx, u.host.ID, f)
 	if err != nil {
 		u.refuse(f, err)
 		return
@@ -420,7 +420,7 @@ func (u *uplinkSession) workspacePushed(ctx context.Context, f wire.WorkspacePus
 // reported before this (idle) is written first.
 func (u *uplinkSession) runState(ctx context.Context, f wire.RunStateFrame) {
 	u.s.outputs.flushRun(ctx, f.RunID)
-	_, changed, err := u.s.store.RunStateReport(ctx, u.host.ID, f)
+	_, changed, err := u.s.runs.RunStateReport(ctx, u.host.ID, f)
 	if err != nil {
 		u.refuse(f, err)
 		return

@@ -3,11 +3,9 @@ package store
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -90,6 +88,7 @@ func (s *Store) AgentWorkItem(ctx context.Context, sc AgentScope, id string) (wi
 // the run's item unless in.Kind says otherwise, under the parent of the
 // run's item unless in.ParentID says otherwise (null: the top level). The
 // nesting rules are CreateWorkItem's; work_item.created names the run.
+// The caller has checked in (wire.AgentCreateWorkItem.Validate).
 func (s *Store) AgentCreateWorkItem(ctx context.Context, sc AgentScope, in wire.AgentCreateWorkItem) (wire.WorkItem, error) {
 	c := wire.CreateWorkItem{Title: in.Title, Body: in.Body, Kind: sc.Item.Kind}
 	if in.Kind != nil {
@@ -100,9 +99,6 @@ func (s *Store) AgentCreateWorkItem(ctx context.Context, sc AgentScope, in wire.
 		c.ParentID = sc.Item.ParentID
 	case in.ParentID.Value != nil:
 		id := *in.ParentID.Value
-		if !wire.ValidUUID(id) {
-			return wire.WorkItem{}, wire.Invalid("parent_id", "parent_id must be a work item id, or null for the project's top level")
-		}
 		if _, err := s.AgentWorkItem(ctx, sc, id); wire.HasCode(err, wire.CodeNotFound) {
 			return wire.WorkItem{}, wire.Invalid("parent_id", "no work item %s in this run's project", id)
 		} else if err != nil {
@@ -130,16 +126,8 @@ func (s *Store) AgentUpdateWorkItem(ctx context.Context, sc AgentScope, id strin
 
 // AgentProgress journals run.progress with the agent's text (source
 // "mcp"), naming the run, while the run is still the live incarnation of
-// the scope.
+// the scope. The caller has checked the text (wire.AgentProgress.Validate).
 func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) error {
-	switch {
-	case strings.TrimSpace(text) == "":
-		return wire.Invalid("text", "text must not be empty")
-	case len(text) > wire.MaxProgressText:
-		return wire.Invalid("text", "text must be at most %d bytes", wire.MaxProgressText)
-	case !utf8.ValidString(text) || strings.ContainsRune(text, 0):
-		return wire.Invalid("text", "text must be valid UTF-8 without U+0000")
-	}
 	err := s.InTx(ctx, func(tx *Tx) error {
 		r, err := runByID(ctx, tx, sc.RunID, false)
 		if err != nil {
@@ -159,7 +147,7 @@ func (s *Store) AgentProgress(ctx context.Context, sc AgentScope, text string) e
 		}
 		now := s.now()
 		extra := map[string]any{"source": "mcp", "text": text}
-		if last != nil && now.Sub(*last) < lifecycle.ProgressEvery {
+		if last != nil && now.Sub(*last) < runwrite.ProgressEvery {
 			held, err := heldProgress(r, map[string]any{"source": "mcp", "text": text, heldActor: sc.Actor()})
 			if err != nil {
 				return err

@@ -9,12 +9,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
 // Policy is the restart policy the store's decisions apply.
-type Policy = lifecycle.Policy
+type Policy = runwrite.Policy
 
 // errGuardLost means a guarded status write found the run no longer in
 // the status it was decided from: someone else moved it first.
@@ -52,7 +52,7 @@ func (s *Store) now() time.Time {
 // run as it ends up. The caller holds r's row lock. The writes whose
 // results are not read wait for the next statement when tx pipelines
 // (pipeline.go).
-func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decision) (wire.Run, error) {
+func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d runwrite.Decision) (wire.Run, error) {
 	if d.Processed != "" {
 		if err := tx.execLater(ctx, `INSERT INTO processed_signals (run_id, attempt, kind) VALUES ($1, $2, $3)`, r.ID, r.Attempt, d.Processed); err != nil {
 			return r, fmt.Errorf("record signal %s of run %s: %w", d.Processed, r.ID, err)
@@ -83,7 +83,7 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 		if err := tx.Journal(ctx, events...); err != nil {
 			return r, err
 		}
-		if st.Write == lifecycle.ToRunning {
+		if st.Write == runwrite.ToRunning {
 			if err := moveItem(ctx, tx, r.TaskID, "doing", "todo"); err != nil {
 				return r, err
 			}
@@ -104,7 +104,7 @@ func (s *Store) apply(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decis
 // it was journaled: a run.progress written now starts the run's progress
 // window again; one held back is counted and kept (the newest only) for
 // the trailing flush (FlushProgress).
-func (s *Store) recordProgress(ctx context.Context, tx *Tx, r wire.Run, d lifecycle.Decision) error {
+func (s *Store) recordProgress(ctx context.Context, tx *Tx, r wire.Run, d runwrite.Decision) error {
 	var err error
 	switch {
 	case d.Progress != nil && !d.Progress.Journaled:
@@ -140,35 +140,35 @@ func heldProgress(r wire.Run, extra map[string]any) (string, error) {
 
 // write makes one step's guarded status write and what goes with it in
 // run_attempts. A write whose guard no longer holds is errGuardLost.
-func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run, error) {
+func write(ctx context.Context, tx *Tx, r wire.Run, st runwrite.Step) (wire.Run, error) {
 	var row pgx.Row
 	switch st.Write {
-	case lifecycle.JournalOnly:
+	case runwrite.JournalOnly:
 		return r, nil
-	case lifecycle.Offer:
+	case runwrite.Offer:
 		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = $3, offered_at = $4, updated_at = now()
 			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.HostID, tx.Now())
-	case lifecycle.Withdraw:
+	case runwrite.Withdraw:
 		row = tx.QueryRow(ctx, `UPDATE runs SET host_id = NULL, offered_at = NULL, updated_at = now()
 			WHERE id = $1 AND status = 'pending' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt)
-	case lifecycle.ToSpawning:
+	case runwrite.ToSpawning:
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'spawning', spawning_at = $3, updated_at = now()
 			WHERE id = $1 AND status = 'pending' AND attempt = $2 AND host_id IS NOT NULL RETURNING `+runColumns, r.ID, st.Attempt, tx.Now())
-	case lifecycle.ToRunning:
+	case runwrite.ToRunning:
 		// The start is the run's first input
 		// (docs/architecture.md#working-waiting-hung), made when the host
 		// spawned the CLI: a completion the CLI's hook posted that
 		// overtook this started signal came after it, not before.
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'running', started_at = $5, last_input_at = coalesce(spawning_at, $5), status_source = $4, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, nullStr(st.Source), tx.Now())
-	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
+	case runwrite.ToExited, runwrite.ToFailed, runwrite.ToStopped:
 		// A run that is not running waits for nobody: its attention goes
 		// with the status (the decision journals it).
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = $4, failure_reason = $5, exit_code = $6, finished_at = $8,
 			status_source = $7, attention = 'none', attention_since = NULL, attention_detail = NULL, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns,
 			r.ID, st.From, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode, nullStr(st.Source), tx.Now())
-	case lifecycle.Requeue:
+	case runwrite.Requeue:
 		// A fresh retry forgets the agent's conversation: the new attempt
 		// starts afresh, and so does any after it.
 		row = tx.QueryRow(ctx, `UPDATE runs SET status = 'pending', attempt = attempt + 1,
@@ -178,10 +178,10 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 			offered_at = NULL, spawning_at = NULL, started_at = NULL, finished_at = NULL, status_source = NULL,
 			agent_session_id = CASE WHEN $5 THEN NULL ELSE agent_session_id END, updated_at = now()
 			WHERE id = $1 AND status = 'failed' AND attempt = $2 RETURNING `+runColumns, r.ID, st.Attempt, st.NextAttemptAt, st.RaiseMax, st.Fresh)
-	case lifecycle.SetAgentSession:
+	case runwrite.SetAgentSession:
 		row = tx.QueryRow(ctx, `UPDATE runs SET agent_session_id = $4, updated_at = now()
 			WHERE id = $1 AND status = $2 AND attempt = $3 RETURNING `+runColumns, r.ID, st.From, st.Attempt, st.AgentSessionID)
-	case lifecycle.SetAttention:
+	case runwrite.SetAttention:
 		// attention_since moves only when the attention changes: a
 		// new detail of the same question keeps it.
 		row = tx.QueryRow(ctx, `UPDATE runs SET attention = $4,
@@ -200,16 +200,16 @@ func write(ctx context.Context, tx *Tx, r wire.Run, st lifecycle.Step) (wire.Run
 		return r, err
 	}
 	switch st.Write {
-	case lifecycle.Offer:
+	case runwrite.Offer:
 		if _, err := tx.Exec(ctx, `INSERT INTO run_offers (run_id, attempt, host_id) VALUES ($1, $2, $3)
 			ON CONFLICT (run_id, attempt, host_id) DO UPDATE SET offered_at = $4, refused_at = NULL`, r.ID, st.Attempt, st.HostID, tx.Now()); err != nil {
 			return out, err
 		}
 		_, err = tx.Exec(ctx, `INSERT INTO run_attempts (run_id, attempt, host_id, offered_at) VALUES ($1, $2, $3, $4)
 			ON CONFLICT (run_id, attempt) DO UPDATE SET host_id = $3, offered_at = $4`, r.ID, st.Attempt, st.HostID, tx.Now())
-	case lifecycle.ToRunning:
+	case runwrite.ToRunning:
 		_, err = tx.Exec(ctx, `UPDATE run_attempts SET started_at = $3 WHERE run_id = $1 AND attempt = $2`, r.ID, st.Attempt, tx.Now())
-	case lifecycle.ToExited, lifecycle.ToFailed, lifecycle.ToStopped:
+	case runwrite.ToExited, runwrite.ToFailed, runwrite.ToStopped:
 		err = endAttempt(ctx, tx, r.ID, st.Attempt, st.To, nullStr(st.Reason), st.ExitCode)
 	}
 	return out, err

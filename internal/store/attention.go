@@ -4,63 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
-
-// SetAttention changes a run's attention to `to` as reported by source
-// about attempt (docs/architecture.md#attention). lifecycle.Attention
-// decides under the run's row lock — only a running run at that attempt
-// changes, and idle never replaces needs_input — and the guarded write
-// and its run.attention event commit together. It returns the run as it
-// is afterwards and whether its attention changed.
-func (s *Store) SetAttention(ctx context.Context, runID string, attempt int, to, source string) (wire.Run, bool, error) {
-	out, changed, err := s.ChangeAttention(ctx, runID, func(r lifecycle.Run) lifecycle.Decision {
-		return lifecycle.Attention(r, attempt, to, source)
-	})
-	if err != nil {
-		return out, false, fmt.Errorf("set attention of run %s to %s: %w", runID, to, err)
-	}
-	return out, changed, nil
-}
-
-// ChangeAttention applies an attention decision (lifecycle.ChangeAttention,
-// lifecycle.Screen) made by decide under the run's row lock: the guarded
-// write and its run.attention event, if any, commit together. It returns
-// the run as it is afterwards and whether the decision wrote anything
-// (the attention or its detail).
-func (s *Store) ChangeAttention(ctx context.Context, runID string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
-	return s.changeAttentionBy(ctx, runID, "", decide)
-}
-
-// changeAttentionBy is ChangeAttention whose events name actor ("" for none).
-func (s *Store) changeAttentionBy(ctx context.Context, runID, actor string, decide func(lifecycle.Run) lifecycle.Decision) (wire.Run, bool, error) {
-	var out wire.Run
-	changed := false
-	if actor != "" {
-		ctx = WithActor(ctx, actor)
-	}
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, runID, true)
-		if err != nil {
-			return err
-		}
-		out = r
-		d := decide(lifecycle.FromWire(r))
-		if len(d.Steps) == 0 {
-			return nil
-		}
-		if out, err = s.apply(ctx, tx, r, d); err != nil {
-			return err
-		}
-		changed = true
-		return nil
-	})
-	if err != nil {
-		return out, false, fmt.Errorf("change the attention of run %s: %w", runID, err)
-	}
-	return out, changed, nil
-}
 
 // Output is a pane change of a run's incarnation: its host and attempt.
 type Output struct {

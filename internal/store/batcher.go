@@ -22,6 +22,8 @@ const (
 
 // BatcherOptions configures a SignalBatcher; zero values are the defaults.
 type BatcherOptions struct {
+	// Decide decides each signal (runs.Service.DecideSignal); required.
+	Decide SignalRule
 	// Lanes is how many batches may commit at once (0: one per two cores,
 	// at least one). Each lane holds a database connection while it
 	// commits. More lanes make smaller batches: the work per signal grows,
@@ -177,5 +179,5 @@ func (b *SignalBatcher) commit(in []SignalIn) (out []SignalOut, together bool) {
 			together = true
 		}
 	}()
-	return b.store.IngestSignals(ctx, in)
+	return b.store.IngestSignals(ctx, b.o.Decide, in)
 }

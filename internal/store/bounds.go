@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"time"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -21,14 +21,14 @@ import (
 const flushProgressBatch = 500
 
 // FlushProgress journals the progress held back on every run whose
-// progress window has passed (lifecycle.ProgressEvery since its last
+// progress window has passed (runwrite.ProgressEvery since its last
 // run.progress), so that a run's last progress is never lost when no
 // later one comes to carry it. Each event carries the count of the other
 // signals it stands for. It reports how many it journaled.
 func (s *Store) FlushProgress(ctx context.Context) (int, error) {
 	// Most passes find nothing held: one read (on the partial index), no
 	// transaction.
-	cutoff := s.now().Add(-lifecycle.ProgressEvery)
+	cutoff := s.now().Add(-runwrite.ProgressEvery)
 	var due bool
 	if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE progress_held IS NOT NULL AND progress_journaled_at <= $1)`,
 		cutoff).Scan(&due); err != nil || !due {

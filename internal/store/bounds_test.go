@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -56,7 +57,7 @@ func TestProgressWindowAcrossServers(t *testing.T) {
 		t.Helper()
 		*at = t0.Add(when)
 		sig := wire.Signal{Kind: wire.SignalProgress, Attempt: wire.IntPtr(1), Seq: &seq, Source: wire.SourceProviderHook}
-		if res, err := s.IngestSignal(t.Context(), r.ID, f.host.ID, sig); err != nil || res.Result != wire.ResultApplied {
+		if res, err := runs.New(s).IngestSignal(t.Context(), r.ID, f.host.ID, sig); err != nil || res.Result != wire.ResultApplied {
 			t.Fatalf("progress %d: %+v %v", seq, res, err)
 		}
 	}
@@ -87,7 +88,7 @@ func TestProgressWindowAcrossServers(t *testing.T) {
 		batch = append(batch, store.SignalIn{RunID: r.ID, Sender: f.host.ID,
 			Signal: wire.Signal{Kind: wire.SignalProgress, Attempt: wire.IntPtr(1), Seq: &seq, Source: wire.SourceProviderHook}})
 	}
-	for i, o := range func() []store.SignalOut { out, _ := f.s.IngestSignals(t.Context(), batch); return out }() {
+	for i, o := range func() []store.SignalOut { out, _ := runs.New(f.s).IngestSignals(t.Context(), batch); return out }() {
 		if o.Err != nil || o.Result != wire.ResultApplied {
 			t.Fatalf("batch signal %d: %+v", i, o)
 		}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"pam/internal/clock"
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -41,22 +42,23 @@ func TestTimersJudgeAtTheStoreClock(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostID := h.Host.ID
+	rs := runs.New(s)
 	all := func(string) bool { return true }
 	const ack, spawn = time.Minute, time.Minute
 	offer := func(want int) {
 		t.Helper()
-		offers, err := s.ClaimAndOffer(ctx, all, 10, ack)
+		offers, err := rs.ClaimAndOffer(ctx, all, 10, ack)
 		if err != nil || len(offers) != want {
 			t.Fatalf("at %s: %d offers (%v), want %d", clk.Now(), len(offers), err, want)
 		}
 	}
 	sweep := func(want int) {
 		t.Helper()
-		if n, err := s.Sweep(ctx, ack, time.Hour, spawn); err != nil || n != want {
+		if n, err := rs.Sweep(ctx, ack, time.Hour, spawn); err != nil || n != want {
 			t.Fatalf("at %s: sweep changed %d (%v), want %d", clk.Now(), n, err, want)
 		}
 	}
-	r, err := s.CreateRun(ctx, wire.CreateRun{TaskID: task.ID, Provider: "shell"})
+	r, err := rs.CreateRun(ctx, wire.CreateRun{TaskID: task.ID, Provider: "shell"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestTimersJudgeAtTheStoreClock(t *testing.T) {
 	// Refused: not offered to the host again within the ack timeout.
 	offer(1)
 	no := false
-	if _, err := s.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &no, Reason: "full"}); err != nil {
+	if _, err := rs.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &no, Reason: "full"}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(ack - time.Second)
@@ -85,7 +87,7 @@ func TestTimersJudgeAtTheStoreClock(t *testing.T) {
 	// requeued with its backoff from the clock.
 	offer(1)
 	yes := true
-	if _, err := s.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := rs.AckOffer(ctx, hostID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(spawn - time.Second)

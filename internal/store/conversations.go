@@ -4,13 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
-	"pam/internal/provider"
 	"pam/internal/wire"
 )
 
@@ -32,124 +28,80 @@ func continuationOf(ctx context.Context, q querier, runID string) (string, error
 	return id, nil
 }
 
-// ContinueRun is POST /runs/{id}/continue: a new run in pending that
-// continues the ended run id — the same task, pinned to the host the old
-// run ran on, in its worktree (or cwd), resuming its conversation with
-// the provider's resume_args and in.Text as the message. The worktree
-// becomes the new run's (the old run's workspace is null from now on, so
-// its clean-up never touches it); the old run journals run.continued.
-func (s *Store) ContinueRun(ctx context.Context, id string, in wire.ContinueRun) (wire.Run, error) {
-	text := ""
-	if in.Text != nil {
-		if err := wire.CheckContinueText(*in.Text); err != nil {
-			return wire.Run{}, err
-		}
-		text = *in.Text
-	}
-	if in.Provider != nil && !providerRe.MatchString(*in.Provider) {
-		return wire.Run{}, wire.Invalid("provider", "provider must match ^[a-z][a-z0-9_-]{0,31}$")
-	}
-	pol := s.Policy.WithDefaults()
-	var out wire.Run
-	for try := 0; ; try++ {
-		err := s.InTx(ctx, func(tx *Tx) error {
-			old, err := runByID(ctx, tx, id, true)
-			if err != nil {
-				return err
-			}
-			if err := refuseArchivedID(ctx, tx, old.ProjectID); err != nil {
-				return err
-			}
-			prov := old.Provider
-			if in.Provider != nil {
-				prov = *in.Provider
-			}
-			// The text is the resumed CLI's message, and the prompt of a
-			// fresh start: never an option of the CLI.
-			if err := provider.CheckBuiltinPrompt(prov, text, old.Args); err != nil {
-				return wire.Invalid("text", "provider %s: %v", prov, err)
-			}
-			var f lifecycle.ContinueFacts
-			if f.ContinuedBy, err = continuationOf(ctx, tx, old.ID); err != nil {
-				return err
-			}
-			// The conversation is where the run's worktree is, or where it
-			// last ran (its host_id, cleared by a requeue that never placed
-			// it again: then its last started attempt's host).
-			var mode string
-			var wsHost, lastHost *string
-			if err := tx.QueryRow(ctx, `SELECT r.workspace_mode, r.workspace_host_id::text,
-				coalesce(r.host_id::text, (SELECT a.host_id::text FROM run_attempts a WHERE a.run_id = r.id AND a.started_at IS NOT NULL
-					ORDER BY a.attempt DESC LIMIT 1))
-				FROM runs r WHERE r.id = $1`, old.ID).Scan(&mode, &wsHost, &lastHost); err != nil {
-				return fmt.Errorf("read where the conversation of run %s is: %w", old.ID, err)
-			}
-			f.WorktreeGone = mode == wire.WorkspaceWorktree && old.Workspace == nil
-			switch {
-			case wsHost != nil:
-				f.Host = *wsHost
-			case lastHost != nil:
-				f.Host = *lastHost
-			}
-			if f.Host != "" {
-				if f.Resumable, err = resumableOn(ctx, tx, f.Host, prov); err != nil {
-					return err
-				}
-			}
-			newID := uuid.NewString()
-			d, err := lifecycle.Continue(lifecycle.FromWire(old), f, newID)
-			if err != nil {
-				return err
-			}
-			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
-				session_name, cwd, prompt, args, pending_since, workspace_mode, workspace, workspace_host_id, agent_session_id, continues_run_id)
-				VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $16, $11, $12, $13, $14, $15)
-				RETURNING `+runColumns, newID, old.TaskID, old.ProjectID, prov, f.Host, pol.MaxAttempts, "pam-"+newID[:8],
-				old.Cwd, text, old.Args, mode, old.Workspace, wsHost, old.AgentSessionID, old.ID, tx.Now()))
-			if err != nil {
-				return err
-			}
-			if out, err = s.apply(ctx, tx, out, lifecycle.ContinuationCreated(prov, out.SessionName, f.Host, old.ID)); err != nil {
-				return err
-			}
-			// The worktree is the new run's now: the old run no longer
-			// names it, so no removal of the old run reaches it.
-			if old.Workspace != nil {
-				if old, err = scanRun(tx.QueryRow(ctx, `UPDATE runs SET workspace = NULL, workspace_host_id = NULL, updated_at = now()
-					WHERE id = $1 RETURNING `+runColumns, old.ID)); err != nil {
-					return err
-				}
-			}
-			_, err = s.apply(ctx, tx, old, d)
-			return err
-		})
-		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
-			continue // the 8-hex prefix is taken: a new id
-		}
-		if err != nil {
-			return wire.Run{}, fmt.Errorf("continue run %s: %w", id, err)
-		}
-		return out, nil
-	}
+// ContinuationOf is the run that continues runID (the newest, though a
+// run is continued once), or "".
+func (tx *Tx) ContinuationOf(ctx context.Context, runID string) (string, error) {
+	return continuationOf(ctx, tx, runID)
 }
 
-// resumableOn reports whether the provider resumes conversations on the
-// host: as its worker reported its catalog, or, for a worker that did
-// not say, as the built-in entry does.
-func resumableOn(ctx context.Context, q querier, hostID, name string) (bool, error) {
-	var reported []string
-	var said bool
-	err := q.QueryRow(ctx, `SELECT resumable, resumable IS NOT NULL FROM hosts WHERE id = $1`, hostID).Scan(&reported, &said)
+// Conversation is where a run's agent conversation is: the run's
+// workspace mode, the host of its worktree, and the host it last ran on
+// (its host_id, cleared by a requeue that never placed it again: then its
+// last started attempt's host).
+type Conversation struct {
+	Mode          string
+	WorkspaceHost *string
+	LastHost      *string
+}
+
+// ConversationOf reads where run r's conversation is.
+func (tx *Tx) ConversationOf(ctx context.Context, r wire.Run) (Conversation, error) {
+	var c Conversation
+	if err := tx.QueryRow(ctx, `SELECT r.workspace_mode, r.workspace_host_id::text,
+		coalesce(r.host_id::text, (SELECT a.host_id::text FROM run_attempts a WHERE a.run_id = r.id AND a.started_at IS NOT NULL
+			ORDER BY a.attempt DESC LIMIT 1))
+		FROM runs r WHERE r.id = $1`, r.ID).Scan(&c.Mode, &c.WorkspaceHost, &c.LastHost); err != nil {
+		return c, fmt.Errorf("read where the conversation of run %s is: %w", r.ID, err)
+	}
+	return c, nil
+}
+
+// ResumableOn reads which providers the host's worker reported as able
+// to resume a conversation; said is false for a worker that did not say
+// (or a host that is gone: then reported is empty and said true, nowhere
+// to resume).
+func (tx *Tx) ResumableOn(ctx context.Context, hostID string) (reported []string, said bool, err error) {
+	err = tx.QueryRow(ctx, `SELECT resumable, resumable IS NOT NULL FROM hosts WHERE id = $1`, hostID).Scan(&reported, &said)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil // the host is gone: nowhere to resume
+		return nil, true, nil // the host is gone: nowhere to resume
 	}
 	if err != nil {
-		return false, fmt.Errorf("read the resumable providers of host %s: %w", hostID, err)
+		return nil, false, fmt.Errorf("read the resumable providers of host %s: %w", hostID, err)
 	}
-	if !said {
-		return provider.BuiltinResumable(name), nil
+	return reported, said, nil
+}
+
+// NewContinuation is the run that continues Old: the same task, pinned
+// to Host, with Old's cwd, args, workspace and agent session.
+type NewContinuation struct {
+	ID          string
+	Old         wire.Run
+	Provider    string
+	Host        string
+	MaxAttempts int
+	Text        string
+	Where       Conversation
+}
+
+// InsertContinuation inserts the continuation c in pending. The caller
+// tries again with a new id when the session name is taken.
+func (tx *Tx) InsertContinuation(ctx context.Context, c NewContinuation) (wire.Run, error) {
+	old := c.Old
+	return scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
+		session_name, cwd, prompt, args, pending_since, workspace_mode, workspace, workspace_host_id, agent_session_id, continues_run_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $16, $11, $12, $13, $14, $15)
+		RETURNING `+runColumns, c.ID, old.TaskID, old.ProjectID, c.Provider, c.Host, c.MaxAttempts, "pam-"+c.ID[:8],
+		old.Cwd, c.Text, old.Args, c.Where.Mode, old.Workspace, c.Where.WorkspaceHost, old.AgentSessionID, old.ID, tx.Now()))
+}
+
+// HandOverWorkspace makes old name no worktree any more: it is its
+// continuation's now, so no removal of the old run reaches it.
+func (tx *Tx) HandOverWorkspace(ctx context.Context, old wire.Run) (wire.Run, error) {
+	if old.Workspace == nil {
+		return old, nil
 	}
-	return slices.Contains(reported, name), nil
+	return scanRun(tx.QueryRow(ctx, `UPDATE runs SET workspace = NULL, workspace_host_id = NULL, updated_at = now()
+		WHERE id = $1 RETURNING `+runColumns, old.ID))
 }
 
 // dispatchResume asks the offered attempt to resume the run's

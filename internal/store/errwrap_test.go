@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 
 	"pam/internal/eventually"
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -33,7 +34,7 @@ func TestFailedQueriesNameWhatWasBeingDone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.CreateRun(ctx, wire.CreateRun{TaskID: task.ID, Provider: "shell"})
+	r, err := runs.New(s).CreateRun(ctx, wire.CreateRun{TaskID: task.ID, Provider: "shell"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +54,7 @@ func TestFailedQueriesNameWhatWasBeingDone(t *testing.T) {
 	defer cancel()
 	stopped := make(chan error, 1)
 	go func() {
-		_, _, err := s.StopRun(stopCtx, r.ID, false)
+		_, _, err := runs.New(s).StopRun(stopCtx, r.ID, false)
 		stopped <- err
 	}()
 	eventually.Wait(t, eventually.Long, "StopRun to wait for the run's row lock", func() bool {
@@ -83,14 +84,14 @@ func TestFailedQueriesNameWhatWasBeingDone(t *testing.T) {
 	// the operation.
 	gone, stop := context.WithCancel(ctx)
 	stop()
-	if _, err := s.RetryRun(gone, r.ID, false); err == nil || !strings.HasPrefix(err.Error(), "retry run "+r.ID+": ") ||
+	if _, err := runs.New(s).RetryRun(gone, r.ID, false); err == nil || !strings.HasPrefix(err.Error(), "retry run "+r.ID+": ") ||
 		!errors.Is(err, context.Canceled) {
 		t.Errorf("retry with a cancelled context: %v", err)
 	}
 
 	// A refusal is wrapped too, and stays the wire error it was.
 	missing := uuid.NewString()
-	_, _, err = s.StopRun(ctx, missing, false)
+	_, _, err = runs.New(s).StopRun(ctx, missing, false)
 	e, ok := wire.AsError(err)
 	if !ok || e.Code != wire.CodeNotFound || e.Message != "run not found" {
 		t.Fatalf("stop of no run: %v, want the not_found wire error", err)

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -15,44 +13,12 @@ import (
 )
 
 // Register applies POST /api/internal/worker/register for the host whose
-// token authenticated the call (docs/architecture.md#internal-api): the name must match, the protocol
-// must be spoken, and the instance_id rules of the seed decide between a
-// normal start, a reinstall and a suspected clone.
+// token authenticated the call (docs/architecture.md#internal-api): the
+// instance_id rules of the seed decide between a normal start, a
+// reinstall and a suspected clone. The server has checked that the name
+// matches, that the protocol is spoken, and the request
+// (wire.Register.Validate).
 func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, offlineAfter time.Duration) (wire.Registered, error) {
-	if in.HostName != host.Name {
-		return wire.Registered{}, wire.Errorf(wire.CodeUnauthorized, "this worker token belongs to another host")
-	}
-	if err := wire.CheckUplinkProtocol(in.Protocol); err != nil {
-		return wire.Registered{}, err
-	}
-	if _, err := uuid.Parse(in.InstanceID); err != nil {
-		return wire.Registered{}, wire.Invalid("instance_id", "instance_id must be a UUID")
-	}
-	if in.MaxRuns < 0 || in.MaxRuns > 1000 {
-		return wire.Registered{}, wire.Invalid("max_runs", "max_runs must be between 0 and 1000")
-	}
-	if len(in.Providers) > 64 {
-		return wire.Registered{}, wire.Invalid("providers", "at most 64 providers")
-	}
-	for _, p := range in.Providers {
-		if !providerRe.MatchString(p) {
-			return wire.Registered{}, wire.Invalid("providers", "provider %q is not a valid name", p)
-		}
-	}
-	if len(in.Resumable) > 64 {
-		return wire.Registered{}, wire.Invalid("resumable", "at most 64 providers")
-	}
-	for _, p := range in.Resumable {
-		if !providerRe.MatchString(p) {
-			return wire.Registered{}, wire.Invalid("resumable", "provider %q is not a valid name", p)
-		}
-	}
-	if err := checkContinueMessages(in.ContinueMessages); err != nil {
-		return wire.Registered{}, err // a refusal the worker reads, as is
-	}
-	if len(in.Platform) > 64 || len(in.Executor) > 16 || len(in.Version) > 64 {
-		return wire.Registered{}, wire.Invalid("platform", "platform, executor and version are short strings")
-	}
 	var out wire.Registered
 	err := s.InTx(ctx, func(tx *Tx) error {
 		var pinned *string
@@ -114,28 +80,6 @@ func (s *Store) Register(ctx context.Context, host wire.Host, in wire.Register, 
 		return wire.Registered{}, fmt.Errorf("register host %s: %w", host.ID, err)
 	}
 	return out, nil
-}
-
-// maxContinueMessage bounds a reported continue_message, as the catalog
-// does: it is typed as a message.
-const maxContinueMessage = 4096
-
-// checkContinueMessages validates a registration's continue_messages: at
-// most 64 providers of valid names, each text 1–4096 bytes of UTF-8
-// without NUL.
-func checkContinueMessages(m map[string]string) error {
-	if len(m) > 64 {
-		return wire.Invalid("continue_messages", "at most 64 providers")
-	}
-	for p, text := range m {
-		if !providerRe.MatchString(p) {
-			return wire.Invalid("continue_messages", "provider %q is not a valid name", p)
-		}
-		if text == "" || len(text) > maxContinueMessage || strings.ContainsRune(text, 0) || !utf8.ValidString(text) {
-			return wire.Invalid("continue_messages", "the continue_message of %q must be 1-%d bytes of UTF-8 without NUL", p, maxContinueMessage)
-		}
-	}
-	return nil
 }
 
 // Heartbeat records that a host's worker is alive. A host that was not

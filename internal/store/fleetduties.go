@@ -2,13 +2,11 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -30,84 +28,46 @@ type Hang struct {
 	HostID  string
 }
 
-// MarkHostsLost fails, with failure_reason host_lost and through the
-// restart policy, the non-terminal runs of every host that is not online
-// and has been silent for lostAfter, counted from the latest of its
-// last_seen_at, its last online transition and serveStart. It journals
-// worker.lost once per host it acted on and returns how many runs failed.
-func (s *Store) MarkHostsLost(ctx context.Context, lostAfter time.Duration, serveStart time.Time) (int, error) {
+// LostHosts returns (at most 100) hosts that are not online, have been
+// silent for lostAfter — counted from the latest of their last_seen_at,
+// their last online transition and serveStart — and still hold
+// non-terminal runs.
+func (s *Store) LostHosts(ctx context.Context, lostAfter time.Duration, serveStart time.Time) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT h.id::text FROM hosts h
 		WHERE h.status <> 'online' AND greatest(h.last_seen_at, h.last_online_at, $2::timestamptz) < $3::timestamptz - $1::interval
 		AND EXISTS (SELECT 1 FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
 		LIMIT 100`, lostAfter, serveStart, s.now())
 	if err != nil {
-		return 0, fmt.Errorf("find lost hosts: %w", translate(err))
+		return nil, fmt.Errorf("find lost hosts: %w", translate(err))
 	}
 	hosts, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return 0, fmt.Errorf("find lost hosts: %w", translate(err))
+		return nil, fmt.Errorf("find lost hosts: %w", translate(err))
 	}
-	failed := 0
-	for _, host := range hosts {
-		n, err := s.loseHost(ctx, host, lostAfter, serveStart)
-		if err != nil {
-			return failed, err // loseHost names the host
-		}
-		failed += n
-	}
-	return failed, nil
+	return hosts, nil
 }
 
-// loseHost is MarkHostsLost for one host, in one transaction with the
-// host row locked, so that a heartbeat racing it either comes first (and
-// the host is not lost) or after (and finds the runs already failed).
-func (s *Store) loseHost(ctx context.Context, hostID string, lostAfter time.Duration, serveStart time.Time) (int, error) {
-	failed := 0
-	err := s.InTx(ctx, func(tx *Tx) error {
-		failed = 0
-		var lost bool
-		var seen *time.Time
-		if err := tx.QueryRow(ctx, `SELECT status <> 'online' AND greatest(last_seen_at, last_online_at, $2::timestamptz) < $4::timestamptz - $3::interval, last_seen_at
-			FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, serveStart, lostAfter, s.now()).Scan(&lost, &seen); err != nil {
-			return err
-		}
-		if !lost {
-			return nil
-		}
-		rows, err := tx.Query(ctx, `SELECT id::text FROM runs WHERE host_id = $1 AND status IN ('pending', 'spawning', 'running') ORDER BY created_at`, hostID)
-		if err != nil {
-			return err
-		}
-		ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return fmt.Errorf("list runs of lost host %s: %w", hostID, err)
-		}
-		var runs []string
-		for _, id := range ids {
-			r, err := runByID(ctx, tx, id, true)
-			if err != nil {
-				return err
-			}
-			d := lifecycle.Expired(lifecycle.FromWire(r), lifecycle.HostLost, false, hostID, s.Policy, s.now())
-			if !d.Changed() {
-				continue
-			}
-			if _, err := s.apply(ctx, tx, r, d); err != nil {
-				return err
-			}
-			runs = append(runs, r.ID)
-		}
-		failed = len(runs)
-		if failed == 0 {
-			return nil
-		}
-		return tx.Journal(ctx, NewEvent{Topic: wire.TopicWorkerLost, HostID: hostID,
-			Payload: map[string]any{"host_id": hostID, "last_seen_at": seen, "lost_after": lostAfter.String(), "run_ids": runs}})
-	})
+// LockLostHost locks the host row and reads whether it is still lost
+// (LostHosts' rule) and when it was last seen: a heartbeat racing the
+// host's loss either comes first (and the host is not lost) or after
+// (and finds the runs already failed).
+func (tx *Tx) LockLostHost(ctx context.Context, hostID string, lostAfter time.Duration, serveStart time.Time) (lost bool, seen *time.Time, err error) {
+	err = tx.QueryRow(ctx, `SELECT status <> 'online' AND greatest(last_seen_at, last_online_at, $2::timestamptz) < $4::timestamptz - $3::interval, last_seen_at
+		FROM hosts WHERE id = $1 FOR NO KEY UPDATE`, hostID, serveStart, lostAfter, tx.Now()).Scan(&lost, &seen)
+	return lost, seen, err
+}
+
+// LiveRunsOn lists the non-terminal runs placed on a host, oldest first.
+func (tx *Tx) LiveRunsOn(ctx context.Context, hostID string) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT id::text FROM runs WHERE host_id = $1 AND status IN ('pending', 'spawning', 'running') ORDER BY created_at`, hostID)
 	if err != nil {
-		return failed, fmt.Errorf("fail the runs of lost host %s: %w", hostID, err)
+		return nil, err
 	}
-	return failed, nil
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("list runs of lost host %s: %w", hostID, err)
+	}
+	return ids, nil
 }
 
 // IdleStop is a run stopped completed_idle whose host must stop its
@@ -122,17 +82,15 @@ type IdleStop struct {
 // disabled and still heartbeating within offlineAfter ($2) of now ($4).
 const onlineHost = `(h.status = 'online' OR (h.disabled AND h.last_seen_at > $4::timestamptz - $2::interval))`
 
-// FailHungRuns fails, with failure_reason cli_hang and through the restart
-// policy, every working running run (docs/architecture.md#working-waiting-hung:
-// not waiting for a person, its limit or its next input) whose pane and
-// input have been quiet for hangTimeout while its host is online (an
-// online host, or a disabled one whose heartbeat is within offlineAfter).
-// The timer counts from the latest of the run's last output, its last
-// input (its start at the earliest), its host's last online transition
-// and serveStart. It returns the runs whose sessions must be stopped.
-func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
-	// A prefilter of lifecycle.Quiet's rule; the rule decides under the
-	// row lock.
+// MaybeHung finds (at most 500) working running runs
+// (docs/architecture.md#working-waiting-hung: not waiting for a person,
+// its limit or its next input) whose pane and input have been quiet for
+// hangTimeout while their host is online (an online host, or a disabled
+// one whose heartbeat is within offlineAfter), counted from the latest of
+// the run's last output, its last input (its start at the earliest), its
+// host's last online transition and serveStart: a prefilter of
+// lifecycle.Quiet's rule, which decides under the row lock.
+func (s *Store) MaybeHung(ctx context.Context, hangTimeout, offlineAfter time.Duration, serveStart time.Time) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention NOT IN ('needs_input', 'rate_limited')
@@ -146,22 +104,18 @@ func (s *Store) FailHungRuns(ctx context.Context, hangTimeout, offlineAfter time
 	if err != nil {
 		return nil, fmt.Errorf("find hung runs: %w", translate(err))
 	}
-	return s.quietRuns(ctx, ids, lifecycle.PaneTimers{Hang: hangTimeout}, offlineAfter, serveStart)
+	return ids, nil
 }
 
-// StopCompletedRuns stops (run.stopped, source completed_idle; no requeue,
-// the work item keeps its status) every running run whose agent completed
-// its turn after the last input into it and that has since had no input
-// and no pane change for stopAfter while its host is online, counted from
-// the latest of the completion, the last input, the last output, its
-// host's last online transition and serveStart; a rate-limited run waits
-// for its limit instead (docs/architecture.md#working-waiting-hung).
-// stopAfter 0 (or less) stops nothing. It returns the runs whose sessions
-// must be stopped.
-func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter time.Duration, serveStart time.Time) ([]IdleStop, error) {
-	if stopAfter <= 0 {
-		return nil, nil
-	}
+// MaybeIdleCompleted finds (at most 500) running runs whose agent
+// completed its turn after the last input into it and that have since
+// had no input and no pane change for stopAfter while their host is
+// online, counted from the latest of the completion, the last input, the
+// last output, the host's last online transition and serveStart; a
+// rate-limited run waits for its limit instead
+// (docs/architecture.md#working-waiting-hung). A prefilter of
+// lifecycle.Quiet's rule, which decides under the row lock.
+func (s *Store) MaybeIdleCompleted(ctx context.Context, stopAfter, offlineAfter time.Duration, serveStart time.Time) ([]string, error) {
 	rows, err := s.Pool.Query(ctx, `SELECT r.id::text FROM runs r JOIN hosts h ON h.id = r.host_id
 		WHERE r.status = 'running' AND `+onlineHost+`
 		AND r.attention <> 'rate_limited'
@@ -175,59 +129,31 @@ func (s *Store) StopCompletedRuns(ctx context.Context, stopAfter, offlineAfter t
 	if err != nil {
 		return nil, fmt.Errorf("find idle completed runs: %w", translate(err))
 	}
-	ended, err := s.quietRuns(ctx, ids, lifecycle.PaneTimers{CompletedStop: stopAfter}, offlineAfter, serveStart)
-	stops := make([]IdleStop, 0, len(ended))
-	for _, h := range ended {
-		stops = append(stops, IdleStop(h))
-	}
-	return stops, err // quietRuns names the run
+	return ids, nil
 }
 
-// quietRuns decides each of the running runs a pane timer's scan found
-// with lifecycle.Quiet, in a transaction of its own with the run row
-// locked: output, input, a completion or a signal may have come since the
-// scan. The time they are judged at is the store's clock. It returns the runs it ended.
-func (s *Store) quietRuns(ctx context.Context, ids []string, t lifecycle.PaneTimers, offlineAfter time.Duration, serveStart time.Time) ([]Hang, error) {
-	var ended []Hang
-	for _, id := range ids {
-		var h *Hang
-		err := s.InTx(ctx, func(tx *Tx) error {
-			h = nil
-			r, err := runByID(ctx, tx, id, true)
-			if err != nil || r.HostID == nil {
-				return err
-			}
-			var pane lifecycle.Pane
-			var out *time.Time
-			var now time.Time
-			if err := tx.QueryRow(ctx, `SELECT `+onlineHost+`, r.last_output_at, greatest(h.last_online_at, $3::timestamptz), $4::timestamptz
-				FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, offlineAfter, serveStart, s.now()).Scan(&pane.HostOnline, &out, &pane.Floor, &now); err != nil {
-				return err
-			}
-			if out != nil {
-				pane.LastOutput = *out
-			}
-			d := lifecycle.Quiet(lifecycle.FromWire(r), pane, t, s.Policy, now)
-			if !d.Changed() {
-				return nil
-			}
-			if _, err := s.apply(ctx, tx, r, d); err != nil {
-				return err
-			}
-			h = &Hang{RunID: r.ID, Attempt: r.Attempt, HostID: *r.HostID}
-			return nil
-		})
-		if errors.Is(err, errGuardLost) || wire.HasCode(err, wire.CodeNotFound) {
-			continue
-		}
-		if err != nil {
-			return ended, fmt.Errorf("check the pane timers of run %s: %w", id, err)
-		}
-		if h != nil {
-			ended = append(ended, *h)
-		}
+// PaneFacts is what the pane timers read of a run's pane and host, with
+// the time they are judged at: the store's clock, as the transaction read
+// it (docs/architecture.md#time).
+type PaneFacts struct {
+	HostOnline bool
+	LastOutput time.Time // zero when the pane never changed
+	Floor      time.Time // the latest of the host's last online transition and serveStart
+	Now        time.Time
+}
+
+// PaneOf reads the pane facts of run r (placed on a host).
+func (tx *Tx) PaneOf(ctx context.Context, r wire.Run, offlineAfter time.Duration, serveStart time.Time) (PaneFacts, error) {
+	var p PaneFacts
+	var out *time.Time
+	if err := tx.QueryRow(ctx, `SELECT `+onlineHost+`, r.last_output_at, greatest(h.last_online_at, $3::timestamptz), $4::timestamptz
+		FROM runs r JOIN hosts h ON h.id = r.host_id WHERE r.id = $1`, r.ID, offlineAfter, serveStart, tx.Now()).Scan(&p.HostOnline, &out, &p.Floor, &p.Now); err != nil {
+		return p, err
 	}
-	return ended, nil
+	if out != nil {
+		p.LastOutput = *out
+	}
+	return p, nil
 }
 
 // journalOrphan records a session on a host's tmux socket that maps to no

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/store/storetest"
 	"pam/internal/wire"
@@ -66,16 +67,16 @@ func (f *fleet) sql(q string, args ...any) {
 func (f *fleet) running() wire.Run {
 	f.t.Helper()
 	ctx := f.t.Context()
-	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
+	r, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second)
+	offers, err := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second)
 	if err != nil || len(offers) != 1 || offers[0].HostID != f.host.ID {
 		f.t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(f.s).AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		f.t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalStarted, 1, wire.ResultApplied)
@@ -103,7 +104,7 @@ func (f *fleet) signal(runID, kind string, attempt int, want string) {
 	case wire.SignalCompleted:
 		sig.Source = wire.SourceProviderHook
 	}
-	res, err := f.s.IngestSignal(f.t.Context(), runID, f.host.ID, sig)
+	res, err := runs.New(f.s).IngestSignal(f.t.Context(), runID, f.host.ID, sig)
 	if err != nil || res.Result != want {
 		f.t.Fatalf("%s of attempt %d: %q %v, want %q", kind, attempt, res.Result, err, want)
 	}
@@ -153,18 +154,18 @@ func TestHostLost(t *testing.T) {
 		{"serve started recently", 2 * time.Hour, 3 * time.Hour, time.Now()},
 	} {
 		f.silent(c.seen, c.online)
-		if n, err := f.s.MarkHostsLost(ctx, time.Hour, c.start); err != nil || n != 0 {
+		if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, c.start); err != nil || n != 0 {
 			t.Fatalf("%s: %d runs lost (%v)", c.what, n, err)
 		}
 	}
 	// An online host is never lost, whatever its clocks say.
 	f.sql(`UPDATE hosts SET status = 'online', last_seen_at = now() - interval '5 hours', last_online_at = now() - interval '5 hours' WHERE id = $1`, f.host.ID)
-	if n, _ := f.s.MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
+	if n, _ := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
 		t.Fatalf("an online host lost %d runs", n)
 	}
 
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, longAgo); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); err != nil || n != 1 {
 		t.Fatalf("lost %d runs (%v), want 1", n, err)
 	}
 	got := f.run(r.ID)
@@ -182,7 +183,7 @@ func TestHostLost(t *testing.T) {
 		t.Errorf("run events: %s", ts)
 	}
 	// Once its runs are gone nothing more happens (one worker.lost).
-	if n, _ := f.s.MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
+	if n, _ := runs.New(f.s).MarkHostsLost(ctx, time.Hour, longAgo); n != 0 {
 		t.Errorf("lost again: %d", n)
 	}
 	// Late signals of the lost incarnation are journaled, never applied.
@@ -204,7 +205,7 @@ func TestLateSignalsAfterHostLostNeverResurrect(t *testing.T) {
 	f := newFleet(t, 1)
 	r := f.running()
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("lost %d (%v)", n, err)
 	}
 	for _, kind := range []string{wire.SignalFinished, wire.SignalCompleted, wire.SignalProgress, wire.SignalStarted, wire.SignalFailed} {
@@ -233,7 +234,7 @@ func TestIgnoredSignalJournalBounded(t *testing.T) {
 	f := newFleet(t, 1)
 	r := f.running()
 	f.silent(2*time.Hour, 3*time.Hour)
-	if n, err := f.s.MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
+	if n, err := runs.New(f.s).MarkHostsLost(ctx, time.Hour, time.Now().Add(-3*time.Hour)); err != nil || n != 1 {
 		t.Fatalf("lost %d (%v)", n, err)
 	}
 	kinds := []string{wire.SignalFinished, wire.SignalCompleted, wire.SignalProgress, wire.SignalStarted, wire.SignalFailed}
@@ -284,13 +285,13 @@ func TestCLIHang(t *testing.T) {
 			status = "offline"
 		}
 		f.sql(`UPDATE hosts SET status = $2 WHERE id = $1`, f.host.ID, status)
-		if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, c.start); err != nil || len(hung) != 0 {
+		if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, c.start); err != nil || len(hung) != 0 {
 			t.Fatalf("%s: hung %+v (%v)", c.what, hung, err)
 		}
 	}
 	f.sql(`UPDATE hosts SET status = 'online' WHERE id = $1`, f.host.ID)
 	quiet(2*time.Hour, 4*time.Hour)
-	hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
+	hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
 	if err != nil || len(hung) != 1 || hung[0] != (store.Hang{RunID: r.ID, Attempt: 1, HostID: f.host.ID}) {
 		t.Fatalf("hung %+v (%v)", hung, err)
 	}
@@ -308,7 +309,7 @@ func TestCLIHang(t *testing.T) {
 	f2.sql(`UPDATE runs SET last_output_at = now() - interval '2 hours', started_at = now() - interval '2 hours', last_input_at = now() - interval '2 hours'
 		WHERE id = $1`, r2.ID)
 	f2.sql(`UPDATE hosts SET last_online_at = now() - interval '3 hours', last_seen_at = now() WHERE id = $1`, f2.host.ID)
-	if hung, _ := f2.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo); len(hung) != 1 {
+	if hung, _ := runs.New(f2.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo); len(hung) != 1 {
 		t.Errorf("disabled live host: hung %+v", hung)
 	}
 }
@@ -336,10 +337,10 @@ func TestInstanceReinstallAndSuspect(t *testing.T) {
 		t.Errorf("worker.instance_suspect journaled %d times", n)
 	}
 	// A suspect host gets no new dispatch.
-	if _, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
+	if _, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"}); err != nil {
 		t.Fatal(err)
 	}
-	if offers, _ := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {
+	if offers, _ := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); len(offers) != 0 {
 		t.Errorf("a suspect host was offered %+v", offers)
 	}
 	// The pinned instance silent past the offline bound: a reinstall.
@@ -362,13 +363,13 @@ func TestRunStateReports(t *testing.T) {
 	ctx := t.Context()
 	f := newFleet(t, 1)
 	r := f.running()
-	if _, changed, err := f.s.RunStateReport(ctx, f.host.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
+	if _, changed, err := runs.New(f.s).RunStateReport(ctx, f.host.ID, wire.RunStateFrame{RunID: r.ID, Attempt: wire.IntPtr(1), State: wire.StateWrapperDied}); err != nil || !changed {
 		t.Fatalf("wrapper_died: %v %v", changed, err)
 	}
 	if got := f.run(r.ID); got.Status != wire.RunFailed || *got.FailureReason != wire.FailWrapperDied {
 		t.Errorf("run %+v", got)
 	}
-	if _, _, err := f.s.RunStateReport(ctx, f.host.ID, wire.RunStateFrame{State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
+	if _, _, err := runs.New(f.s).RunStateReport(ctx, f.host.ID, wire.RunStateFrame{State: wire.StateOrphanDetected, Detail: "session pam-00000000"}); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -393,7 +394,7 @@ func TestOrphanDetectedCarriesRunID(t *testing.T) {
 		{ghost, "session pam-0badc0de"},
 		{other.ID, "session pam-" + other.ID[:8]},
 	} {
-		if _, changed, err := f.s.RunStateReport(ctx, reporter.ID, wire.RunStateFrame{State: wire.StateOrphanDetected,
+		if _, changed, err := runs.New(f.s).RunStateReport(ctx, reporter.ID, wire.RunStateFrame{State: wire.StateOrphanDetected,
 			RunID: c.runID, Attempt: wire.IntPtr(3), Detail: c.detail}); err != nil || changed {
 			t.Fatalf("%s: changed %v, %v", c.runID, changed, err)
 		}

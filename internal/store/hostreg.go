@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"regexp"
 	"sort"
 	"time"
 
@@ -24,21 +23,10 @@ import (
 
 // hostNameRe is what a host name may be: a machine name, usable in a URL
 // path segment as it is.
-var hostNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+var hostNameRe = wire.HostNameRe
 
-// Limits and default of max_runs.
-const (
-	DefaultMaxRuns = 8
-	maxMaxRuns     = 1000
-)
-
-// ValidHostName checks a host name against ^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$.
-func ValidHostName(name string) error {
-	if !hostNameRe.MatchString(name) {
-		return wire.Invalid("name", "name must be a machine name: 1 to 63 letters, digits, dots, dashes or underscores, starting with a letter or digit")
-	}
-	return nil
-}
+// DefaultMaxRuns is a new host's max_runs when none is given.
+const DefaultMaxRuns = 8
 
 // NewWorkerToken returns a fresh worker token (32 random bytes as 64
 // lowercase hex characters) and the hash that is all the database keeps.
@@ -57,19 +45,13 @@ func HashWorkerToken(token string) []byte {
 	return sum[:]
 }
 
-// CreateHost validates and inserts a host in status registered, journaling
+// CreateHost inserts a host (checked by wire.CreateHost.Validate) in status registered, journaling
 // host.created. The answer carries the worker token, which is shown this
 // once and never stored (only its hash is).
 func (s *Store) CreateHost(ctx context.Context, in wire.CreateHost) (wire.HostCreated, error) {
-	if err := ValidHostName(in.Name); err != nil {
-		return wire.HostCreated{}, err
-	}
 	maxRuns := DefaultMaxRuns
 	if in.MaxRuns != nil {
 		maxRuns = *in.MaxRuns
-		if maxRuns < 1 || maxRuns > maxMaxRuns {
-			return wire.HostCreated{}, wire.Invalid("max_runs", "max_runs must be 1 to %d", maxMaxRuns)
-		}
 	}
 	token, hash, err := NewWorkerToken()
 	if err != nil {
@@ -247,15 +229,10 @@ func (s *Store) ClearSuspect(ctx context.Context, ref string) (wire.Host, error)
 // without max_runs is refused), journaling host.updated in the same
 // transaction. It is how an operator, or `pam up` from PAM_MAX_RUNS, changes
 // the limit a host was created with. Setting the value it already has
-// changes nothing and journals nothing.
+// changes nothing and journals nothing. The caller has checked in
+// (wire.UpdateHost.Validate).
 func (s *Store) SetMaxRuns(ctx context.Context, ref string, in wire.UpdateHost) (wire.Host, error) {
-	if in.MaxRuns == nil {
-		return wire.Host{}, wire.Invalid("max_runs", "max_runs is required")
-	}
 	n := *in.MaxRuns
-	if n < 1 || n > maxMaxRuns {
-		return wire.Host{}, wire.Invalid("max_runs", "max_runs must be 1 to %d", maxMaxRuns)
-	}
 	var out wire.Host
 	err := s.InTx(ctx, func(tx *Tx) error {
 		h, err := lookupHost(ctx, tx, ref, true)

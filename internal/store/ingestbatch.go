@@ -10,7 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -38,7 +38,7 @@ const SignalTokenTTL = 24 * time.Hour
 // tokenExpired refuses a signal token whose run ended more than
 // SignalTokenTTL before now (401).
 func tokenExpired(in SignalIn, r wire.Run, now time.Time) error {
-	if !in.ByToken || lifecycle.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
+	if !in.ByToken || runwrite.Active(r.Status) || r.FinishedAt == nil || now.Sub(*r.FinishedAt) < SignalTokenTTL {
 		return nil
 	}
 	return wire.Errorf(wire.CodeUnauthorized, "this signal token's run ended more than %s ago", SignalTokenTTL)
@@ -67,12 +67,12 @@ var errCommit = errors.New("commit the signal batch")
 // signal is applied again in its own transaction (IngestSignal), so one
 // signal the database refuses fails alone. A failed commit answers every
 // signal with its error.
-func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalOut, together bool) {
+func (s *Store) IngestSignals(ctx context.Context, decide SignalRule, in []SignalIn) (out []SignalOut, together bool) {
 	in = slices.Clone(in) // run and host ids are made canonical here
 	out = make([]SignalOut, len(in))
 	live := make([]int, 0, len(in)) // the signals that need the database
 	for i, sg := range in {
-		if err := validateSignal(sg.Signal); err != nil {
+		if err := sg.Signal.Validate(); err != nil { // each signal of a group answers alone
 			out[i].Err = err
 			continue
 		}
@@ -88,7 +88,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 	if len(live) == 0 {
 		return out, true
 	}
-	err := s.ingestBatch(ctx, in, live, out)
+	err := s.ingestBatch(ctx, decide, in, live, out)
 	if err == nil {
 		return out, true
 	}
@@ -99,7 +99,7 @@ func (s *Store) IngestSignals(ctx context.Context, in []SignalIn) (out []SignalO
 		return out, true
 	}
 	for _, i := range live {
-		res, err := s.ingestOne(ctx, in[i])
+		res, err := s.ingestOne(ctx, decide, in[i])
 		out[i] = SignalOut{Ingest: res, Err: err}
 	}
 	return out, false
@@ -145,7 +145,7 @@ func (st *batchRun) recordSeq(ctx context.Context, tx *Tx) error {
 // progressApplied moves the batch's view of the run's progress window
 // (f's, for the run's first progress of the batch) by one applied
 // progress decision d made at now.
-func (st *batchRun) progressApplied(d lifecycle.Decision, f lifecycle.SignalFacts, now time.Time) error {
+func (st *batchRun) progressApplied(d runwrite.Decision, f runwrite.SignalFacts, now time.Time) error {
 	if st.seq == 0 {
 		st.journaledAt, st.coalesced = f.ProgressJournaledAt, f.ProgressCoalesced
 	}
@@ -174,7 +174,7 @@ func nullTime(t time.Time) *time.Time {
 // signalFactsRow is the facts of one signal as the batch reads them.
 type signalFactsRow struct {
 	known bool
-	facts lifecycle.SignalFacts
+	facts runwrite.SignalFacts
 }
 
 // ingestBatch applies the live signals of in in one transaction, writing
@@ -182,7 +182,7 @@ type signalFactsRow struct {
 // the batch (in id order) and read every signal's facts; then only what a
 // decision reads back (a status write's new row) or a run read again; one
 // for the pipelined writes; one to commit.
-func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out []SignalOut) error {
+func (s *Store) ingestBatch(ctx context.Context, decide SignalRule, in []SignalIn, live []int, out []SignalOut) error {
 	ids := make([]string, 0, len(live))
 	runIDs := make([]string, len(live))
 	senders := make([]string, len(live))
@@ -232,61 +232,88 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			out[i].Err = wire.NotFound("run")
 			continue
 		}
-		f := facts[k]
-		if st.reread {
-			if err := st.recordSeq(ctx, tx); err != nil {
-				return err
-			}
-			r, err := runByID(ctx, tx, sg.RunID, true)
-			if err != nil {
-				return err
-			}
-			if f.known, err = senderKnown(ctx, tx, sg.RunID, sg.Sender); err != nil {
-				return err
-			}
-			if f.facts, err = signalFacts(ctx, tx, r, int(attempts[k]), sg.Signal.Kind); err != nil {
-				return err
-			}
-			*st = batchRun{run: r}
-		} else if st.seq > 0 {
-			f.facts.LastProgressSeq = st.seq
-			f.facts.ProgressJournaledAt, f.facts.ProgressCoalesced = st.journaledAt, st.coalesced
+		if err := s.batchSignal(ctx, tx, decide, sg, st, facts[k], int(attempts[k]), &out[i]); err != nil {
+			return err
 		}
-		if !f.known {
-			out[i].Err = wire.NotFound("run")
-			continue
+	}
+	if err := recordBatchSeqs(ctx, tx, ids, runs); err != nil {
+		return err
+	}
+	if err := tx.flush(ctx); err != nil {
+		return err // a write failed: nothing is committed
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("%w: %w", errCommit, err)
+	}
+	if tx.Journaled && s.AfterCommit != nil {
+		s.AfterCommit()
+	}
+	return nil
+}
+
+// batchSignal decides and applies one signal sg of a batch about the run
+// st (locked), with the facts f read for it (read again first when the
+// batch already wrote more than a progress seq of the run), writing its
+// outcome into out. An error aborts the batch; a refusal is out's.
+func (s *Store) batchSignal(ctx context.Context, tx *Tx, decide SignalRule, sg SignalIn, st *batchRun, f signalFactsRow, attempt int, out *SignalOut) error {
+	if st.reread {
+		if err := st.recordSeq(ctx, tx); err != nil {
+			return err
 		}
-		now := s.now()
-		if err := tokenExpired(sg, st.run, now); err != nil {
-			out[i].Err = err
-			continue
-		}
-		f.facts.Screen = sg.Screen
-		d, err := s.decideSignalAt(st.run, sg.Sender, sg.Signal, f.facts, now)
-		if err != nil {
-			out[i].Err = err // refused: nothing written
-			continue
-		}
-		only := progressOnly(d)
-		if only {
-			if err := st.progressApplied(d, f.facts, now); err != nil {
-				return err
-			}
-			d.ProgressSeq = 0 // recorded once for the run (recordSeq)
-		} else if writes(d) {
-			if err := st.recordSeq(ctx, tx); err != nil {
-				return err
-			}
-			st.reread = true
-		}
-		r, err := s.apply(ctx, tx, st.run, d)
+		r, err := runByID(ctx, tx, sg.RunID, true)
 		if err != nil {
 			return err
 		}
-		out[i].Ingest = Ingest{Result: d.Result, Run: r, StopSender: d.StopSender, StatusChange: d.Changed()}
-		st.run = r
+		if f.known, err = senderKnown(ctx, tx, sg.RunID, sg.Sender); err != nil {
+			return err
+		}
+		if f.facts, err = signalFacts(ctx, tx, r, attempt, sg.Signal.Kind); err != nil {
+			return err
+		}
+		*st = batchRun{run: r}
+	} else if st.seq > 0 {
+		f.facts.LastProgressSeq = st.seq
+		f.facts.ProgressJournaledAt, f.facts.ProgressCoalesced = st.journaledAt, st.coalesced
 	}
-	// The seqs still unwritten, one statement for all the runs.
+	if !f.known {
+		out.Err = wire.NotFound("run")
+		return nil
+	}
+	now := s.now()
+	if err := tokenExpired(sg, st.run, now); err != nil {
+		out.Err = err
+		return nil
+	}
+	f.facts.Screen = sg.Screen
+	d, err := decide(st.run, sg.Sender, sg.Signal, f.facts, now)
+	if err != nil {
+		out.Err = err // refused: nothing written
+		return nil
+	}
+	only := progressOnly(d)
+	if only {
+		if err := st.progressApplied(d, f.facts, now); err != nil {
+			return err
+		}
+		d.ProgressSeq = 0 // recorded once for the run (recordSeq)
+	} else if writes(d) {
+		if err := st.recordSeq(ctx, tx); err != nil {
+			return err
+		}
+		st.reread = true
+	}
+	r, err := s.apply(ctx, tx, st.run, d)
+	if err != nil {
+		return err
+	}
+	out.Ingest = Ingest{Result: d.Result, Run: r, StopSender: d.StopSender, StatusChange: d.Changed()}
+	st.run = r
+	return nil
+}
+
+// recordBatchSeqs records the progress seqs and windows the batch left
+// unwritten, one statement for all the runs.
+func recordBatchSeqs(ctx context.Context, tx *Tx, ids []string, runs map[string]*batchRun) error {
 	var seqRuns []string
 	var seqs []int64
 	var ats []*time.Time
@@ -305,15 +332,6 @@ func (s *Store) ingestBatch(ctx context.Context, in []SignalIn, live []int, out 
 			seqRuns, seqs, ats, counts, helds); err != nil {
 			return fmt.Errorf("record the progress of a signal batch: %w", err)
 		}
-	}
-	if err := tx.flush(ctx); err != nil {
-		return err // a write failed: nothing is committed
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("%w: %w", errCommit, err)
-	}
-	if tx.Journaled && s.AfterCommit != nil {
-		s.AfterCommit()
 	}
 	return nil
 }
@@ -365,12 +383,12 @@ func readBatchStart(br pgx.BatchResults, n int) (map[string]*batchRun, []signalF
 // progressOnly: d applies a progress seq and journals it, and writes
 // nothing else, so the run's next signal in the batch needs no new read:
 // only its last progress seq moved.
-func progressOnly(d lifecycle.Decision) bool {
+func progressOnly(d runwrite.Decision) bool {
 	if d.ProgressSeq == 0 || d.Processed != "" || d.Refusal != nil || d.CompleteSource != "" {
 		return false
 	}
 	for _, st := range d.Steps {
-		if st.Write != lifecycle.JournalOnly {
+		if st.Write != runwrite.JournalOnly {
 			return false
 		}
 	}
@@ -378,6 +396,6 @@ func progressOnly(d lifecycle.Decision) bool {
 }
 
 // writes: d writes anything at all.
-func writes(d lifecycle.Decision) bool {
+func writes(d runwrite.Decision) bool {
 	return d.ProgressSeq != 0 || d.Processed != "" || d.Refusal != nil || d.CompleteSource != "" || len(d.Steps) > 0
 }

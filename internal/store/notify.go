@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -32,44 +30,10 @@ func scanChannel(row pgx.Row) (wire.Channel, error) {
 	return c, err
 }
 
-// ValidateChannel checks a new channel: name, kind, an http(s) URL with a
-// host, at least one valid topic glob.
-func ValidateChannel(in wire.CreateChannel) error {
-	if n := utf8.RuneCountInString(in.Name); n < 1 || n > 200 {
-		return wire.Invalid("name", "name must be 1-200 characters")
-	}
-	switch in.Kind {
-	case wire.ChannelWebhook, wire.ChannelNtfy, wire.ChannelSlack:
-	default:
-		return wire.Invalid("kind", "kind must be webhook, ntfy or slack")
-	}
-	u, err := url.Parse(in.URL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || len(in.URL) > 2000 {
-		return wire.Invalid("url", "url must be an http:// or https:// URL")
-	}
-	if len(in.Events) == 0 || len(in.Events) > 50 {
-		return wire.Invalid("events", "events must list 1-50 topic globs, e.g. run.attention")
-	}
-	for _, g := range in.Events {
-		if g == "" {
-			return wire.Invalid("events", "an empty topic glob")
-		}
-		if _, err := wire.ParseTopicGlob(g); err != nil {
-			return wire.Invalid("events", "%v", err)
-		}
-	}
-	if in.ProjectID != nil && !wire.ValidUUID(*in.ProjectID) {
-		return wire.Invalid("project_id", "project_id must be a project's id")
-	}
-	return nil
-}
-
 // CreateChannel stores a channel with its signing secret. It gets the
-// events journaled from now on.
+// events journaled from now on. The caller has checked in
+// (wire.CreateChannel.Validate).
 func (s *Store) CreateChannel(ctx context.Context, in wire.CreateChannel, secret string) (wire.Channel, error) {
-	if err := ValidateChannel(in); err != nil {
-		return wire.Channel{}, err
-	}
 	if in.ProjectID != nil {
 		if _, err := projectByRef(ctx, s.Pool, *in.ProjectID, false); err != nil {
 			if e, ok := wire.AsError(err); ok && e.Code == wire.CodeNotFound {

@@ -2,20 +2,11 @@ package store
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
 	"pam/internal/wire"
 )
 
@@ -27,15 +18,12 @@ type Offer struct {
 	TaskTitle string
 }
 
-// DispatchFrame builds the run_dispatch frame of an offer.
+// DispatchFrame builds the run_dispatch frame of an offer, but for its
+// signal token, which the caller mints (package signaltoken).
 func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.RunDispatchFrame, error) {
-	tok, err := s.SignalToken(ctx, o.Run.ID, o.Run.Attempt, o.HostID)
-	if err != nil {
-		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
-	}
 	f := wire.RunDispatchFrame{RunID: o.Run.ID, TaskID: o.Run.TaskID, Provider: o.Run.Provider,
 		SessionName: o.Run.SessionName, Attempt: wire.IntPtr(o.Run.Attempt), Cwd: o.Run.Cwd, Prompt: o.Run.Prompt,
-		Args: o.Run.Args, TaskTitle: o.TaskTitle, SignalToken: tok}
+		Args: o.Run.Args, TaskTitle: o.TaskTitle}
 	if err := s.dispatchWorkspace(ctx, &f, o); err != nil {
 		return wire.RunDispatchFrame{}, fmt.Errorf("dispatch run %s: %w", o.Run.ID, err)
 	}
@@ -45,121 +33,70 @@ func (s *Store) DispatchFrame(ctx context.Context, o Offer) (wire.RunDispatchFra
 	return f, nil
 }
 
-type candidate struct {
-	id        string
-	providers []string
-	capacity  int
-	active    int
+// ClaimDueRuns claims up to limit due pending runs for a dispatch pass
+// (docs/architecture.md#central-duties), oldest first, with FOR UPDATE
+// SKIP LOCKED so that several dispatchers never take the same run.
+func (tx *Tx) ClaimDueRuns(ctx context.Context, limit int) ([]wire.Run, error) {
+	rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM runs
+		WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= $2)
+		ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, tx.Now())
+	if err != nil {
+		return nil, fmt.Errorf("claim due runs: %w", err)
+	}
+	due, err := pgx.CollectRows(rows, rowTo(scanRun))
+	if err != nil {
+		return nil, fmt.Errorf("claim due runs: %w", err)
+	}
+	return due, nil
 }
 
-// ClaimAndOffer is one dispatch pass (docs/architecture.md#central-duties): due pending runs, claimed with
-// FOR UPDATE SKIP LOCKED so that several dispatchers never take the same
-// run, are offered to the least loaded eligible host. Candidate hosts are
-// locked for the pass so that capacity is counted once across dispatchers.
-// connected reports whether a host's uplink is up in this process. A host
-// that refused a run's current attempt less than refusalHold ago
-// (PAM_DISPATCH_ACK_TIMEOUT) is not offered it again: the run goes to
-// another host or waits, instead of being offered back and refused in a
-// loop. Such a host still counts as eligible but for capacity (it was
-// offered the run), so the dispatch timeout fails the run
-// dispatch_timeout as before.
-func (s *Store) ClaimAndOffer(ctx context.Context, connected func(hostID string) bool, limit int, refusalHold time.Duration) ([]Offer, error) {
-	var offers []Offer
-	err := s.InTx(ctx, func(tx *Tx) error {
-		offers = nil
-		rows, err := tx.Query(ctx, `SELECT `+runColumns+` FROM runs
-			WHERE status = 'pending' AND host_id IS NULL AND (next_attempt_at IS NULL OR next_attempt_at <= $2)
-			ORDER BY pending_since, id LIMIT $1 FOR UPDATE SKIP LOCKED`, limit, s.now())
-		if err != nil {
-			return fmt.Errorf("claim due runs: %w", err)
-		}
-		due, err := pgx.CollectRows(rows, rowTo(scanRun))
-		if err != nil {
-			return fmt.Errorf("claim due runs: %w", err)
-		}
-		if len(due) == 0 {
-			return nil
-		}
-		hrows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
-			(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
-			FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
-			ORDER BY h.id FOR NO KEY UPDATE OF h`)
-		if err != nil {
-			return fmt.Errorf("read candidate hosts: %w", err)
-		}
-		all, err := pgx.CollectRows(hrows, func(row pgx.CollectableRow) (*candidate, error) {
-			c := &candidate{}
-			return c, row.Scan(&c.id, &c.providers, &c.capacity, &c.active)
-		})
-		if err != nil {
-			return fmt.Errorf("read candidate hosts: %w", err)
-		}
-		var hosts []*candidate
-		for _, c := range all {
-			if connected(c.id) {
-				hosts = append(hosts, c)
-			}
-		}
-		refused, err := recentRefusals(ctx, tx, due, refusalHold, s.now())
-		if err != nil {
-			return err
-		}
-		var matchedIDs []string
-		for _, r := range due {
-			var best *candidate
-			matched := false
-			for _, h := range hosts {
-				if !slices.Contains(h.providers, r.Provider) || (r.TargetHostID != nil && *r.TargetHostID != h.id) {
-					continue
-				}
-				matched = true // eligible in every respect but capacity
-				if refused[r.ID+"/"+h.id] {
-					continue // it said no to this attempt moments ago
-				}
-				if h.active < h.capacity && (best == nil || h.active < best.active) {
-					best = h
-				}
-			}
-			if matched {
-				matchedIDs = append(matchedIDs, r.ID)
-			}
-			if best == nil {
-				continue
-			}
-			best.active++
-			out, err := s.apply(ctx, tx, r, lifecycle.Offered(lifecycle.FromWire(r), best.id))
-			if err != nil {
-				return err
-			}
-			var title string
-			if err := tx.QueryRow(ctx, `SELECT title FROM work_items WHERE id = $1`, r.TaskID).Scan(&title); err != nil {
-				return fmt.Errorf("read title of task %s: %w", r.TaskID, err)
-			}
-			offers = append(offers, Offer{Run: out, HostID: best.id, TaskTitle: title})
-		}
-		if len(matchedIDs) > 0 {
-			if _, err := tx.Exec(ctx, `UPDATE runs SET ever_matched = true WHERE id = ANY($1::uuid[]) AND NOT ever_matched`, matchedIDs); err != nil {
-				return fmt.Errorf("mark runs matched: %w", err)
-			}
-		}
-		return nil
+// HostLoad is a candidate host of a dispatch pass and its load.
+type HostLoad struct {
+	ID        string
+	Providers []string
+	Capacity  int // least(max_runs, reported max_runs)
+	Active    int // its pending, spawning and running runs
+}
+
+// CandidateHosts returns the hosts a run may be offered to: online,
+// enabled, not suspect and connected to this process, locked for the
+// pass so that capacity is counted once across dispatchers.
+func (tx *Tx) CandidateHosts(ctx context.Context, connected func(hostID string) bool) ([]HostLoad, error) {
+	rows, err := tx.Query(ctx, `SELECT h.id::text, h.providers, least(h.max_runs, coalesce(h.reported_max_runs, h.max_runs)),
+		(SELECT count(*) FROM runs r WHERE r.host_id = h.id AND r.status IN ('pending', 'spawning', 'running'))
+		FROM hosts h WHERE h.status = 'online' AND NOT h.disabled AND NOT h.instance_suspect
+		ORDER BY h.id FOR NO KEY UPDATE OF h`)
+	if err != nil {
+		return nil, fmt.Errorf("read candidate hosts: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (HostLoad, error) {
+		var h HostLoad
+		err := row.Scan(&h.ID, &h.Providers, &h.Capacity, &h.Active)
+		return h, err
 	})
 	if err != nil {
-		return offers, fmt.Errorf("offer due runs: %w", err) // as before: a failed commit may have made them
+		return nil, fmt.Errorf("read candidate hosts: %w", err)
 	}
-	return offers, nil
+	var hosts []HostLoad
+	for _, h := range all {
+		if connected(h.ID) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts, nil
 }
 
-// recentRefusals returns the (run, host) pairs, keyed "run/host", whose
-// host refused the run's current attempt within hold before now.
-func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Duration, now time.Time) (map[string]bool, error) {
+// RecentRefusals returns the (run, host) pairs, keyed "run/host", whose
+// host refused the run's current attempt within hold before the
+// transaction's now.
+func (tx *Tx) RecentRefusals(ctx context.Context, due []wire.Run, hold time.Duration) (map[string]bool, error) {
 	ids := make([]string, len(due))
 	for i, r := range due {
 		ids[i] = r.ID
 	}
 	rows, err := tx.Query(ctx, `SELECT o.run_id::text || '/' || o.host_id::text FROM run_offers o
 		JOIN runs r ON r.id = o.run_id AND r.attempt = o.attempt
-		WHERE o.run_id = ANY($1::uuid[]) AND o.refused_at > $3::timestamptz - $2::interval`, ids, hold, now)
+		WHERE o.run_id = ANY($1::uuid[]) AND o.refused_at > $3::timestamptz - $2::interval`, ids, hold, tx.Now())
 	if err != nil {
 		return nil, fmt.Errorf("read refused offers: %w", err)
 	}
@@ -172,6 +109,94 @@ func recentRefusals(ctx context.Context, tx *Tx, due []wire.Run, hold time.Durat
 		out[k] = true
 	}
 	return out, nil
+}
+
+// TaskTitle is the title of a run's work item.
+func (tx *Tx) TaskTitle(ctx context.Context, taskID string) (string, error) {
+	var title string
+	if err := tx.QueryRow(ctx, `SELECT title FROM work_items WHERE id = $1`, taskID).Scan(&title); err != nil {
+		return "", fmt.Errorf("read title of task %s: %w", taskID, err)
+	}
+	return title, nil
+}
+
+// MarkMatched records that the runs found an eligible host (but for
+// capacity) at least once: their dispatch timeout is dispatch_timeout,
+// not no_eligible_host.
+func (tx *Tx) MarkMatched(ctx context.Context, runIDs []string) error {
+	if len(runIDs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, `UPDATE runs SET ever_matched = true WHERE id = ANY($1::uuid[]) AND NOT ever_matched`, runIDs); err != nil {
+		return fmt.Errorf("mark runs matched: %w", err)
+	}
+	return nil
+}
+
+// EverMatched reads whether a run ever found an eligible host.
+func (tx *Tx) EverMatched(ctx context.Context, runID string) (bool, error) {
+	var ever bool
+	if err := tx.QueryRow(ctx, `SELECT ever_matched FROM runs WHERE id = $1`, runID).Scan(&ever); err != nil {
+		return false, fmt.Errorf("read ever_matched of run %s: %w", runID, err)
+	}
+	return ever, nil
+}
+
+// OfferedAttempt reports whether the run's attempt was offered to host.
+func (tx *Tx) OfferedAttempt(ctx context.Context, runID string, attempt int, hostID string) (bool, error) {
+	var offered bool
+	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND attempt = $2 AND host_id = $3)`,
+		runID, attempt, hostID).Scan(&offered); err != nil {
+		return false, fmt.Errorf("read offers of run %s: %w", runID, err)
+	}
+	return offered, nil
+}
+
+// RecordRefusal records that host refused the run's attempt now, so that
+// a dispatch pass does not offer it that attempt again for a while.
+func (tx *Tx) RecordRefusal(ctx context.Context, runID string, attempt int, hostID string) error {
+	if _, err := tx.Exec(ctx, `UPDATE run_offers SET refused_at = $4 WHERE run_id = $1 AND attempt = $2 AND host_id = $3`,
+		runID, attempt, hostID, tx.Now()); err != nil {
+		return fmt.Errorf("record the refusal of run %s by host %s: %w", runID, hostID, err)
+	}
+	return nil
+}
+
+// DueTimer says which central timer a run is past.
+type DueTimer int
+
+// The central timers (docs/architecture.md#central-duties).
+const (
+	AckTimerDue      DueTimer = iota // offered, not acked within the ack timeout
+	DispatchTimerDue                 // pending past the dispatch timeout
+	SpawnTimerDue                    // spawning past the spawn timeout
+)
+
+// DueRun is a run past one of the central timers.
+type DueRun struct {
+	ID    string
+	Timer DueTimer
+}
+
+// TimedOut finds (at most 500) runs past a central timer: offers not
+// acked within ackTimeout, pending runs past dispatchTimeout from
+// pending_since, spawning runs past spawnTimeout.
+func (s *Store) TimedOut(ctx context.Context, ackTimeout, dispatchTimeout, spawnTimeout time.Duration) ([]DueRun, error) {
+	rows, err := s.Pool.Query(ctx, `
+		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < $7::timestamptz - $1::interval
+		UNION ALL
+		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND pending_since < $7::timestamptz - $2::interval
+		UNION ALL
+		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < $7::timestamptz - $3::interval
+		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, AckTimerDue, DispatchTimerDue, SpawnTimerDue, s.now())
+	if err != nil {
+		return nil, fmt.Errorf("find due runs: %w", translate(err))
+	}
+	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DueRun])
+	if err != nil {
+		return nil, fmt.Errorf("scan due runs: %w", translate(err))
+	}
+	return list, nil
 }
 
 // OfferedTo reports whether runID was ever offered to hostID (at any
@@ -204,110 +229,6 @@ func offeredTo(ctx context.Context, q querier, hostID, runID string) (bool, erro
 	return ok, nil
 }
 
-// AckOutcome says what a run_dispatch_ack did.
-type AckOutcome struct {
-	Run        wire.Run
-	Changed    bool // spawning now, or the offer withdrawn
-	StopSender bool // the sender accepted an offer that is no longer its own
-}
-
-// AckOffer applies run_dispatch_ack from hostID (docs/architecture.md#central-duties): accepted → spawning;
-// refused → the offer is withdrawn and the run may go elsewhere, and the
-// refusal is recorded so that ClaimAndOffer does not offer that attempt
-// to hostID again for PAM_DISPATCH_ACK_TIMEOUT. An ack
-// for an offer that was withdrawn meanwhile tells the sender to stop: that
-// incarnation must not run twice.
-func (s *Store) AckOffer(ctx context.Context, hostID string, f wire.RunDispatchAckFrame) (AckOutcome, error) {
-	var res AckOutcome
-	if f.Attempt == nil || f.Accepted == nil {
-		return res, wire.Invalid("attempt", "run_dispatch_ack needs run_id, attempt and accepted")
-	}
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, f.RunID, true)
-		if err != nil {
-			return err
-		}
-		res.Run = r
-		var offered bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND attempt = $2 AND host_id = $3)`,
-			r.ID, *f.Attempt, hostID).Scan(&offered); err != nil {
-			return fmt.Errorf("read offers of run %s: %w", r.ID, err)
-		}
-		d, err := lifecycle.Ack(lifecycle.FromWire(r), hostID, *f.Attempt, *f.Accepted, f.Reason, offered)
-		if err != nil {
-			return err
-		}
-		if !*f.Accepted {
-			if _, err := tx.Exec(ctx, `UPDATE run_offers SET refused_at = $4 WHERE run_id = $1 AND attempt = $2 AND host_id = $3`,
-				r.ID, *f.Attempt, hostID, tx.Now()); err != nil {
-				return fmt.Errorf("record the refusal of run %s by host %s: %w", r.ID, hostID, err)
-			}
-		}
-		res.StopSender = d.StopSender
-		res.Changed = d.Changed()
-		res.Run, err = s.apply(ctx, tx, r, d)
-		return err
-	})
-	if err != nil {
-		return AckOutcome{}, fmt.Errorf("apply the dispatch ack of run %s: %w", f.RunID, err)
-	}
-	return res, nil
-}
-
-// Sweep applies the central timeouts (docs/architecture.md#run-status-machine, docs/architecture.md#central-duties) and returns how many runs
-// changed: offers not acked within ackTimeout are withdrawn; pending runs
-// past dispatchTimeout from pending_since fail no_eligible_host or
-// dispatch_timeout; spawning runs past spawnTimeout fail spawn_failed.
-// Each goes through the guarded write and the restart policy.
-func (s *Store) Sweep(ctx context.Context, ackTimeout, dispatchTimeout, spawnTimeout time.Duration) (int, error) {
-	changed := 0
-	type due struct {
-		ID    string
-		Timer lifecycle.Timer
-	}
-	rows, err := s.Pool.Query(ctx, `
-		SELECT id::text, $4::int FROM runs WHERE status = 'pending' AND host_id IS NOT NULL AND offered_at < $7::timestamptz - $1::interval
-		UNION ALL
-		SELECT id::text, $5::int FROM runs WHERE status = 'pending' AND pending_since < $7::timestamptz - $2::interval
-		UNION ALL
-		SELECT id::text, $6::int FROM runs WHERE status = 'spawning' AND spawning_at < $7::timestamptz - $3::interval
-		LIMIT 500`, ackTimeout, dispatchTimeout, spawnTimeout, lifecycle.AckTimeout, lifecycle.DispatchTimeout, lifecycle.SpawnTimeout, s.now())
-	if err != nil {
-		return 0, fmt.Errorf("find due runs: %w", translate(err))
-	}
-	list, err := pgx.CollectRows(rows, pgx.RowToStructByPos[due])
-	if err != nil {
-		return 0, fmt.Errorf("scan due runs: %w", translate(err))
-	}
-	for _, d := range list {
-		err := s.InTx(ctx, func(tx *Tx) error {
-			r, err := runByID(ctx, tx, d.ID, true)
-			if err != nil {
-				return err
-			}
-			var ever bool
-			if err := tx.QueryRow(ctx, `SELECT ever_matched FROM runs WHERE id = $1`, r.ID).Scan(&ever); err != nil {
-				return fmt.Errorf("read ever_matched of run %s: %w", r.ID, err)
-			}
-			// Decided again on the run as it is now: it may have moved on
-			// since the scan, and then nothing is decided.
-			dec := lifecycle.Expired(lifecycle.FromWire(r), d.Timer, ever, "", s.Policy, s.now())
-			if !dec.Changed() {
-				return nil
-			}
-			if _, err := s.apply(ctx, tx, r, dec); err != nil {
-				return err
-			}
-			changed++
-			return nil
-		})
-		if err != nil && !errors.Is(err, errGuardLost) {
-			return changed, fmt.Errorf("apply the timers of run %s: %w", d.ID, err)
-		}
-	}
-	return changed, nil
-}
-
 // NextDue is when the earliest backed-off pending run becomes due (zero
 // when none is waiting).
 func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
@@ -322,8 +243,9 @@ func (s *Store) NextDue(ctx context.Context) (time.Time, error) {
 	return *t, nil
 }
 
-// secret returns the server's signal-token secret, read once.
-func (s *Store) secret(ctx context.Context) ([]byte, error) {
+// SignalSecret returns the server's signal-token secret (the key of
+// package signaltoken), read once.
+func (s *Store) SignalSecret(ctx context.Context) ([]byte, error) {
 	s.secretMu.Lock()
 	defer s.secretMu.Unlock()
 	if s.signalSecret != nil {
@@ -335,52 +257,4 @@ func (s *Store) secret(ctx context.Context) ([]byte, error) {
 	}
 	s.signalSecret = b
 	return b, nil
-}
-
-const signalTokenPrefix = "pst1"
-
-// SignalToken is the run-scoped credential of docs/architecture.md#internal-api, docs/architecture.md#security-model: HMAC-SHA256 of
-// (run, attempt, host) with the server's secret, prefixed by the host and
-// attempt it speaks for so the server can recompute it.
-func (s *Store) SignalToken(ctx context.Context, runID string, attempt int, hostID string) (string, error) {
-	key, err := s.secret(ctx)
-	if err != nil {
-		return "", fmt.Errorf("make the signal token of run %s: %w", runID, err)
-	}
-	return fmt.Sprintf("%s.%s.%d.%s", signalTokenPrefix, hostID, attempt, signalMAC(key, runID, attempt, hostID)), nil
-}
-
-func signalMAC(key []byte, runID string, attempt int, hostID string) string {
-	m := hmac.New(sha256.New, key)
-	fmt.Fprintf(m, "%s|%d|%s", runID, attempt, hostID)
-	return hex.EncodeToString(m.Sum(nil))
-}
-
-// VerifySignalToken checks a signal token for runID and returns the host
-// and attempt it is bound to. The comparison is constant-time
-// (hmac.Equal). A token that is not good for runID is unauthorized, told
-// without a query (the secret is read once); any other error is the
-// database's, so that a caller answers 503 rather than 401.
-func (s *Store) VerifySignalToken(ctx context.Context, runID, token string) (hostID string, attempt int, err error) {
-	bad := wire.Errorf(wire.CodeUnauthorized, "invalid signal token")
-	parts := strings.Split(token, ".")
-	if len(parts) != 4 || parts[0] != signalTokenPrefix {
-		return "", 0, bad
-	}
-	if _, err := uuid.Parse(parts[1]); err != nil {
-		return "", 0, bad
-	}
-	n, err := strconv.Atoi(parts[2])
-	if err != nil || n < 1 {
-		return "", 0, bad
-	}
-	key, err := s.secret(ctx)
-	if err != nil {
-		return "", 0, fmt.Errorf("verify the signal token of run %s: %w", runID, err)
-	}
-	want := signalMAC(key, runID, n, parts[1])
-	if !hmac.Equal([]byte(want), []byte(parts[3])) {
-		return "", 0, bad
-	}
-	return parts[1], n, nil
 }

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,25 +14,13 @@ import (
 
 const projectColumns = `id::text, name, slug, description, status, auto_done, auto_continue, repo, created_at, updated_at`
 
-var slugRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,62}$`)
+var slugRe = wire.SlugRe
 
 func scanProject(row pgx.Row) (wire.Project, error) {
 	var p wire.Project
 	err := row.Scan(&p.ID, &p.Name, &p.Slug, &p.Description, &p.Status, &p.AutoDone, &p.AutoContinue, &p.Repo, &p.CreatedAt, &p.UpdatedAt)
 	utc(&p.CreatedAt, &p.UpdatedAt)
 	return p, err
-}
-
-// ValidName checks the 1–200 character rule of docs/api.md#resources for names and titles.
-func ValidName(field, s string) error {
-	n := utf8.RuneCountInString(s)
-	if strings.TrimSpace(s) == "" || n > 200 {
-		return wire.Invalid(field, "%s must be 1 to 200 characters", field)
-	}
-	if !utf8.ValidString(s) || strings.ContainsAny(s, "\x00\n\r") {
-		return wire.Invalid(field, "%s must be one line of valid UTF-8", field)
-	}
-	return nil
 }
 
 // Slugify derives a slug from a name: lowercase ASCII letters, digits and
@@ -65,29 +51,20 @@ func Slugify(name string, max int) string {
 	return s
 }
 
-// CreateProject validates and inserts a project, journaling project.created.
+// CreateProject inserts a project (checked by wire.CreateProject.Validate), journaling project.created.
 // A slug derived from the name gets a numeric suffix when taken; an
 // explicit slug that is taken is a 409 slug_taken.
 func (s *Store) CreateProject(ctx context.Context, in wire.CreateProject) (wire.Project, error) {
-	if err := ValidName("name", in.Name); err != nil {
-		return wire.Project{}, err
-	}
 	explicit := in.Slug != nil
 	slug := ""
 	if explicit {
 		slug = *in.Slug
-		if !slugRe.MatchString(slug) {
-			return wire.Project{}, wire.Invalid("slug", "slug must match ^[a-z0-9][a-z0-9-]{0,62}$")
-		}
 	} else {
 		slug = Slugify(in.Name, 56)
 	}
 	desc := ""
 	if in.Description != nil {
 		desc = *in.Description
-		if len(desc) > 64<<10 {
-			return wire.Project{}, wire.Invalid("description", "description must be at most 64 KiB")
-		}
 	}
 	autoDone := true
 	if in.AutoDone != nil {
@@ -187,16 +164,8 @@ func (s *Store) GetProject(ctx context.Context, ref string) (wire.Project, error
 }
 
 // UpdateProject applies the given fields, journaling project.updated when
-// anything changed.
+// anything changed. The caller has checked in (wire.UpdateProject.Validate).
 func (s *Store) UpdateProject(ctx context.Context, ref string, in wire.UpdateProject) (wire.Project, error) {
-	if in.Name != nil {
-		if err := ValidName("name", *in.Name); err != nil {
-			return wire.Project{}, err
-		}
-	}
-	if in.Description != nil && len(*in.Description) > 64<<10 {
-		return wire.Project{}, wire.Invalid("description", "description must be at most 64 KiB")
-	}
 	var repo *wire.Repo
 	if in.Repo.Set && in.Repo.Value != nil {
 		r, err := wire.ValidateRepo(*in.Repo.Value)
@@ -319,6 +288,12 @@ func refuseArchivedID(ctx context.Context, q querier, projectID string) error {
 		return fmt.Errorf("read the status of project %s: %w", projectID, translate(err))
 	}
 	return refuseArchived(wire.Project{ID: projectID, Status: status})
+}
+
+// RefuseArchived refuses a change to the runs of an archived project
+// (refuseArchivedID).
+func (tx *Tx) RefuseArchived(ctx context.Context, projectID string) error {
+	return refuseArchivedID(ctx, tx, projectID)
 }
 
 // sameRepo compares two repos, either of which may be absent.

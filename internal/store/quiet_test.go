@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"pam/internal/runs"
 	"pam/internal/store"
 	"pam/internal/wire"
 )
@@ -71,12 +72,12 @@ func TestCLIHangOnlyForWorkingRuns(t *testing.T) {
 	} {
 		r := f.running()
 		if c.attention != wire.AttentionNone {
-			if _, changed, err := f.s.SetAttention(ctx, r.ID, 1, c.attention, "test"); err != nil || !changed {
+			if _, changed, err := runs.New(f.s).SetAttention(ctx, r.ID, 1, c.attention, "test"); err != nil || !changed {
 				t.Fatalf("%s: set attention: %v", c.what, err)
 			}
 		}
 		f.clocks(r.ID, c.input, 3*time.Hour, c.completed)
-		hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
+		hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, longAgo)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestCLIHangOnlyForWorkingRuns(t *testing.T) {
 		if ts := f.topics(r.ID, ""); !c.hung && (strings.Contains(ts, "run.stopped") || strings.Contains(ts, "run.failed")) {
 			t.Errorf("%s: events %s", c.what, ts)
 		}
-		if _, _, err := f.s.StopRun(ctx, r.ID, true); err != nil { // not offered again in the next case
+		if _, _, err := runs.New(f.s).StopRun(ctx, r.ID, true); err != nil { // not offered again in the next case
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +118,7 @@ func TestCompletedIdleStop(t *testing.T) {
 	f.sql(`UPDATE work_items SET status = 'doing' WHERE id = $1`, f.task.ID)
 	stops := func(stopAfter time.Duration, start time.Time) []store.IdleStop {
 		t.Helper()
-		s, err := f.s.StopCompletedRuns(ctx, stopAfter, 90*time.Second, start)
+		s, err := runs.New(f.s).StopCompletedRuns(ctx, stopAfter, 90*time.Second, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +233,7 @@ func TestTouchInput(t *testing.T) {
 	} {
 		f.sql(`UPDATE runs SET last_input_at = now() - interval '1 hour' WHERE id = $1`, r.ID)
 		if c.stop {
-			if _, _, err := f.s.StopRun(ctx, r.ID, false); err != nil {
+			if _, _, err := runs.New(f.s).StopRun(ctx, r.ID, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -273,7 +274,7 @@ func TestCompletionPerTurn(t *testing.T) {
 	if n := strings.Count(f.topics(r.ID, ""), "run.completed"); n != 2 {
 		t.Errorf("%d run.completed, want one per turn", n)
 	}
-	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+	if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
 		t.Fatalf("the second turn's completion did not make the run wait: hung %+v (%v)", hung, err)
 	}
 }
@@ -286,15 +287,15 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
 	f := newFleet(t, 2)
-	r, err := f.s.CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
+	r, err := runs.New(f.s).CreateRun(ctx, wire.CreateRun{TaskID: f.task.ID, Provider: "shell"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if offers, err := f.s.ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); err != nil || len(offers) != 1 {
+	if offers, err := runs.New(f.s).ClaimAndOffer(ctx, func(string) bool { return true }, 10, time.Second); err != nil || len(offers) != 1 {
 		t.Fatalf("offer: %+v %v", offers, err)
 	}
 	yes := true
-	if _, err := f.s.AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
+	if _, err := runs.New(f.s).AckOffer(ctx, f.host.ID, wire.RunDispatchAckFrame{RunID: r.ID, Attempt: wire.IntPtr(1), Accepted: &yes}); err != nil {
 		t.Fatal(err)
 	}
 	f.signal(r.ID, wire.SignalCompleted, 1, wire.ResultApplied)
@@ -307,7 +308,7 @@ func TestCompletionBeforeStartedEndsTheTurn(t *testing.T) {
 	f.sql(`UPDATE runs SET started_at = now() - interval '2 hours', last_output_at = now() - interval '2 hours',
 		last_input_at = last_input_at - interval '2 hours', completed_at = completed_at - interval '2 hours' WHERE id = $1`, r.ID)
 	f.sql(`UPDATE hosts SET status = 'online', last_online_at = now() - interval '12 hours' WHERE id = $1`, f.host.ID)
-	if hung, err := f.s.FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
+	if hung, err := runs.New(f.s).FailHungRuns(ctx, time.Hour, 90*time.Second, time.Now().Add(-24*time.Hour)); err != nil || len(hung) != 0 {
 		t.Fatalf("a run whose completion overtook its start was hung: %+v (%v)", hung, err)
 	}
 }

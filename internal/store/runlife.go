@@ -4,128 +4,73 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
-	"regexp"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"pam/internal/lifecycle"
-	"pam/internal/provider"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
-var providerRe = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-
-// MaxPrompt bounds a run's prompt (docs/architecture.md#data-model).
-const MaxPrompt = 64 << 10
-
-// CreateRun admits a run in pending (docs/architecture.md#run-status-machine). It never fails for lack of a
-// host: placement is the dispatcher's job.
-func (s *Store) CreateRun(ctx context.Context, in wire.CreateRun) (wire.Run, error) {
-	pol := s.Policy.WithDefaults()
-	if !wire.ValidUUID(in.TaskID) {
-		return wire.Run{}, wire.Invalid("task_id", "task_id must be the UUID of a task or subtask")
-	}
-	if !providerRe.MatchString(in.Provider) {
-		return wire.Run{}, wire.Invalid("provider", "provider must match ^[a-z][a-z0-9_-]{0,31}$")
-	}
-	cwd, prompt := "", ""
+// AdmitRun inserts a run in pending (docs/architecture.md#run-status-machine)
+// for a request the caller has checked (wire.CreateRun.Validate, the
+// prompt against the provider's catalog), with maxAttempts unless the
+// request gives its own. It refuses a task that does not exist or is not
+// a task or subtask, an archived project, a host that does not exist and
+// a workspace the project cannot have; it never fails for lack of a
+// host. The caller journals the admission (Store.Apply) in the same
+// transaction, and tries again when the session name is taken
+// (IsUniqueViolation runs_session_name_key).
+func (tx *Tx) AdmitRun(ctx context.Context, in wire.CreateRun, maxAttempts int) (wire.Run, error) {
+	var cwd, prompt string
 	if in.Cwd != nil {
 		cwd = *in.Cwd
-		if len(cwd) > 4096 || strings.ContainsRune(cwd, 0) || (cwd != "" && !filepath.IsAbs(cwd)) {
-			return wire.Run{}, wire.Invalid("cwd", "cwd must be an absolute path")
-		}
 	}
 	if in.Prompt != nil {
 		prompt = *in.Prompt
-		if len(prompt) > MaxPrompt {
-			return wire.Run{}, wire.Invalid("prompt", "prompt must be at most 64 KiB")
-		}
-		if strings.ContainsRune(prompt, 0) {
-			return wire.Run{}, wire.Invalid("prompt", "prompt must not contain NUL")
-		}
-		// A prompt is never an option of the CLI; the host's own catalog is
-		// checked again by the wrapper before exec.
-		if err := provider.CheckBuiltinPrompt(in.Provider, prompt, in.Args); err != nil {
-			return wire.Run{}, wire.Invalid("prompt", "provider %s: %v", in.Provider, err)
-		}
 	}
 	args := in.Args
 	if args == nil {
 		args = []string{}
 	}
-	if len(args) > 64 {
-		return wire.Run{}, wire.Invalid("args", "at most 64 args")
-	}
-	for _, a := range args {
-		if len(a) > 4096 || strings.ContainsRune(a, 0) {
-			return wire.Run{}, wire.Invalid("args", "each arg must be at most 4096 bytes without NUL")
-		}
-	}
-	maxAttempts := pol.MaxAttempts
 	if in.MaxAttempts != nil {
 		maxAttempts = *in.MaxAttempts
-		if maxAttempts < 1 || maxAttempts > 20 {
-			return wire.Run{}, wire.Invalid("max_attempts", "max_attempts must be between 1 and 20")
-		}
 	}
-	if in.Workspace != nil && *in.Workspace != wire.WorkspaceWorktree && *in.Workspace != wire.WorkspaceNone {
-		return wire.Run{}, wire.Invalid("workspace", "workspace must be worktree or none")
+	var kind, projectID, projectStatus string
+	var hasRepo bool
+	err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL, p.status FROM work_items w
+		JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo, &projectStatus)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return wire.Run{}, wire.Invalid("task_id", "task %s does not exist", in.TaskID)
 	}
-	var out wire.Run
-	for try := 0; ; try++ {
-		err := s.InTx(ctx, func(tx *Tx) error {
-			var kind, projectID, projectStatus string
-			var hasRepo bool
-			err := tx.QueryRow(ctx, `SELECT w.kind, w.project_id::text, p.repo IS NOT NULL, p.status FROM work_items w
-				JOIN projects p ON p.id = w.project_id WHERE w.id = $1`, in.TaskID).Scan(&kind, &projectID, &hasRepo, &projectStatus)
-			if errors.Is(err, pgx.ErrNoRows) {
-				return wire.Invalid("task_id", "task %s does not exist", in.TaskID)
-			}
-			if err != nil {
-				return err
-			}
-			if err := refuseArchived(wire.Project{ID: projectID, Status: projectStatus}); err != nil {
-				return err
-			}
-			if kind != "task" && kind != "subtask" {
-				return wire.Invalid("task_id", "runs are only for work items of kind task or subtask, not %s", kind)
-			}
-			var target *string
-			if in.HostID != nil {
-				h, err := lookupHost(ctx, tx, *in.HostID, false)
-				if wire.HasCode(err, wire.CodeNotFound) {
-					return wire.Invalid("host_id", "host %s does not exist", *in.HostID)
-				}
-				if err != nil {
-					return err
-				}
-				target = &h.ID
-			}
-			mode, err := workspaceMode(in.Workspace, hasRepo, cwd)
-			if err != nil {
-				return err
-			}
-			id := uuid.NewString()
-			out, err = scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
-				session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $11)
-				RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode, tx.Now()))
-			if err != nil {
-				return err
-			}
-			_, err = s.apply(ctx, tx, out, lifecycle.Created(out.Provider, out.SessionName, out.TargetHostID))
-			return err
-		})
-		if IsUniqueViolation(err, "runs_session_name_key") && try < 10 {
-			continue // the 8-hex prefix is taken: a new id
+	if err != nil {
+		return wire.Run{}, err
+	}
+	if err := refuseArchived(wire.Project{ID: projectID, Status: projectStatus}); err != nil {
+		return wire.Run{}, err
+	}
+	if kind != "task" && kind != "subtask" {
+		return wire.Run{}, wire.Invalid("task_id", "runs are only for work items of kind task or subtask, not %s", kind)
+	}
+	var target *string
+	if in.HostID != nil {
+		h, err := lookupHost(ctx, tx, *in.HostID, false)
+		if wire.HasCode(err, wire.CodeNotFound) {
+			return wire.Run{}, wire.Invalid("host_id", "host %s does not exist", *in.HostID)
 		}
 		if err != nil {
-			return wire.Run{}, fmt.Errorf("create a run of task %s: %w", in.TaskID, err)
+			return wire.Run{}, err
 		}
-		return out, nil
+		target = &h.ID
 	}
+	mode, err := workspaceMode(in.Workspace, hasRepo, cwd)
+	if err != nil {
+		return wire.Run{}, err
+	}
+	id := uuid.NewString()
+	return scanRun(tx.QueryRow(ctx, `INSERT INTO runs (id, task_id, project_id, provider, target_host_id, max_attempts,
+		session_name, cwd, prompt, args, pending_since, workspace_mode) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $12, $11)
+		RETURNING `+runColumns, id, in.TaskID, projectID, in.Provider, target, maxAttempts, "pam-"+id[:8], cwd, prompt, args, mode, tx.Now()))
 }
 
 // RunFilter narrows GET /runs. Attention is an attention value, or "any"
@@ -148,26 +93,11 @@ const AttentionAny = "any"
 // ListRuns returns runs newest first (by created_at, then id), at most
 // f.Limit, and next: the Before of the following page, or nil when this
 // page is the last. Paging by a run's (created_at, id), not an offset,
-// keeps pages from shifting as runs are created.
+// keeps pages from shifting as runs are created. The caller has checked
+// the filter (server.checkRunFilter); a Limit of 0 is 100.
 func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, *string, error) {
-	if f.Status != "" && !validRunStatus(f.Status) {
-		return nil, nil, wire.Invalid("status", "status must be one of pending, spawning, running, exited, failed, stopped")
-	}
-	for field, v := range map[string]string{"project_id": f.ProjectID, "task_id": f.TaskID, "host_id": f.HostID, "before": f.Before} {
-		if v != "" {
-			if !wire.ValidUUID(v) {
-				return nil, nil, wire.Invalid(field, "%s must be a UUID", field)
-			}
-		}
-	}
-	if f.Attention != "" && f.Attention != AttentionAny && !wire.ValidAttention(f.Attention) {
-		return nil, nil, wire.Invalid("attention", "attention must be any, none, needs_input, rate_limited or idle")
-	}
 	if f.Limit == 0 {
 		f.Limit = 100
-	}
-	if f.Limit < 1 || f.Limit > 1000 {
-		return nil, nil, wire.Invalid("limit", "limit must be between 1 and 1000")
 	}
 	var first, last *string
 	if f.IDPrefix != nil {
@@ -207,14 +137,6 @@ func (s *Store) ListRuns(ctx context.Context, f RunFilter) ([]wire.Run, *string,
 	return runs, &next, nil
 }
 
-func validRunStatus(s string) bool {
-	switch s {
-	case wire.RunPending, wire.RunSpawning, wire.RunRunning, wire.RunExited, wire.RunFailed, wire.RunStopped:
-		return true
-	}
-	return false
-}
-
 func runByID(ctx context.Context, q querier, id string, lock bool) (wire.Run, error) {
 	if !wire.ValidUUID(id) {
 		return wire.Run{}, wire.NotFound("run")
@@ -239,82 +161,7 @@ func (s *Store) GetRun(ctx context.Context, id string) (wire.Run, error) {
 }
 
 // Active reports whether a status is not terminal.
-func Active(status string) bool { return lifecycle.Active(status) }
-
-// StopRun moves a pending, spawning or running run to stopped (a manual
-// stop wins over anything after it). It returns the run and the host that
-// must run the stop ladder, if any.
-func (s *Store) StopRun(ctx context.Context, id string, force bool) (wire.Run, string, error) {
-	var out wire.Run
-	var host string
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		d, err := lifecycle.Stop(lifecycle.FromWire(r), force)
-		if err != nil {
-			return err
-		}
-		if r.HostID != nil {
-			host = *r.HostID
-		}
-		out, err = s.apply(ctx, tx, r, d)
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, "", fmt.Errorf("stop run %s: %w", id, err)
-	}
-	return out, host, nil
-}
-
-// RetryRun requeues a run that ended failed with its attempts used up,
-// raising max_attempts by one. The new attempt resumes the agent's
-// conversation unless fresh (docs/architecture.md#resume-and-continue);
-// a run that was continued is not retried.
-func (s *Store) RetryRun(ctx context.Context, id string, fresh bool) (wire.Run, error) {
-	var out wire.Run
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		if err := refuseArchivedID(ctx, tx, r.ProjectID); err != nil {
-			return err
-		}
-		continuedBy, err := continuationOf(ctx, tx, r.ID)
-		if err != nil {
-			return err
-		}
-		d, err := lifecycle.Retry(lifecycle.FromWire(r), fresh, continuedBy, s.now())
-		if err != nil {
-			return err
-		}
-		out, err = s.apply(ctx, tx, r, d)
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, fmt.Errorf("retry run %s: %w", id, err)
-	}
-	return out, nil
-}
-
-// CompleteRun is the manual completion mark: it does not stop the run.
-func (s *Store) CompleteRun(ctx context.Context, id string) (wire.Run, error) {
-	var out wire.Run
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, id, true)
-		if err != nil {
-			return err
-		}
-		out, err = s.apply(ctx, tx, r, lifecycle.Complete(wire.SourceManual))
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, fmt.Errorf("complete run %s: %w", id, err)
-	}
-	return out, nil
-}
+func Active(status string) bool { return runwrite.Active(status) }
 
 // complete records a completion (manual or a hook's) and, when the
 // project's auto_done is set, moves the work item to done.

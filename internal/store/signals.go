@@ -2,11 +2,10 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -19,19 +18,26 @@ type Ingest struct {
 	StatusChange bool // the run's status changed (dispatcher: capacity may have freed)
 }
 
+// SignalRule decides about a signal (lifecycle.IngestSignal, asked by
+// package runs) from the run and the facts read under its lock, at now.
+// The ingest is a transaction of its own, or one of a group commit, so
+// store runs it and asks the rule it is given for each signal.
+type SignalRule func(r wire.Run, sender string, sig wire.Signal, f runwrite.SignalFacts, now time.Time) (runwrite.Decision, error)
+
 // IngestSignal applies one signal from host senderHost in the normative
 // order of docs/architecture.md#internal-api: first the epoch/dedup/ordering guard, then the guarded
-// status write, then the journal — all in one transaction, with the run
-// row locked so concurrent signals of one run are applied one at a time.
-func (s *Store) IngestSignal(ctx context.Context, runID, senderHost string, sig wire.Signal) (Ingest, error) {
-	return s.ingestOne(ctx, SignalIn{RunID: runID, Sender: senderHost, Signal: sig})
+// status write (as decide says), then the journal — all in one
+// transaction, with the run row locked so concurrent signals of one run
+// are applied one at a time.
+func (s *Store) IngestSignal(ctx context.Context, decide SignalRule, runID, senderHost string, sig wire.Signal) (Ingest, error) {
+	return s.ingestOne(ctx, decide, SignalIn{RunID: runID, Sender: senderHost, Signal: sig})
 }
 
 // ingestOne is IngestSignal of one signal of a batch, with what the
 // server knows besides it (the screen's question).
-func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
+func (s *Store) ingestOne(ctx context.Context, decide SignalRule, in SignalIn) (Ingest, error) {
 	runID, senderHost, sig := in.RunID, in.Sender, in.Signal
-	if err := validateSignal(sig); err != nil {
+	if err := sig.Validate(); err != nil {
 		return Ingest{}, err // the refusal the sender reads, as is
 	}
 	var res Ingest
@@ -50,7 +56,7 @@ func (s *Store) ingestOne(ctx context.Context, in SignalIn) (Ingest, error) {
 		if err := tokenExpired(in, r, s.now()); err != nil {
 			return err
 		}
-		res, err = s.applySignal(ctx, tx, r, senderHost, sig, in.Screen)
+		res, err = s.applySignal(ctx, tx, decide, r, senderHost, sig, in.Screen)
 		return err
 	})
 	if err != nil {
@@ -70,28 +76,8 @@ func senderKnown(ctx context.Context, tx *Tx, runID, host string) (bool, error) 
 	return known, nil
 }
 
-func validateSignal(sig wire.Signal) error {
-	// Attempts start at 1. Refused here as on the uplink (Frame.Validate):
-	// each made-up attempt below 1 would otherwise be one more stale
-	// attempt to journal.
-	if sig.Attempt != nil && *sig.Attempt < 1 {
-		return wire.Invalid("attempt", "attempt must be 1 or more")
-	}
-	if !wire.IsSignalKind(sig.Kind) {
-		return wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
-	}
-	switch sig.Source {
-	case wire.SourceWrapper, wire.SourceProviderHook:
-	case wire.SourceManual:
-		return wire.Invalid("source", "source manual is produced by the public API, never accepted here")
-	default:
-		return wire.Invalid("source", "source must be wrapper or provider-hook")
-	}
-	return wire.CheckSignalPayload(sig.Kind, sig.Payload)
-}
-
-func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender string, sig wire.Signal, screen *wire.AttentionDetail) (Ingest, error) {
-	var facts lifecycle.SignalFacts
+func (s *Store) applySignal(ctx context.Context, tx *Tx, decide SignalRule, r wire.Run, sender string, sig wire.Signal, screen *wire.AttentionDetail) (Ingest, error) {
+	var facts runwrite.SignalFacts
 	if sig.Attempt != nil && *sig.Attempt <= r.Attempt {
 		var err error
 		if facts, err = signalFacts(ctx, tx, r, *sig.Attempt, sig.Kind); err != nil {
@@ -99,7 +85,7 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 		}
 	}
 	facts.Screen = screen
-	d, err := s.decideSignal(r, sender, sig, facts)
+	d, err := decide(r, sender, sig, facts, s.now())
 	if err != nil {
 		return Ingest{}, err
 	}
@@ -110,25 +96,13 @@ func (s *Store) applySignal(ctx context.Context, tx *Tx, r wire.Run, sender stri
 	return Ingest{Result: d.Result, Run: out, StopSender: d.StopSender, StatusChange: d.Changed()}, nil
 }
 
-// decideSignal is the decision about sig (lifecycle.IngestSignal) from
-// the run and the facts read under its lock.
-func (s *Store) decideSignal(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts) (lifecycle.Decision, error) {
-	return s.decideSignalAt(r, sender, sig, f, s.now())
-}
-
-// decideSignalAt is decideSignal at a given time.
-func (s *Store) decideSignalAt(r wire.Run, sender string, sig wire.Signal, f lifecycle.SignalFacts, now time.Time) (lifecycle.Decision, error) {
-	return lifecycle.IngestSignal(lifecycle.FromWire(r), lifecycle.Signal{Kind: sig.Kind, Source: sig.Source, Attempt: sig.Attempt,
-		Seq: sig.Seq, Payload: sig.Payload, Sender: sender}, f, s.Policy, now)
-}
-
 // signalFacts reads what the decision about a signal of kind at attempt
 // needs besides the run: whether that one-shot kind was already processed
 // for the run's attempt, the last applied progress seq, and the results
 // signals of that kind and attempt were already set aside with. The run
 // row is locked, so they hold until the transaction ends.
-func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind string) (lifecycle.SignalFacts, error) {
-	var f lifecycle.SignalFacts
+func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind string) (runwrite.SignalFacts, error) {
+	var f runwrite.SignalFacts
 	var journaledAt *time.Time
 	err := tx.QueryRow(ctx, `SELECT last_progress_seq, progress_journaled_at, progress_coalesced,
 		EXISTS (SELECT 1 FROM processed_signals WHERE run_id = $1 AND attempt = $2 AND kind = $3),
@@ -144,69 +118,32 @@ func signalFacts(ctx context.Context, tx *Tx, r wire.Run, attempt int, kind stri
 	return f, nil
 }
 
-// RunStateReport applies a worker's run_state frame about its own run:
-// spawn_failed, session_lost, tmux_crash and wrapper_died fail the current
-// attempt (with the restart policy); stale_session and orphan_detected are
-// journaled (an orphan_detected without run_id names no run at all, and
-// one naming a run never offered to this host is journaled for the host,
-// with the run id and attempt in its payload). Any other report about a
-// run never offered to hostID is not_found.
-func (s *Store) RunStateReport(ctx context.Context, hostID string, f wire.RunStateFrame) (wire.Run, bool, error) {
-	var out wire.Run
-	changed := false
-	if f.State == wire.StateOrphanDetected {
-		offered := false
-		if f.RunID != "" {
-			if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, f.RunID, hostID).Scan(&offered); err != nil {
-				return wire.Run{}, false, fmt.Errorf("orphan report: %w", translate(err))
-			}
-		}
-		if !offered {
-			return wire.Run{}, false, s.journalOrphan(ctx, hostID, f.RunID, f.Attempt, f.Detail) // names what it did
+// OrphanOffered reports whether a host that reports an orphan session
+// naming runID was ever offered that run ("" names none: false).
+func (s *Store) OrphanOffered(ctx context.Context, hostID, runID string) (bool, error) {
+	offered := false
+	if runID != "" {
+		if err := s.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM run_offers WHERE run_id = $1 AND host_id = $2)`, runID, hostID).Scan(&offered); err != nil {
+			return false, fmt.Errorf("orphan report: %w", translate(err))
 		}
 	}
-	err := s.InTx(ctx, func(tx *Tx) error {
-		r, err := runByID(ctx, tx, f.RunID, true)
-		if err != nil {
-			return err
-		}
-		// A worker speaks only for runs offered to its host: another's
-		// run is not_found, and nothing is journaled.
-		offered, err := offeredTo(ctx, tx, hostID, r.ID)
-		if err != nil {
-			return err
-		}
-		if !offered {
-			return wire.NotFound("run")
-		}
-		d, err := lifecycle.StateReport(lifecycle.FromWire(r), hostID, f.Attempt, f.State, f.Detail, s.Policy, s.now())
-		if err != nil {
-			return err
-		}
-		if d.Report != "" {
-			// Journaled once per (host, run, kind) an hour, counted
-			// in between (docs/architecture.md#bounded-journal).
-			due, repeats, err := reportDue(ctx, tx, hostID, r.ID, d.Report)
-			if err != nil || !due {
-				out = r
-				return err
-			}
-			for _, st := range d.Steps {
-				for _, ev := range st.Events {
-					ev.Extra[PayloadRepeats] = repeats
-				}
-			}
-		}
-		out, err = s.apply(ctx, tx, r, d)
-		if errors.Is(err, errGuardLost) {
-			out = r
-			return nil
-		}
-		changed = err == nil && d.Changed()
-		return err
-	})
-	if err != nil {
-		return wire.Run{}, false, fmt.Errorf("apply the %s report of run %s: %w", f.State, f.RunID, err)
-	}
-	return out, changed, nil
+	return offered, nil
+}
+
+// JournalOrphan journals an orphan session a host reported that names no
+// run it was offered (journalOrphan).
+func (s *Store) JournalOrphan(ctx context.Context, hostID, runID string, attempt *int, detail string) error {
+	return s.journalOrphan(ctx, hostID, runID, attempt, detail)
+}
+
+// OfferedTo reports, inside tx, whether runID was ever offered to hostID.
+func (tx *Tx) OfferedTo(ctx context.Context, hostID, runID string) (bool, error) {
+	return offeredTo(ctx, tx, hostID, runID)
+}
+
+// ReportDue says whether a worker's report of kind about a run is
+// journaled now (once per host, run and kind an hour) and how many
+// repeats it stands for (docs/architecture.md#bounded-journal).
+func (tx *Tx) ReportDue(ctx context.Context, hostID, runID, kind string) (due bool, repeats int, err error) {
+	return reportDue(ctx, tx, hostID, runID, kind)
 }

@@ -6,28 +6,12 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"pam/internal/wire"
 )
-
-// Kind ranks: a parent must rank strictly above its child (docs/architecture.md#data-model).
-var kindRank = map[string]int{"milestone": 4, "epic": 3, "task": 2, "subtask": 1}
-
-// ValidKind, ValidItemStatus report membership in the enums of docs/architecture.md#data-model.
-func ValidKind(k string) bool { _, ok := kindRank[k]; return ok }
-
-// ValidItemStatus reports whether s is a work item status.
-func ValidItemStatus(s string) bool {
-	switch s {
-	case "todo", "doing", "done", "cancelled":
-		return true
-	}
-	return false
-}
 
 const itemColumns = `id::text, project_id::text, parent_id::text, kind, title, body, status, path, position, created_at, updated_at`
 
@@ -61,8 +45,6 @@ func (s *Store) GetWorkItem(ctx context.Context, id string) (wire.WorkItem, erro
 	return itemByID(ctx, s.Pool, id, false)
 }
 
-const maxBody = 64 << 10
-
 // parentFor checks that parentID may hold an item of kind in project: it
 // exists, is in the same project, and ranks strictly above kind.
 func parentFor(ctx context.Context, q querier, projectID, parentID, kind string) (wire.WorkItem, error) {
@@ -76,26 +58,13 @@ func parentFor(ctx context.Context, q querier, projectID, parentID, kind string)
 	if parent.ProjectID != projectID {
 		return parent, wire.Invalid("parent_id", "parent work item belongs to another project")
 	}
-	if kindRank[parent.Kind] <= kindRank[kind] {
+	if wire.KindRank(parent.Kind) <= wire.KindRank(kind) {
 		return parent, wire.Invalid("parent_id", "a %s cannot hold a %s: a parent must rank strictly above its child (milestone > epic > task > subtask)", parent.Kind, kind)
 	}
 	return parent, nil
 }
 
-// validBody checks a work item's body: at most 64 KiB of UTF-8 without
-// U+0000, which PostgreSQL's text refuses (a 400 naming the field, never
-// a 500).
-func validBody(body string) error {
-	if len(body) > maxBody {
-		return wire.Invalid("body", "body must be at most 64 KiB")
-	}
-	if !utf8.ValidString(body) || strings.ContainsRune(body, 0) {
-		return wire.Invalid("body", "body must be valid UTF-8 without U+0000")
-	}
-	return nil
-}
-
-// CreateWorkItem validates and inserts an item at the end of its siblings,
+// CreateWorkItem inserts an item (checked by wire.CreateWorkItem.Validate) at the end of its siblings,
 // journaling work_item.created.
 func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.CreateWorkItem) (wire.WorkItem, error) {
 	return s.createWorkItem(ctx, projectRef, in, "")
@@ -103,24 +72,12 @@ func (s *Store) CreateWorkItem(ctx context.Context, projectRef string, in wire.C
 
 // createWorkItem is CreateWorkItem with the actor its event names.
 func (s *Store) createWorkItem(ctx context.Context, projectRef string, in wire.CreateWorkItem, actor string) (wire.WorkItem, error) {
-	if !ValidKind(in.Kind) {
-		return wire.WorkItem{}, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
-	}
-	if err := ValidName("title", in.Title); err != nil {
-		return wire.WorkItem{}, err
-	}
 	body, status := "", "todo"
 	if in.Body != nil {
 		body = *in.Body
-		if err := validBody(body); err != nil {
-			return wire.WorkItem{}, err
-		}
 	}
 	if in.Status != nil {
 		status = *in.Status
-		if !ValidItemStatus(status) {
-			return wire.WorkItem{}, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
-		}
 	}
 	var out wire.WorkItem
 	err := s.InTx(ctx, func(tx *Tx) error {
@@ -165,19 +122,9 @@ type ItemFilter struct {
 }
 
 // ListWorkItems returns a project's items in tree order: depth-first,
-// siblings by position then created_at.
+// siblings by position then created_at. The caller has checked the
+// filter (wire.ValidateItemFilter).
 func (s *Store) ListWorkItems(ctx context.Context, projectRef string, f ItemFilter) ([]wire.WorkItem, error) {
-	if f.Status != "" && !ValidItemStatus(f.Status) {
-		return nil, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
-	}
-	if f.Kind != "" && !ValidKind(f.Kind) {
-		return nil, wire.Invalid("kind", "kind must be one of milestone, epic, task, subtask")
-	}
-	if f.ParentID != "" {
-		if !wire.ValidUUID(f.ParentID) {
-			return nil, wire.Invalid("parent_id", "parent_id must be a UUID")
-		}
-	}
 	p, err := s.GetProject(ctx, projectRef)
 	if err != nil {
 		return nil, fmt.Errorf("list work items: %w", err)
@@ -242,60 +189,19 @@ func TreeOrder(items []wire.WorkItem) []wire.WorkItem {
 // change journaled (work_item.updated, work_item.status_changed,
 // work_item.reparented — the last once, for the moved item only, while the
 // paths of all its descendants are rewritten in the same transaction).
+// The caller has checked in (wire.UpdateWorkItem.Validate).
 func (s *Store) UpdateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem) (wire.WorkItem, error) {
 	return s.updateWorkItem(ctx, id, in, "")
 }
 
 // updateWorkItem is UpdateWorkItem with the actor its events name.
 func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWorkItem, actor string) (wire.WorkItem, error) {
-	if in.Title != nil {
-		if err := ValidName("title", *in.Title); err != nil {
-			return wire.WorkItem{}, err
-		}
-	}
-	if in.Body != nil {
-		if err := validBody(*in.Body); err != nil {
-			return wire.WorkItem{}, err
-		}
-	}
-	if in.Status != nil && !ValidItemStatus(*in.Status) {
-		return wire.WorkItem{}, wire.Invalid("status", "status must be one of todo, doing, done, cancelled")
-	}
-	if in.Position != nil && (*in.Position < 0 || *in.Position > 1_000_000) {
-		return wire.WorkItem{}, wire.Invalid("position", "position must be between 0 and 1000000")
-	}
-	if in.ParentID.Set && in.ParentID.Value != nil {
-		if !wire.ValidUUID(*in.ParentID.Value) {
-			return wire.WorkItem{}, wire.Invalid("parent_id", "parent_id must be a UUID or null")
-		}
-	}
 	var out wire.WorkItem
 	err := s.InTx(ctx, func(tx *Tx) error {
-		// A move changes the project's tree, so a request that names a
-		// parent (a move, unless the item is already there once locked)
-		// takes the project's lock, as creates do, then the item's: two
-		// moves can never make a cycle. Any other change is the item's
-		// alone and locks only it, so edits of different cards of one
-		// project run side by side (20 editors of one project were one at
-		// a time: ≈270 PATCHes/s under pam-bench load, docs/bench.md).
-		// Nothing locks an item and then its project: no deadlock.
-		if in.ParentID.Set {
-			unlocked, err := itemByID(ctx, tx, id, false)
-			if err != nil {
-				return err
-			}
-			if _, err := projectByRef(ctx, tx, unlocked.ProjectID, true); err != nil {
-				return err
-			}
-		}
-		cur, err := itemByID(ctx, tx, id, true)
+		cur, err := lockItem(ctx, tx, id, in.ParentID.Set)
 		if err != nil {
 			return err
 		}
-		if err := refuseArchivedID(ctx, tx, cur.ProjectID); err != nil {
-			return err
-		}
-		var events []NewEvent
 		changed := map[string]any{}
 		if in.Title != nil && *in.Title != cur.Title {
 			changed["title"] = *in.Title
@@ -309,20 +215,8 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 		newPath := cur.Path
 		reparent := in.ParentID.Set && !sameParent(cur.ParentID, in.ParentID.Value)
 		if reparent {
-			newPath = cur.ID
-			if p := in.ParentID.Value; p != nil {
-				target, err := itemByID(ctx, tx, *p, false)
-				if err != nil && !wire.HasCode(err, wire.CodeNotFound) {
-					return fmt.Errorf("read new parent %s: %w", *p, err)
-				}
-				if *p == cur.ID || (err == nil && strings.HasPrefix(target.Path, cur.Path+"/")) {
-					return wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
-				}
-				parent, err := parentFor(ctx, tx, cur.ProjectID, *p, cur.Kind)
-				if err != nil {
-					return err
-				}
-				newPath = parent.Path + "/" + cur.ID
+			if newPath, err = movedPath(ctx, tx, cur, in.ParentID.Value); err != nil {
+				return err
 			}
 		}
 		statusChanged := in.Status != nil && *in.Status != cur.Status
@@ -351,25 +245,79 @@ func (s *Store) updateWorkItem(ctx context.Context, id string, in wire.UpdateWor
 				return err
 			}
 		}
-		if len(changed) > 0 {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
-		}
-		if statusChanged {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": status, "work_item": out}})
-		}
-		if reparent {
-			events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID, Actor: actor,
-				Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
-					"old_path": cur.Path, "path": out.Path, "work_item": out}})
-		}
-		return tx.Journal(ctx, events...)
+		return tx.Journal(ctx, itemEvents(cur, out, changed, statusChanged, reparent, actor)...)
 	})
 	if err != nil {
 		return wire.WorkItem{}, fmt.Errorf("update work item %s: %w", id, err)
 	}
 	return out, nil
+}
+
+// lockItem reads item id under its row lock for an update. A move
+// changes the project's tree, so a request that names a parent (a move,
+// unless the item is already there once locked) takes the project's
+// lock, as creates do, then the item's: two moves can never make a
+// cycle. Any other change is the item's alone and locks only it, so
+// edits of different cards of one project run side by side (20 editors
+// of one project were one at a time: ≈270 PATCHes/s under pam-bench
+// load, docs/bench.md). Nothing locks an item and then its project: no
+// deadlock. An item of an archived project is refused.
+func lockItem(ctx context.Context, tx *Tx, id string, move bool) (wire.WorkItem, error) {
+	if move {
+		unlocked, err := itemByID(ctx, tx, id, false)
+		if err != nil {
+			return unlocked, err
+		}
+		if _, err := projectByRef(ctx, tx, unlocked.ProjectID, true); err != nil {
+			return unlocked, err
+		}
+	}
+	cur, err := itemByID(ctx, tx, id, true)
+	if err != nil {
+		return cur, err
+	}
+	return cur, refuseArchivedID(ctx, tx, cur.ProjectID)
+}
+
+// movedPath is the path of cur moved under parent (nil: the project's
+// top level); a parent inside cur's own subtree, or one that may not hold
+// cur's kind, is refused.
+func movedPath(ctx context.Context, tx *Tx, cur wire.WorkItem, parent *string) (string, error) {
+	if parent == nil {
+		return cur.ID, nil
+	}
+	target, err := itemByID(ctx, tx, *parent, false)
+	if err != nil && !wire.HasCode(err, wire.CodeNotFound) {
+		return "", fmt.Errorf("read new parent %s: %w", *parent, err)
+	}
+	if *parent == cur.ID || (err == nil && strings.HasPrefix(target.Path, cur.Path+"/")) {
+		return "", wire.Invalid("parent_id", "a work item cannot move inside its own subtree")
+	}
+	p, err := parentFor(ctx, tx, cur.ProjectID, *parent, cur.Kind)
+	if err != nil {
+		return "", err
+	}
+	return p.Path + "/" + cur.ID, nil
+}
+
+// itemEvents journals an update of cur into out: work_item.updated for
+// the fields in changed, work_item.status_changed, work_item.reparented.
+func itemEvents(cur, out wire.WorkItem, changed map[string]any, statusChanged, reparent bool, actor string) []NewEvent {
+	var events []NewEvent
+	if len(changed) > 0 {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemUpdated, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "changed": changed, "work_item": out}})
+	}
+	if statusChanged {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemStatusChanged, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "from": cur.Status, "to": out.Status, "work_item": out}})
+	}
+	if reparent {
+		events = append(events, NewEvent{Topic: wire.TopicWorkItemReparented, ProjectID: cur.ProjectID, Actor: actor,
+			Payload: map[string]any{"work_item_id": cur.ID, "from_parent_id": cur.ParentID, "to_parent_id": out.ParentID,
+				"old_path": cur.Path, "path": out.Path, "work_item": out}})
+	}
+	return events
 }
 
 func sameParent(a, b *string) bool {

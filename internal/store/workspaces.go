@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"pam/internal/lifecycle"
+	"pam/internal/runwrite"
 	"pam/internal/wire"
 )
 
@@ -98,7 +98,7 @@ func (s *Store) WorkspaceReady(ctx context.Context, hostID string, f wire.Worksp
 		if err != nil {
 			return err
 		}
-		if f.Attempt == nil || *f.Attempt != r.Attempt || r.HostID == nil || *r.HostID != hostID || !lifecycle.Active(r.Status) {
+		if f.Attempt == nil || *f.Attempt != r.Attempt || r.HostID == nil || *r.HostID != hostID || !runwrite.Active(r.Status) {
 			return nil
 		}
 		if r.Workspace != nil && *r.Workspace == *f.Workspace {
