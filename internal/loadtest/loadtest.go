@@ -164,45 +164,23 @@ func Run(ctx context.Context, o Options) (res Result, err error) {
 	return l.run(ctx)
 }
 
+// run brings the system up, measures it idle, loads it and measures it
+// again, then checks what the subscribers received.
 func (l *load) run(ctx context.Context) (Result, error) {
-	o := l.o
-	if err := l.startServe(ctx); err != nil {
+	if err := l.bringUp(ctx); err != nil {
 		return Result{}, err
 	}
-	if err := l.plan(ctx); err != nil {
+	idle, err := l.idleDispatch(ctx)
+	if err != nil {
 		return Result{}, err
 	}
-	if err := l.startWorker(ctx); err != nil {
-		return Result{}, err
-	}
-	var err error
-	if l.probe, err = newProbe(ctx, l.api, l.taskID); err != nil {
+	mem, err := l.startLiveRuns(ctx)
+	if err != nil {
 		return Result{}, err
 	}
 
-	l.log.Info("idle dispatch baseline", "runs", o.CachedRuns)
-	idle := make([]time.Duration, 0, o.CachedRuns)
-	for range o.CachedRuns {
-		d, err := l.probe.cycle(ctx)
-		if err != nil {
-			return Result{}, fmt.Errorf("idle dispatch: %w", err)
-		}
-		idle = append(idle, d)
-	}
-
-	// The worker's memory is read at goalSessions sessions, then the rest
-	// of the runs start.
-	first := min(o.Runs, goalSessions)
-	if err := l.startRuns(ctx, first); err != nil {
-		return Result{}, err
-	}
-	workerAt, sessAt := l.settle(ctx)
-	if o.Runs > first {
-		if err := l.startRuns(ctx, o.Runs-first); err != nil {
-			return Result{}, err
-		}
-	}
-
+	// The clients run on loadCtx until the check has what it needs;
+	// whatever happens, they have ended when run returns.
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	var clients sync.WaitGroup
 	defer func() { stopLoad(); clients.Wait() }()
@@ -210,67 +188,18 @@ func (l *load) run(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	l.log.Info("subscribers and viewers", "subscribers", o.Subscribers, "viewers", o.Viewers)
-	streams := &http.Client{Transport: l.api.HTTP.Transport}
-	subs := make([]*subscriber, o.Subscribers)
-	for i := range subs {
-		subs[i] = &subscriber{base: l.api.BaseURL, token: l.api.Token, hc: streams}
-		clients.Go(func() { subs[i].run(loadCtx, start) })
-	}
-	viewers := make([]*viewer, o.Viewers)
-	for i := range viewers {
-		viewers[i] = &viewer{api: l.api, runID: l.live[i%len(l.live)]}
-		clients.Go(func() { viewers[i].run(loadCtx) })
-	}
-	if err := waitFor(ctx, 60*time.Second, "every subscriber to connect", func() (bool, error) {
-		for _, s := range subs {
-			if err := s.err(); err != nil {
-				return false, err
-			}
-			if !s.connected.Load() {
-				return false, nil
-			}
-		}
-		return true, nil
-	}); err != nil {
-		return Result{}, err
-	}
-
-	l.log.Info("load", "duration", o.Duration, "events/s", o.EventRate, "dispatches/s", o.DispatchRate)
-	profiled := make(chan error, 1)
-	if o.Profile != "" {
-		go func() { profiled <- l.profileServe(ctx, o.Profile, o.Duration-time.Second) }()
-	} else {
-		profiled <- nil
-	}
-	m := l.measureLoad(ctx, loadCtx)
-	if err := <-profiled; err != nil {
-		return Result{}, err
-	}
-	if m.err != nil {
-		return Result{}, m.err
-	}
-
-	l.log.Info("checking what the subscribers received")
-	end, err := eventSeq(ctx, l.api)
+	subs, viewers, err := l.connectClients(ctx, loadCtx, &clients, start)
 	if err != nil {
 		return Result{}, err
 	}
-	journal, err := journalSeqs(ctx, l.api, start, end)
+	m, err := l.driveLoad(ctx, loadCtx)
 	if err != nil {
 		return Result{}, err
 	}
-	if len(journal) > 0 {
-		lastSeq := journal[len(journal)-1]
-		// Late subscribers are counted as losing what they lack.
-		_ = waitFor(ctx, 60*time.Second, "every subscriber to catch up", func() (bool, error) {
-			for _, s := range subs {
-				if s.last.Load() < lastSeq && s.err() == nil {
-					return false, nil
-				}
-			}
-			return true, nil
-		})
+
+	journal, err := l.awaitSubscribers(ctx, start, subs)
+	if err != nil {
+		return Result{}, err
 	}
 	stopLoad()
 	clients.Wait()
@@ -281,8 +210,142 @@ func (l *load) run(ctx context.Context) (Result, error) {
 	}
 	v := check(subs, journal)
 	res := Result{Events: v.events, Subscribers: len(subs), Lost: v.lost, Duplicate: v.duplicate + v.extra, OutOfOrder: v.outOfOrder}
-	res.Rows = l.rows(idle, m, subs, viewers, v, workerAt, sessAt, first)
+	res.Rows = l.rows(idle, m, subs, viewers, v, mem)
 	return res, nil
+}
+
+// bringUp starts serve, makes what the runs belong to, starts the worker
+// and connects the probe host.
+func (l *load) bringUp(ctx context.Context) error {
+	if err := l.startServe(ctx); err != nil {
+		return err
+	}
+	if err := l.plan(ctx); err != nil {
+		return err
+	}
+	if err := l.startWorker(ctx); err != nil {
+		return err
+	}
+	var err error
+	l.probe, err = newProbe(ctx, l.api, l.taskID)
+	return err
+}
+
+// idleDispatch passes the cached runs through the probe host before any
+// load: their dispatch latencies are the idle baseline, and their screens
+// fill serve's pane cache as a long-running serve's would be.
+func (l *load) idleDispatch(ctx context.Context) ([]time.Duration, error) {
+	l.log.Info("idle dispatch baseline", "runs", l.o.CachedRuns)
+	idle := make([]time.Duration, 0, l.o.CachedRuns)
+	for range l.o.CachedRuns {
+		d, err := l.probe.cycle(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("idle dispatch: %w", err)
+		}
+		idle = append(idle, d)
+	}
+	return idle, nil
+}
+
+// sessionMemory is the worker's resident memory, and that of what holds
+// its sessions, once a number of sessions run.
+type sessionMemory struct {
+	sessions     int
+	worker, sess int64
+}
+
+// startLiveRuns starts the live runs in two steps: up to goalSessions
+// first, so that the worker's memory is read at the goal's number of
+// sessions, then the rest.
+func (l *load) startLiveRuns(ctx context.Context) (sessionMemory, error) {
+	first := min(l.o.Runs, goalSessions)
+	if err := l.startRuns(ctx, first); err != nil {
+		return sessionMemory{}, err
+	}
+	mem := sessionMemory{sessions: first}
+	mem.worker, mem.sess = l.settle(ctx)
+	if l.o.Runs > first {
+		if err := l.startRuns(ctx, l.o.Runs-first); err != nil {
+			return sessionMemory{}, err
+		}
+	}
+	return mem, nil
+}
+
+// connectClients starts the SSE subscribers (from the event after start)
+// and the pane viewers on loadCtx, counted in clients, and waits until
+// every subscriber is connected, so that the load meets them all.
+func (l *load) connectClients(ctx, loadCtx context.Context, clients *sync.WaitGroup, start int64) ([]*subscriber, []*viewer, error) {
+	l.log.Info("subscribers and viewers", "subscribers", l.o.Subscribers, "viewers", l.o.Viewers)
+	streams := &http.Client{Transport: l.api.HTTP.Transport}
+	subs := make([]*subscriber, l.o.Subscribers)
+	for i := range subs {
+		subs[i] = &subscriber{base: l.api.BaseURL, token: l.api.Token, hc: streams}
+		clients.Go(func() { subs[i].run(loadCtx, start) })
+	}
+	viewers := make([]*viewer, l.o.Viewers)
+	for i := range viewers {
+		viewers[i] = &viewer{api: l.api, runID: l.live[i%len(l.live)]}
+		clients.Go(func() { viewers[i].run(loadCtx) })
+	}
+	err := waitFor(ctx, 60*time.Second, "every subscriber to connect", func() (bool, error) {
+		for _, s := range subs {
+			if err := s.err(); err != nil {
+				return false, err
+			}
+			if !s.connected.Load() {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	return subs, viewers, err
+}
+
+// driveLoad runs the load for its duration and measures it, with serve's
+// CPU profile of it taken meanwhile when one was asked for.
+func (l *load) driveLoad(ctx, loadCtx context.Context) (measured, error) {
+	o := l.o
+	l.log.Info("load", "duration", o.Duration, "events/s", o.EventRate, "dispatches/s", o.DispatchRate)
+	profiled := make(chan error, 1)
+	if o.Profile != "" {
+		go func() { profiled <- l.profileServe(ctx, o.Profile, o.Duration-time.Second) }()
+	} else {
+		profiled <- nil
+	}
+	m := l.measureLoad(ctx, loadCtx)
+	if err := <-profiled; err != nil {
+		return measured{}, err
+	}
+	return m, m.err
+}
+
+// awaitSubscribers reads the journal's events since start, the ones every
+// subscriber should have seen, and gives the subscribers up to a minute
+// to catch up with the last; one still behind is counted as losing what
+// it lacks.
+func (l *load) awaitSubscribers(ctx context.Context, start int64, subs []*subscriber) ([]int64, error) {
+	l.log.Info("checking what the subscribers received")
+	end, err := eventSeq(ctx, l.api)
+	if err != nil {
+		return nil, err
+	}
+	journal, err := journalSeqs(ctx, l.api, start, end)
+	if err != nil {
+		return nil, err
+	}
+	if len(journal) > 0 {
+		lastSeq := journal[len(journal)-1]
+		_ = waitFor(ctx, 60*time.Second, "every subscriber to catch up", func() (bool, error) {
+			for _, s := range subs {
+				if s.last.Load() < lastSeq && s.err() == nil {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	}
+	return journal, nil
 }
 
 // startServe runs pam serve on the embedded database and a free loopback

@@ -37,18 +37,10 @@ type anthropicRequest struct {
 	Tools  []json.RawMessage `json:"tools"`
 }
 
+// serveAnthropic answers one request to the Anthropic fake: a message
+// takes its turn (see turnFor), whole or streamed as the request asks.
 func serveAnthropic(s *server, w http.ResponseWriter, r *http.Request, body []byte, agent bool) {
-	switch {
-	case r.Method == http.MethodHead && r.URL.Path == "/":
-		// Claude Code opens its connection early with HEAD /.
-		w.WriteHeader(http.StatusOK)
-		return
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
-		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(body)/4 + 1})
-		return
-	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
-	default:
-		anthropicError(w, &APIError{Status: http.StatusNotFound, Type: "not_found_error", Message: "Not found: " + r.URL.Path})
+	if answerAnthropicAside(w, r, body) {
 		return
 	}
 	var req anthropicRequest
@@ -56,73 +48,116 @@ func serveAnthropic(s *server, w http.ResponseWriter, r *http.Request, body []by
 		anthropicError(w, &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()})
 		return
 	}
-	turn := Text(DefaultText)
-	if agent {
-		turn = s.next()
-	}
+	turn := s.turnFor(agent)
 	if turn.Error != nil {
 		anthropicError(w, turn.Error)
 		return
 	}
-	model := req.Model
-	if model == "" {
-		model = "claude-fake"
-	}
-	msgID := s.id("msg_")
-	var toolID string
-	if turn.Tool != nil {
-		toolID = turn.Tool.ID
-		if toolID == "" {
-			toolID = s.id("toolu_")
-		}
-	}
-	stop := "end_turn"
-	if turn.Tool != nil {
-		stop = "tool_use"
-	}
-	usage := map[string]any{"input_tokens": len(body)/4 + 1, "output_tokens": len(turn.Text)/4 + 1,
-		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+	m := newAnthropicMessage(s, req, turn, body)
 	if !req.Stream {
-		var content []any
-		if turn.Text != "" || turn.Tool == nil {
-			content = append(content, map[string]any{"type": "text", "text": turn.Text})
-		}
-		if turn.Tool != nil {
-			content = append(content, map[string]any{"type": "tool_use", "id": toolID, "name": turn.Tool.Name, "input": turn.Tool.Input})
-		}
-		writeJSON(w, http.StatusOK, map[string]any{"id": msgID, "type": "message", "role": "assistant", "model": model,
-			"content": content, "stop_reason": stop, "stop_sequence": nil, "usage": usage})
+		writeJSON(w, http.StatusOK, m.whole())
 		return
 	}
-	e := startSSE(w)
-	e.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
-		"id": msgID, "type": "message", "role": "assistant", "model": model, "content": []any{},
-		"stop_reason": nil, "stop_sequence": nil, "usage": map[string]any{"input_tokens": usage["input_tokens"], "output_tokens": 1,
-			"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}}})
-	pause(r, turn.Delay)
-	index := 0
-	if turn.Text != "" || turn.Tool == nil {
-		e.event("content_block_start", map[string]any{"type": "content_block_start", "index": index,
-			"content_block": map[string]any{"type": "text", "text": ""}})
-		for _, c := range chunks(turn.Text, 16) {
-			e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
-				"delta": map[string]any{"type": "text_delta", "text": c}})
-		}
-		e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
-		index++
+	streamTurn(r, turn, &anthropicStream{anthropicMessage: m, e: startSSE(w)})
+}
+
+// answerAnthropicAside answers every request that is not a message
+// (POST /v1/messages) and reports whether it did: Claude Code's early
+// HEAD /, its token counts, and 404 for anything else.
+func answerAnthropicAside(w http.ResponseWriter, r *http.Request, body []byte) bool {
+	switch {
+	case r.Method == http.MethodHead && r.URL.Path == "/":
+		// Claude Code opens its connection early with HEAD /.
+		w.WriteHeader(http.StatusOK)
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages/count_tokens":
+		writeJSON(w, http.StatusOK, map[string]any{"input_tokens": len(body)/4 + 1})
+	case r.Method == http.MethodPost && r.URL.Path == "/v1/messages":
+		return false
+	default:
+		anthropicError(w, &APIError{Status: http.StatusNotFound, Type: "not_found_error", Message: "Not found: " + r.URL.Path})
+	}
+	return true
+}
+
+// anthropicMessage is the Messages API's answer of one turn: what its
+// whole body and its stream both say.
+type anthropicMessage struct {
+	turn              Turn
+	id, model, toolID string
+	stop              string // end_turn, or tool_use when the turn calls a tool
+	inputTokens       int
+	outputTokens      int
+}
+
+func newAnthropicMessage(s *server, req anthropicRequest, turn Turn, body []byte) *anthropicMessage {
+	m := &anthropicMessage{turn: turn, id: s.id("msg_"), model: req.Model, stop: "end_turn",
+		inputTokens: len(body)/4 + 1, outputTokens: len(turn.Text)/4 + 1}
+	if m.model == "" {
+		m.model = "claude-fake"
 	}
 	if turn.Tool != nil {
-		e.event("content_block_start", map[string]any{"type": "content_block_start", "index": index,
-			"content_block": map[string]any{"type": "tool_use", "id": toolID, "name": turn.Tool.Name, "input": map[string]any{}}})
-		for _, c := range chunks(inputJSON(turn.Tool), 24) {
-			e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
-				"delta": map[string]any{"type": "input_json_delta", "partial_json": c}})
+		m.toolID, m.stop = turn.Tool.ID, "tool_use"
+		if m.toolID == "" {
+			m.toolID = s.id("toolu_")
 		}
-		e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
 	}
-	e.event("message_delta", map[string]any{"type": "message_delta",
-		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": usage["output_tokens"]}})
-	e.event("message_stop", map[string]any{"type": "message_stop"})
+	return m
+}
+
+// usage is the message's token counts; output is what the message
+// counts as its output so far.
+func (m *anthropicMessage) usage(output int) map[string]any {
+	return map[string]any{"input_tokens": m.inputTokens, "output_tokens": output,
+		"cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+}
+
+// whole is the body of a message that is not streamed.
+func (m *anthropicMessage) whole() map[string]any {
+	text := map[string]any{"type": "text", "text": m.turn.Text}
+	var tool map[string]any
+	if m.turn.Tool != nil {
+		tool = map[string]any{"type": "tool_use", "id": m.toolID, "name": m.turn.Tool.Name, "input": m.turn.Tool.Input}
+	}
+	return map[string]any{"id": m.id, "type": "message", "role": "assistant", "model": m.model,
+		"content": m.turn.blocks(text, tool), "stop_reason": m.stop, "stop_sequence": nil, "usage": m.usage(m.outputTokens)}
+}
+
+// anthropicStream streams a message as the Messages API's events.
+type anthropicStream struct {
+	*anthropicMessage
+	e sse
+}
+
+func (a *anthropicStream) opening() {
+	a.e.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": a.id, "type": "message", "role": "assistant", "model": a.model, "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil, "usage": a.usage(1)}})
+}
+
+func (a *anthropicStream) text(index int, pieces []string) {
+	a.block(index, map[string]any{"type": "text", "text": ""}, "text_delta", "text", pieces)
+}
+
+func (a *anthropicStream) toolCall(index int, pieces []string) {
+	a.block(index, map[string]any{"type": "tool_use", "id": a.toolID, "name": a.turn.Tool.Name, "input": map[string]any{}},
+		"input_json_delta", "partial_json", pieces)
+}
+
+// block streams one content block: its start, a delta of type
+// deltaType per piece (the piece under key), its stop.
+func (a *anthropicStream) block(index int, start map[string]any, deltaType, key string, pieces []string) {
+	a.e.event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": start})
+	for _, c := range pieces {
+		a.e.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": index,
+			"delta": map[string]any{"type": deltaType, key: c}})
+	}
+	a.e.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+}
+
+func (a *anthropicStream) closing() {
+	a.e.event("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": a.stop, "stop_sequence": nil}, "usage": map[string]any{"output_tokens": a.outputTokens}})
+	a.e.event("message_stop", map[string]any{"type": "message_stop"})
 }
 
 // anthropicError writes the Messages API's error body.

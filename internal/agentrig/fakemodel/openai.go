@@ -2,6 +2,7 @@ package fakemodel
 
 import (
 	"encoding/json"
+	"maps"
 	"net/http"
 	"strings"
 	"time"
@@ -37,16 +38,10 @@ type openaiRequest struct {
 	Tools  []json.RawMessage `json:"tools"`
 }
 
+// serveOpenAI answers one request to the OpenAI fake: a response takes
+// its turn (see turnFor), whole or streamed as the request asks.
 func serveOpenAI(s *server, w http.ResponseWriter, r *http.Request, body []byte, agent bool) {
-	path := strings.TrimSuffix(r.URL.Path, "/")
-	switch {
-	case r.Method == http.MethodGet && strings.HasSuffix(path, "/models"):
-		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{
-			map[string]any{"id": OpenAIModel, "object": "model", "created": 0, "owned_by": "fake"}}, "models": []any{}})
-		return
-	case r.Method == http.MethodPost && strings.HasSuffix(path, "/responses"):
-	default:
-		openaiError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Message: "Unknown request URL: " + r.Method + " " + r.URL.Path})
+	if answerOpenAIAside(w, r) {
 		return
 	}
 	var req openaiRequest
@@ -54,98 +49,134 @@ func serveOpenAI(s *server, w http.ResponseWriter, r *http.Request, body []byte,
 		openaiError(w, &APIError{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()})
 		return
 	}
-	turn := Text(DefaultText)
-	if agent {
-		turn = s.next()
-	}
+	turn := s.turnFor(agent)
 	if turn.Error != nil {
 		openaiError(w, turn.Error)
 		return
 	}
-	model := req.Model
-	if model == "" {
-		model = OpenAIModel
+	resp := newOpenAIResponse(s, req, turn, body)
+	if !req.Stream {
+		writeJSON(w, http.StatusOK, resp.object("completed", resp.output()))
+		return
 	}
-	respID := s.id("resp_")
-	created := time.Now().Unix()
-	resp := func(status string, output []any) map[string]any {
-		m := map[string]any{"id": respID, "object": "response", "created_at": created, "status": status, "model": model, "output": output}
-		if status == "completed" {
-			m["usage"] = map[string]any{"input_tokens": len(body)/4 + 1, "input_tokens_details": map[string]any{"cached_tokens": 0},
-				"output_tokens": len(turn.Text)/4 + 1, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
-				"total_tokens": len(body)/4 + len(turn.Text)/4 + 2}
-		}
-		return m
+	streamTurn(r, turn, &openaiStream{openaiResponse: resp, e: startSSE(w)})
+}
+
+// answerOpenAIAside answers every request that is not a response (POST
+// …/responses) and reports whether it did: the model list, and 404 for
+// anything else.
+func answerOpenAIAside(w http.ResponseWriter, r *http.Request) bool {
+	path := strings.TrimSuffix(r.URL.Path, "/")
+	switch {
+	case r.Method == http.MethodGet && strings.HasSuffix(path, "/models"):
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []any{
+			map[string]any{"id": OpenAIModel, "object": "model", "created": 0, "owned_by": "fake"}}, "models": []any{}})
+	case r.Method == http.MethodPost && strings.HasSuffix(path, "/responses"):
+		return false
+	default:
+		openaiError(w, &APIError{Status: http.StatusNotFound, Type: "invalid_request_error", Message: "Unknown request URL: " + r.Method + " " + r.URL.Path})
 	}
-	var output []any
-	msgID := s.id("msg_")
-	text := map[string]any{"id": msgID, "type": "message", "status": "completed", "role": "assistant",
+	return true
+}
+
+// openaiResponse is the Responses API's answer of one turn: its output
+// items, finished, which its whole body and its stream both carry.
+type openaiResponse struct {
+	turn      Turn
+	id, model string
+	created   int64
+	bodyLen   int
+	// message is the message item; call the function_call item, nil when
+	// the turn calls no tool.
+	message, call map[string]any
+}
+
+func newOpenAIResponse(s *server, req openaiRequest, turn Turn, body []byte) *openaiResponse {
+	o := &openaiResponse{turn: turn, id: s.id("resp_"), model: req.Model, created: time.Now().Unix(), bodyLen: len(body)}
+	if o.model == "" {
+		o.model = OpenAIModel
+	}
+	o.message = map[string]any{"id": s.id("msg_"), "type": "message", "status": "completed", "role": "assistant",
 		"content": []any{map[string]any{"type": "output_text", "text": turn.Text, "annotations": []any{}}}}
-	var call map[string]any
 	if turn.Tool != nil {
 		callID := turn.Tool.ID
 		if callID == "" {
 			callID = s.id("call_")
 		}
-		call = map[string]any{"id": s.id("fc_"), "type": "function_call", "status": "completed", "call_id": callID,
+		o.call = map[string]any{"id": s.id("fc_"), "type": "function_call", "status": "completed", "call_id": callID,
 			"name": turn.Tool.Name, "arguments": inputJSON(turn.Tool)}
 		if turn.Tool.Namespace != "" {
-			call["namespace"] = turn.Tool.Namespace
+			o.call["namespace"] = turn.Tool.Namespace
 		}
 	}
-	if !req.Stream {
-		if turn.Text != "" || call == nil {
-			output = append(output, text)
-		}
-		if call != nil {
-			output = append(output, call)
-		}
-		writeJSON(w, http.StatusOK, resp("completed", output))
-		return
+	return o
+}
+
+// output is the response's output items.
+func (o *openaiResponse) output() []any { return o.turn.blocks(o.message, o.call) }
+
+// object is the response object with status and output; a completed one
+// carries the usage.
+func (o *openaiResponse) object(status string, output []any) map[string]any {
+	m := map[string]any{"id": o.id, "object": "response", "created_at": o.created, "status": status, "model": o.model, "output": output}
+	if status == "completed" {
+		m["usage"] = map[string]any{"input_tokens": o.bodyLen/4 + 1, "input_tokens_details": map[string]any{"cached_tokens": 0},
+			"output_tokens": len(o.turn.Text)/4 + 1, "output_tokens_details": map[string]any{"reasoning_tokens": 0},
+			"total_tokens": o.bodyLen/4 + len(o.turn.Text)/4 + 2}
 	}
-	e := startSSE(w)
-	seq := 0
-	ev := func(typ string, m map[string]any) {
-		m["type"] = typ
-		m["sequence_number"] = seq
-		seq++
-		e.event(typ, m)
+	return m
+}
+
+// openaiStream streams a response as the Responses API's events, each
+// numbered in sequence.
+type openaiStream struct {
+	*openaiResponse
+	e   sse
+	seq int
+}
+
+// event sends m as an event of type typ, with the next sequence number.
+func (o *openaiStream) event(typ string, m map[string]any) {
+	m["type"] = typ
+	m["sequence_number"] = o.seq
+	o.seq++
+	o.e.event(typ, m)
+}
+
+func (o *openaiStream) opening() {
+	o.event("response.created", map[string]any{"response": o.object("in_progress", []any{})})
+	o.event("response.in_progress", map[string]any{"response": o.object("in_progress", []any{})})
+}
+
+func (o *openaiStream) text(index int, pieces []string) {
+	id, text := o.message["id"], o.turn.Text
+	o.event("response.output_item.added", map[string]any{"output_index": index, "item": map[string]any{
+		"id": id, "type": "message", "status": "in_progress", "role": "assistant", "content": []any{}}})
+	o.event("response.content_part.added", map[string]any{"item_id": id, "output_index": index, "content_index": 0,
+		"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
+	for _, c := range pieces {
+		o.event("response.output_text.delta", map[string]any{"item_id": id, "output_index": index, "content_index": 0, "delta": c})
 	}
-	ev("response.created", map[string]any{"response": resp("in_progress", []any{})})
-	ev("response.in_progress", map[string]any{"response": resp("in_progress", []any{})})
-	pause(r, turn.Delay)
-	index := 0
-	if turn.Text != "" || call == nil {
-		ev("response.output_item.added", map[string]any{"output_index": index, "item": map[string]any{
-			"id": msgID, "type": "message", "status": "in_progress", "role": "assistant", "content": []any{}}})
-		ev("response.content_part.added", map[string]any{"item_id": msgID, "output_index": index, "content_index": 0,
-			"part": map[string]any{"type": "output_text", "text": "", "annotations": []any{}}})
-		for _, c := range chunks(turn.Text, 16) {
-			ev("response.output_text.delta", map[string]any{"item_id": msgID, "output_index": index, "content_index": 0, "delta": c})
-		}
-		ev("response.output_text.done", map[string]any{"item_id": msgID, "output_index": index, "content_index": 0, "text": turn.Text})
-		ev("response.content_part.done", map[string]any{"item_id": msgID, "output_index": index, "content_index": 0,
-			"part": map[string]any{"type": "output_text", "text": turn.Text, "annotations": []any{}}})
-		ev("response.output_item.done", map[string]any{"output_index": index, "item": text})
-		output = append(output, text)
-		index++
+	o.event("response.output_text.done", map[string]any{"item_id": id, "output_index": index, "content_index": 0, "text": text})
+	o.event("response.content_part.done", map[string]any{"item_id": id, "output_index": index, "content_index": 0,
+		"part": map[string]any{"type": "output_text", "text": text, "annotations": []any{}}})
+	o.event("response.output_item.done", map[string]any{"output_index": index, "item": o.message})
+}
+
+func (o *openaiStream) toolCall(index int, pieces []string) {
+	// The item is announced in progress, with no arguments yet.
+	added := maps.Clone(o.call)
+	added["status"], added["arguments"] = "in_progress", ""
+	o.event("response.output_item.added", map[string]any{"output_index": index, "item": added})
+	for _, c := range pieces {
+		o.event("response.function_call_arguments.delta", map[string]any{"item_id": o.call["id"], "output_index": index, "delta": c})
 	}
-	if call != nil {
-		added := map[string]any{}
-		for k, v := range call {
-			added[k] = v
-		}
-		added["status"], added["arguments"] = "in_progress", ""
-		ev("response.output_item.added", map[string]any{"output_index": index, "item": added})
-		args := call["arguments"].(string)
-		for _, c := range chunks(args, 24) {
-			ev("response.function_call_arguments.delta", map[string]any{"item_id": call["id"], "output_index": index, "delta": c})
-		}
-		ev("response.function_call_arguments.done", map[string]any{"item_id": call["id"], "output_index": index, "arguments": args})
-		ev("response.output_item.done", map[string]any{"output_index": index, "item": call})
-		output = append(output, call)
-	}
-	ev("response.completed", map[string]any{"response": resp("completed", output)})
+	o.event("response.function_call_arguments.done", map[string]any{"item_id": o.call["id"], "output_index": index, "arguments": o.call["arguments"]})
+	o.event("response.output_item.done", map[string]any{"output_index": index, "item": o.call})
+}
+
+func (o *openaiStream) closing() {
+	o.event("response.completed", map[string]any{"response": o.object("completed", o.output())})
 }
 
 // openaiError writes the OpenAI API's error body.
