@@ -666,95 +666,112 @@ func agentSession(r Run, session string) Step {
 // ingestKind is IngestSignal of a signal that passed the epoch, sender and
 // tombstone guards: what its kind does to the run.
 func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Time) (Decision, error) {
-	seen := func(result string, extra map[string]any) map[string]any {
-		m := map[string]any{"kind": sig.Kind, "source": sig.Source, "result": result}
-		for k, v := range extra {
-			m[k] = v
-		}
-		return m
-	}
-	if sig.Kind == wire.SignalNeedsInput {
-		// Not one-shot (an agent may ask many times) and journaled only
-		// when the attention changes, so a repeated or late hook adds
-		// nothing to the journal.
-		if r.Status != wire.RunRunning {
-			return Decision{Result: wire.ResultIgnored}, nil
-		}
-		// The question is the screen's, when the server read one for
-		// this attempt; without one, a new needs_input says at least
-		// who set it, and a repeated one keeps what is known.
-		detail := f.Screen
-		if detail != nil {
-			d := *detail
-			d.Source = sig.Source
-			detail = &d
-		} else if attentionOf(r) != wire.AttentionNeedsInput {
-			detail = &wire.AttentionDetail{Source: sig.Source, Choices: []wire.Choice{}}
-		}
-		d := ChangeAttention(r, att, Change{To: wire.AttentionNeedsInput, Source: sig.Source, Detail: detail})
-		d.Result = wire.ResultApplied
-		return d, nil
-	}
-	if sig.Kind == wire.SignalProgress {
-		if *sig.Seq <= 0 || *sig.Seq <= f.LastProgressSeq {
-			return Decision{Result: wire.ResultOutOfOrder}, nil
-		}
-		var payload any
-		if len(sig.Payload) > 0 {
-			payload = sig.Payload
-		}
-		extra := map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload}
-		if !f.ProgressJournaledAt.IsZero() && now.Sub(f.ProgressJournaledAt) < ProgressEvery {
-			return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Held: extra}}, nil
-		}
-		extra[wire.PayloadCoalesced] = f.ProgressCoalesced
-		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Journaled: true},
-			Steps: []Step{journal(wire.TopicRunProgress, extra)}}, nil
-	}
-	if sig.Kind == wire.SignalCompleted {
-		// One per turn (docs/architecture.md#working-waiting-hung): the
-		// attempt's first is marked processed; after it, a completion
-		// with input since the last one is the next turn's, and one
-		// without is a repeat.
-		if !f.Processed {
-			return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}, nil
-		}
-		if TurnEnded(r) {
-			return Decision{Result: wire.ResultDuplicate}, nil
-		}
-		return Decision{Result: wire.ResultApplied, CompleteSource: sig.Source}, nil
+	switch sig.Kind {
+	case wire.SignalNeedsInput:
+		return needsInputSignal(r, sig, f, att), nil
+	case wire.SignalProgress:
+		return progressSignal(sig, f, now), nil
+	case wire.SignalCompleted:
+		return completedSignal(r, sig, f), nil
 	}
 	if f.Processed {
 		return Decision{Result: wire.ResultDuplicate}, nil
 	}
 	ignored := Decision{Result: wire.ResultIgnored, Processed: sig.Kind, Steps: []Step{journal(wire.TopicRunSignalReceived,
-		seen(wire.ResultIgnored, map[string]any{"status": r.Status}))}}
+		map[string]any{"kind": sig.Kind, "source": sig.Source, "result": wire.ResultIgnored, "status": r.Status})}}
 	if !Active(r.Status) || authority[r.StatusSource] > authority[sig.Source] {
 		return ignored, nil
 	}
+	if sig.Kind == wire.SignalStarted && r.Status == wire.RunRunning {
+		return ignored, nil
+	}
+	steps, err := lifeSignal(r, sig, p, now)
+	if err != nil {
+		return Decision{}, err
+	}
+	return Decision{Result: wire.ResultApplied, Processed: sig.Kind, Steps: steps}, nil
+}
+
+// needsInputSignal decides a needs_input hook. Not one-shot (an agent may
+// ask many times) and journaled only when the attention changes, so a
+// repeated or late hook adds nothing to the journal.
+func needsInputSignal(r Run, sig Signal, f SignalFacts, att int) Decision {
+	if r.Status != wire.RunRunning {
+		return Decision{Result: wire.ResultIgnored}
+	}
+	// The question is the screen's, when the server read one for this
+	// attempt; without one, a new needs_input says at least who set it,
+	// and a repeated one keeps what is known.
+	detail := f.Screen
+	if detail != nil {
+		d := *detail
+		d.Source = sig.Source
+		detail = &d
+	} else if attentionOf(r) != wire.AttentionNeedsInput {
+		detail = &wire.AttentionDetail{Source: sig.Source, Choices: []wire.Choice{}}
+	}
+	d := ChangeAttention(r, att, Change{To: wire.AttentionNeedsInput, Source: sig.Source, Detail: detail})
+	d.Result = wire.ResultApplied
+	return d
+}
+
+// progressSignal decides a progress signal: in seq order, journaled at
+// most once every ProgressEvery, the ones between held and coalesced
+// into the next.
+func progressSignal(sig Signal, f SignalFacts, now time.Time) Decision {
+	if *sig.Seq <= 0 || *sig.Seq <= f.LastProgressSeq {
+		return Decision{Result: wire.ResultOutOfOrder}
+	}
+	var payload any
+	if len(sig.Payload) > 0 {
+		payload = sig.Payload
+	}
+	extra := map[string]any{"seq": *sig.Seq, "source": sig.Source, "payload": payload}
+	if !f.ProgressJournaledAt.IsZero() && now.Sub(f.ProgressJournaledAt) < ProgressEvery {
+		return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Held: extra}}
+	}
+	extra[wire.PayloadCoalesced] = f.ProgressCoalesced
+	return Decision{Result: wire.ResultApplied, ProgressSeq: *sig.Seq, Progress: &ProgressNote{Journaled: true},
+		Steps: []Step{journal(wire.TopicRunProgress, extra)}}
+}
+
+// completedSignal decides a completion: one per turn
+// (docs/architecture.md#working-waiting-hung). The attempt's first is
+// marked processed; after it, a completion with input since the last one
+// is the next turn's, and one without is a repeat.
+func completedSignal(r Run, sig Signal, f SignalFacts) Decision {
+	if !f.Processed {
+		return Decision{Result: wire.ResultApplied, Processed: sig.Kind, CompleteSource: sig.Source}
+	}
+	if TurnEnded(r) {
+		return Decision{Result: wire.ResultDuplicate}
+	}
+	return Decision{Result: wire.ResultApplied, CompleteSource: sig.Source}
+}
+
+// lifeSignal is the steps of a one-shot signal that moves an active run:
+// started, finished or failed, each of which may have overtaken the ack
+// (and started) it follows.
+func lifeSignal(r Run, sig Signal, p Policy, now time.Time) ([]Step, error) {
 	var steps []Step
 	switch sig.Kind {
 	case wire.SignalStarted:
-		if r.Status == wire.RunRunning {
-			return ignored, nil
-		}
 		r, steps = fromLive(r) // started overtook the ack
 		steps = append(steps, Step{Write: ToRunning, From: r.Status, Attempt: r.Attempt, To: wire.RunRunning, Source: sig.Source,
 			Events: []Event{{Topic: wire.TopicRunStarted, Extra: map[string]any{"provider": r.Provider, "session_name": r.SessionName, "source": sig.Source}}}})
 	case wire.SignalFinished:
 		code, err := ExitCode(sig.Payload)
 		if err != nil {
-			return Decision{}, err
+			return nil, err
 		}
 		r, steps = fromLive(r) // finished overtook the ack and started
 		steps = append(steps, journal(wire.TopicRunFinished, map[string]any{"exit_code": code, "source": sig.Source}))
 		if code != 0 {
-			steps = append(steps, fail(r, wire.FailExitNonzero, &code, sig.Source, p, now)...)
-		} else {
-			zero := 0
-			steps = append(steps, leave(r, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
-				Events: []Event{{Topic: wire.TopicRunExited, Extra: map[string]any{"exit_code": 0}}}}))
+			return append(steps, fail(r, wire.FailExitNonzero, &code, sig.Source, p, now)...), nil
 		}
+		zero := 0
+		steps = append(steps, leave(r, Step{Write: ToExited, From: r.Status, Attempt: r.Attempt, To: wire.RunExited, ExitCode: &zero, Source: sig.Source,
+			Events: []Event{{Topic: wire.TopicRunExited, Extra: map[string]any{"exit_code": 0}}}}))
 	case wire.SignalFailed:
 		reason := wire.FailProviderFailed
 		var pl struct {
@@ -766,9 +783,9 @@ func ingestKind(r Run, sig Signal, f SignalFacts, att int, p Policy, now time.Ti
 		r, steps = fromLive(r)
 		steps = append(steps, fail(r, reason, nil, sig.Source, p, now)...)
 	default:
-		return Decision{}, wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
+		return nil, wire.Invalid("kind", "kind must be one of "+wire.SignalKindList)
 	}
-	return Decision{Result: wire.ResultApplied, Processed: sig.Kind, Steps: steps}, nil
+	return steps, nil
 }
 
 // ExitCode reads the exit code of a finished signal's payload.
