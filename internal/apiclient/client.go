@@ -127,6 +127,26 @@ func (c *Client) newRequest(ctx context.Context, method, path string, q url.Valu
 	return req, nil
 }
 
+// open sends req, asking for accept, for an answer the caller reads as it
+// comes (an event stream, a log, a diff, a signal's result): a 2xx
+// response whose body the caller closes, or an *Error for any other
+// answer; ctx.Err() when the request's context ended.
+func (c *Client) open(req *http.Request, accept string) (*http.Response, error) {
+	req.Header.Set("Accept", accept)
+	resp, err := c.httpClient().Do(req)
+	if err != nil {
+		if cerr := req.Context().Err(); cerr != nil {
+			return nil, cerr
+		}
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		return nil, decodeError(resp)
+	}
+	return resp, nil
+}
+
 func (c *Client) httpClient() *http.Client {
 	if c.HTTP != nil {
 		return c.HTTP

@@ -70,21 +70,14 @@ func (c *Client) StreamEvents(ctx context.Context, after int64, topic string, fn
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/event-stream")
 	if after > 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 	}
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.open(req, "text/event-stream")
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
-	}
 	err = readSSE(resp.Body, fn)
 	if ctx.Err() != nil {
 		return ctx.Err()

@@ -134,18 +134,11 @@ func (c *Client) RunLogs(ctx context.Context, id string, follow bool, w io.Write
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Accept", "text/plain")
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.open(req, "text/plain")
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
 		return err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return decodeError(resp)
-	}
 	_, err = io.Copy(flushWriter{w}, resp.Body)
 	if ctx.Err() != nil {
 		return ctx.Err()
@@ -184,15 +177,11 @@ func (c *Client) PostSignal(ctx context.Context, runID string, sig wire.Signal) 
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Accept", "application/json")
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.open(req, "application/json")
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return "", decodeError(resp)
-	}
 	var r wire.SignalResult
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSignalAnswer))
 	if err != nil || json.Unmarshal(body, &r) != nil || r.Result == "" {
@@ -214,15 +203,11 @@ func (c *Client) RunDiff(ctx context.Context, id, part string, w io.Writer) (str
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("Accept", "text/x-diff")
-	resp, err := c.httpClient().Do(req)
+	resp, err := c.open(req, "text/x-diff")
 	if err != nil {
 		return "", err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		return "", decodeError(resp)
-	}
 	_, err = io.Copy(w, resp.Body)
 	return resp.Header.Get(wire.HeadHeader), err
 }

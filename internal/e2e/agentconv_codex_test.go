@@ -54,15 +54,7 @@ func TestRealCodexConversation(t *testing.T) {
 	openai := fakemodel.NewOpenAI()
 	t.Cleanup(openai.Close)
 	home := pamtest.ShortDir(t, "pamh-")
-	writeHome(t, home, ".codex/config.toml", `model = "`+fakemodel.OpenAIModel+`"
-model_provider = "fake"
-
-[model_providers.fake]
-name = "Fake"
-base_url = "`+openai.URL()+`/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-`)
+	writeCodexHome(t, home, openai)
 	s, clock := newClockSystem(t, "PAM_CLI_HANG_TIMEOUT="+agentHangTimeout.String())
 	a := newAgentRigOn(t, s, home, `
 [providers.codex]
@@ -189,15 +181,7 @@ func TestRealCodexMessagesInARow(t *testing.T) {
 	openai := fakemodel.NewOpenAI()
 	t.Cleanup(openai.Close)
 	home := pamtest.ShortDir(t, "pamh-")
-	writeHome(t, home, ".codex/config.toml", `model = "`+fakemodel.OpenAIModel+`"
-model_provider = "fake"
-
-[model_providers.fake]
-name = "Fake"
-base_url = "`+openai.URL()+`/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-`)
+	writeCodexHome(t, home, openai)
 	a := newAgentRig(t, home, `
 [providers.codex]
 binary = "`+codex+`"

@@ -133,6 +133,22 @@ func writeHome(t *testing.T, home, rel, body string) {
 	}
 }
 
+// writeCodexHome is codex's one-time set-up in home (docs/agents.md):
+// it talks to the fake OpenAI model as a model provider of the
+// operator's, keyed by OPENAI_API_KEY.
+func writeCodexHome(t *testing.T, home string, openai *fakemodel.OpenAI) {
+	t.Helper()
+	writeHome(t, home, ".codex/config.toml", `model = "`+fakemodel.OpenAIModel+`"
+model_provider = "fake"
+
+[model_providers.fake]
+name = "Fake"
+base_url = "`+openai.URL()+`/v1"
+env_key = "OPENAI_API_KEY"
+wire_api = "responses"
+`)
+}
+
 // claudeTrusted reads whether Claude Code's config trusts dir.
 func claudeTrusted(t *testing.T, home, dir string) bool {
 	t.Helper()
@@ -356,15 +372,7 @@ func TestRealCodexAndGemini(t *testing.T) {
 	// The one-time set-up (docs/agents.md): codex talks to a model
 	// provider of the operator's, keyed by OPENAI_API_KEY; gemini uses an
 	// API key.
-	writeHome(t, home, ".codex/config.toml", `model = "`+fakemodel.OpenAIModel+`"
-model_provider = "fake"
-
-[model_providers.fake]
-name = "Fake"
-base_url = "`+openai.URL()+`/v1"
-env_key = "OPENAI_API_KEY"
-wire_api = "responses"
-`)
+	writeCodexHome(t, home, openai)
 	writeHome(t, home, ".gemini/settings.json", `{"security": {"auth": {"selectedType": "gemini-api-key"}}}`)
 	a := newAgentRig(t, home, `
 [proxy]
