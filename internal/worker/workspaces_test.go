@@ -255,6 +255,11 @@ func TestWorkspaceCleanup(t *testing.T) {
 	if !exists(live) {
 		t.Error("the live run's worktree was removed")
 	}
+	// The pass sent its reports before it ended; they reach the
+	// orchestrator over the uplink a moment later.
+	for _, name := range []string{"expired", "older"} {
+		orch.wait(0, "workspace_removed of the "+name+" run", isType(wire.FrameWorkspaceRemoved, made[name]))
+	}
 	reasons := map[string]string{}
 	orch.count(0, func(f wiretest.Frame) bool {
 		if f.Type == wire.FrameWorkspaceRemoved {
@@ -493,6 +498,9 @@ func TestWorkspaceCleanupKeepsUnsavedWork(t *testing.T) {
 	intact(t, "the unknown run's worktree", paths["unknown-work"], commits["unknown-work"], true)
 	intact(t, "the worktree with an unpushed commit", paths["fresh-unpushed"], commits["fresh-unpushed"], false)
 	intact(t, "the worktree with an uncommitted file", paths["dirty"], commits["dirty"], true)
+	for _, name := range []string{"pushed", "clean"} {
+		orch.wait(0, "workspace_removed of the "+name+" run", isType(wire.FrameWorkspaceRemoved, made[name]))
+	}
 	reasons := map[string]string{}
 	orch.count(0, func(f wiretest.Frame) bool {
 		if f.Type == wire.FrameWorkspaceRemoved {
